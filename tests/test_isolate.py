@@ -1,0 +1,72 @@
+"""Child-process isolation: crashes and hangs are reported per input, nothing is lost."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from wcetfit.errors import InputsError, MeasurementError
+from wcetfit.isolate import run_isolated
+
+
+class ToyWorker:
+    """Crashes on input 3 (SIGSEGV), aborts on 5, hangs on 7, squares the rest."""
+
+    def run(self, index, start):
+        start(f"(n={index})")
+        if index == 3:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if index == 5:
+            os.abort()
+        if index == 7:
+            time.sleep(60)
+        return index * index
+
+
+def test_crash_and_hang_are_reported_and_other_inputs_kept():
+    seen = []
+    run = run_isolated(ToyWorker, range(10), timeout=1.0,
+                       on_result=lambda i, r: seen.append(i))
+    assert run.results == {i: i * i for i in range(10) if i not in (3, 5, 7)}
+    assert seen == sorted(run.results)
+    kinds = {f.index: (f.kind, f.message) for f in run.failures}
+    assert set(kinds) == {3, 5, 7}
+    assert kinds[3][0] == "crash" and "SIGSEGV" in kinds[3][1]
+    assert kinds[5][0] == "crash" and "SIGABRT" in kinds[5][1]
+    assert kinds[7][0] == "hang"
+    assert all(f.arguments == f"(n={f.index})" for f in run.failures)
+
+
+class FatalWorker:
+    def run(self, index, start):
+        if index == 2:
+            raise InputsError("input 2: generate() raised")
+        start("()")
+        return index
+
+
+def test_fatal_error_reraised_after_earlier_results_delivered():
+    got = {}
+    with pytest.raises(InputsError, match="input 2"):
+        run_isolated(FatalWorker, range(5), timeout=5, on_result=got.__setitem__)
+    assert got == {0: 0, 1: 1}
+
+
+def _broken_setup():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def test_worker_that_dies_in_setup_is_a_measurement_error():
+    with pytest.raises(MeasurementError, match="setting up"):
+        run_isolated(_broken_setup, range(3), timeout=5)
+
+
+class BuggyWorker:
+    def run(self, index, start):
+        raise ZeroDivisionError("bug")
+
+
+def test_internal_bug_in_worker_carries_traceback():
+    with pytest.raises(MeasurementError, match="ZeroDivisionError"):
+        run_isolated(BuggyWorker, range(3), timeout=5)

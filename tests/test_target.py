@@ -1,0 +1,108 @@
+"""wcetfit.toml validation and the inputs module: precise messages for bad input."""
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from wcetfit import target as tg
+from wcetfit.errors import InputsError, TargetError
+
+GOOD = """
+binary = "lib.so"
+functions = ["f"]
+prototype = "int f(int *a, int n);"
+inputs = "inputs.py"
+[measure]
+inputs = 20
+repeats = 3
+seed = 7
+[loops]
+"f+0x10" = 64
+"""
+
+INPUTS = """
+def generate(ctx):
+    n = int(ctx.rng.integers(1, 10))
+    return (ctx.ffi.new("int[]", n), n)
+"""
+
+
+def make(tmp_path, toml=GOOD, inputs=INPUTS):
+    (tmp_path / "lib.so").write_bytes(b"\x7fELF")
+    (tmp_path / "inputs.py").write_text(textwrap.dedent(inputs))
+    (tmp_path / "wcetfit.toml").write_text(textwrap.dedent(toml))
+    return str(tmp_path)
+
+
+def test_good_target(tmp_path):
+    t = tg.load_target(make(tmp_path), repeats=5, inputs=None)
+    assert t.functions == ("f",) and t.measure.inputs == 20 and t.measure.repeats == 5
+    assert t.measure.seed == 7 and t.loops == {"f+0x10": 64}
+    assert t.binary == str(tmp_path / "lib.so")
+
+
+@pytest.mark.parametrize("toml, message", [
+    (GOOD.replace("functions", "function"), "unknown key 'function' \\(did you mean 'functions'"),
+    (GOOD.replace('inputs = 20', 'inputs = "20"'), "\\[measure\\] 'inputs': expected an integer"),
+    (GOOD.replace('repeats = 3', 'repeats = 0'), "'repeats' must be at least 1"),
+    (GOOD.replace('seed = 7', 'sed = 7'), "\\[measure\\]: unknown key 'sed'"),
+    (GOOD.replace('binary = "lib.so"', ''), "missing required key 'binary'"),
+    (GOOD.replace('"lib.so"', '"nope.so"'), "nope.so does not exist"),
+    (GOOD.replace('["f"]', '[]'), "'functions' is empty"),
+    (GOOD.replace('["f"]', '"f"'), "'functions': expected a list"),
+    (GOOD.replace('seed = 7', 'seed = 7\nmethod = "fast"'), "'method' must be one of"),
+    (GOOD.replace("= 64", "= true"), "\\[loops\\] 'f\\+0x10': expected an integer"),
+    ("binary = \n", "Invalid|line 1"),
+])
+def test_bad_target_files(tmp_path, toml, message):
+    with pytest.raises(TargetError, match=message):
+        tg.load_target(make(tmp_path, toml))
+
+
+def test_missing_target_file(tmp_path):
+    with pytest.raises(TargetError, match="no wcetfit.toml"):
+        tg.load_target(str(tmp_path))
+
+
+def test_inputs_reproducible_per_index(tmp_path):
+    import cffi
+    t = tg.load_target(make(tmp_path))
+    gen = tg.load_inputs_module(t)
+    ffi = cffi.FFI()
+    a = tg.generate_input(gen, t, ffi, "f", 5)
+    b = tg.generate_input(gen, t, ffi, "f", 5)
+    assert a[1] == b[1]
+    # independent of the inputs drawn before it
+    assert tg.input_rng(7, 5).integers(1, 10) == a[1]
+    assert np.all([tg.generate_input(gen, t, ffi, "f", i)[1] >= 1 for i in range(20)])
+
+
+def test_inputs_module_that_raises_names_index_and_line(tmp_path):
+    import cffi
+    t = tg.load_target(make(tmp_path, inputs="""
+        def generate(ctx):
+            if ctx.index == 3:
+                raise ValueError("bad draw")
+            return (None, 1)
+        """))
+    gen = tg.load_inputs_module(t)
+    tg.generate_input(gen, t, cffi.FFI(), "f", 2)
+    with pytest.raises(InputsError, match=r"input 3: .*line 4: raise ValueError.*ValueError: bad draw"):
+        tg.generate_input(gen, t, cffi.FFI(), "f", 3)
+
+
+def test_inputs_module_without_generate_or_broken(tmp_path):
+    t = tg.load_target(make(tmp_path, inputs="x = 1\n"))
+    with pytest.raises(TargetError, match="defines no function generate"):
+        tg.load_inputs_module(t)
+    t = tg.load_target(make(tmp_path, inputs="import nonexistent_module_xyz\n"))
+    with pytest.raises(InputsError, match="importing failed.*ModuleNotFoundError"):
+        tg.load_inputs_module(t)
+
+
+def test_describe_args():
+    import cffi
+    ffi = cffi.FFI()
+    s = tg.describe_args(ffi, (ffi.new("short[]", [1, 2, 3]), 3, 2.5))
+    assert s == "(short[3] {1, 2, 3}, 3, 2.5)"

@@ -1,0 +1,3 @@
+from wcetfit.cli import main
+
+raise SystemExit(main())

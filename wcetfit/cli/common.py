@@ -1,0 +1,35 @@
+"""Helpers shared by the subcommands: JSON output destinations."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from wcetfit.errors import WcetfitError
+
+
+def check_output_path(path: str | None) -> None:
+    """Fail before measuring, not after, when an output file cannot be written."""
+    if path in (None, "-"):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise WcetfitError(f"cannot write {path}: directory {parent} does not exist")
+    if os.path.isdir(path):
+        raise WcetfitError(f"cannot write {path}: it is a directory")
+
+
+def write_json(path: str | None, data: Any) -> None:
+    """Write ``data`` to ``path`` ('-' is stdout); nothing when ``path`` is None."""
+    if path is None:
+        return
+    text = json.dumps(data, indent=1, sort_keys=False) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,56 @@
+"""Typed errors raised by the library.
+
+Library code raises these (and logs); only :mod:`wcetfit.cli` turns them into one
+``error: ...`` line and exit status 2.  Each subclass names the stage that failed so
+that callers can react to a class of failure without parsing messages.
+"""
+
+from __future__ import annotations
+
+
+class WcetfitError(Exception):
+    """Base of every error wcetfit reports to its user."""
+
+
+class BinaryError(WcetfitError):
+    """The binary cannot be read or modelled (missing, not ELF, wrong architecture...)."""
+
+
+class FunctionNotFound(BinaryError):
+    """A function name or address does not name a function of the binary."""
+
+
+class TargetError(WcetfitError):
+    """The target file (wcetfit.toml) or its inputs module is invalid."""
+
+
+class InputsError(TargetError):
+    """The inputs module raised or returned something unusable for one input."""
+
+
+class NativeBuildError(WcetfitError):
+    """A native part (per-prototype thunk, cffi module) could not be built."""
+
+
+class RelocationError(WcetfitError):
+    """The instrumented copy cannot be made safely; names the instruction at fault."""
+
+
+class MeasurementError(WcetfitError):
+    """A measurement run failed as a whole (not one input: those are InputFailure records)."""
+
+
+class SelfCheckError(MeasurementError):
+    """A self-check failed (flow conservation, differential check): a wcetfit bug."""
+
+
+class StoreError(WcetfitError):
+    """The on-disk store is unreadable, from a future version, or mixes incompatible data."""
+
+
+class FitError(WcetfitError):
+    """The linear system cannot be fitted (no rows, shapes disagree...)."""
+
+
+class WcetError(WcetfitError):
+    """The WCET bound cannot be computed (unbounded loop, recursion without bound...)."""

@@ -1,0 +1,231 @@
+"""Plain, immutable data describing a binary's functions: the static model.
+
+This is the contract between the static layer (:mod:`wcetfit.binary`, which uses angr)
+and everything downstream (instrumentation, fit, IPET, report).  No angr object ever
+appears here: only ints, strings and tuples, so the model can be cached as JSON and
+handed to child processes.
+
+Addresses are the binary's own link-time addresses, as ``objdump -d`` and ``nm`` print
+them (a shared object starts at 0), never a loader's rebased ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_CFG = "wcetfit.cfg/1"
+
+
+def hexaddr(addr: int) -> str:
+    """Addresses travel as "0x…" strings in every JSON wcetfit writes."""
+    return f"{addr:#x}"
+
+
+def parse_addr(text: str | int) -> int:
+    if isinstance(text, int):
+        return text
+    return int(text, 16) if text.lower().startswith("0x") else int(text)
+
+
+@dataclass(frozen=True)
+class Instruction:
+    address: int
+    size: int
+    mnemonic: str
+    op_str: str
+
+    def text(self) -> str:
+        return f"{self.mnemonic} {self.op_str}".strip()
+
+
+@dataclass(frozen=True)
+class Block:
+    """A basic block: straight-line code entered only at its first instruction."""
+
+    address: int
+    size: int
+    instructions: tuple[Instruction, ...]
+
+    @property
+    def end(self) -> int:
+        return self.address + self.size
+
+    @property
+    def n_instructions(self) -> int:
+        return len(self.instructions)
+
+    @property
+    def last(self) -> Instruction:
+        return self.instructions[-1]
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A natural loop.  ``bound_key`` is how a user names it in [loops] of wcetfit.toml."""
+
+    header: int
+    body: tuple[int, ...]            # block addresses, header included, sorted
+    back_edges: tuple[tuple[int, int], ...]
+    entry_edges: tuple[tuple[int, int], ...]   # edges from outside the loop into the header
+    parent: int | None               # header of the innermost enclosing loop
+    depth: int                       # 1 for an outermost loop
+
+
+# Kinds of call site.
+CALL_INTERNAL = "internal"   # a function of this binary (directly, or through its own PLT)
+CALL_IMPORTED = "imported"   # resolved by the dynamic loader to another object
+CALL_INDIRECT = "indirect"   # through a register or memory: target unknown statically
+
+
+@dataclass(frozen=True)
+class CallSite:
+    block: int                   # block that ends with the call
+    instruction: int             # address of the call instruction
+    kind: str                    # CALL_INTERNAL / CALL_IMPORTED / CALL_INDIRECT
+    target: int | None           # callee's entry (internal) or PLT stub (imported)
+    target_name: str | None
+    tail: bool = False           # a jump that leaves the function (tail call)
+
+
+@dataclass(frozen=True)
+class JumpTable:
+    """An indirect jump resolved through a table in the binary's data."""
+
+    block: int                   # block ending with the indirect jump
+    instruction: int             # the indirect jmp
+    table_address: int
+    entry_size: int              # 4 (offsets relative to ``base``) or 8 (absolute)
+    base: int | None             # relative tables: address entries are relative to
+    targets: tuple[int, ...]     # one per table entry, in table order
+
+
+@dataclass(frozen=True)
+class FunctionModel:
+    name: str
+    address: int
+    blocks: tuple[Block, ...]                  # sorted by address; blocks[0] need not be the entry
+    edges: tuple[tuple[int, int], ...]         # intraprocedural control flow (a call block's
+                                               # edge goes to its fall-through)
+    entry: int
+    exits: tuple[int, ...]                     # blocks that return (or tail-call, or never return)
+    loops: tuple[Loop, ...]
+    calls: tuple[CallSite, ...]
+    jump_tables: tuple[JumpTable, ...]
+    coexec_classes: tuple[tuple[int, ...], ...]  # blocks that execute equally often in every run
+    max_rank: int                              # upper bound on rank of counts (with the ε column)
+    unresolved_jumps: tuple[int, ...] = ()     # indirect jumps (instruction addresses) not resolved
+    warnings: tuple[str, ...] = ()
+
+    def block_at(self, address: int) -> Block:
+        for b in self.blocks:
+            if b.address == address:
+                return b
+        raise KeyError(hexaddr(address))
+
+    @property
+    def block_addresses(self) -> tuple[int, ...]:
+        return tuple(b.address for b in self.blocks)
+
+    def successors(self, address: int) -> tuple[int, ...]:
+        return tuple(d for s, d in self.edges if s == address)
+
+    def predecessors(self, address: int) -> tuple[int, ...]:
+        return tuple(s for s, d in self.edges if d == address)
+
+    def loop_of(self, header: int) -> Loop:
+        for lp in self.loops:
+            if lp.header == header:
+                return lp
+        raise KeyError(hexaddr(header))
+
+
+@dataclass(frozen=True)
+class FunctionSummary:
+    """One line of ``wcetfit cfg BINARY`` without --function."""
+
+    name: str
+    address: int
+    blocks: int
+    loops: int
+    calls: int
+
+
+@dataclass(frozen=True)
+class BinaryInfo:
+    path: str
+    sha256: str
+    kind: str                    # "shared-object", "pie-executable", "executable"
+    stripped: bool
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+# --- JSON (schema wcetfit.cfg/1) --------------------------------------------------------
+
+def function_to_json(fn: FunctionModel, disassembly: bool = False) -> dict[str, Any]:
+    def block_json(b: Block) -> dict[str, Any]:
+        d: dict[str, Any] = {"address": hexaddr(b.address), "size": b.size,
+                             "instructions": b.n_instructions}
+        if disassembly:
+            d["disassembly"] = [[hexaddr(i.address), i.size, i.text()] for i in b.instructions]
+        return d
+
+    return {
+        "name": fn.name,
+        "address": hexaddr(fn.address),
+        "entry": hexaddr(fn.entry),
+        "exits": [hexaddr(a) for a in fn.exits],
+        "blocks": [block_json(b) for b in fn.blocks],
+        "edges": [[hexaddr(s), hexaddr(d)] for s, d in fn.edges],
+        "loops": [{"header": hexaddr(lp.header), "body": [hexaddr(a) for a in lp.body],
+                   "back_edges": [[hexaddr(s), hexaddr(d)] for s, d in lp.back_edges],
+                   "entry_edges": [[hexaddr(s), hexaddr(d)] for s, d in lp.entry_edges],
+                   "parent": None if lp.parent is None else hexaddr(lp.parent),
+                   "depth": lp.depth} for lp in fn.loops],
+        "calls": [{"block": hexaddr(c.block), "instruction": hexaddr(c.instruction),
+                   "kind": c.kind, "target": None if c.target is None else hexaddr(c.target),
+                   "target_name": c.target_name, "tail": c.tail} for c in fn.calls],
+        "jump_tables": [{"block": hexaddr(j.block), "instruction": hexaddr(j.instruction),
+                         "table_address": hexaddr(j.table_address),
+                         "entry_size": j.entry_size,
+                         "base": None if j.base is None else hexaddr(j.base),
+                         "targets": [hexaddr(t) for t in j.targets]} for j in fn.jump_tables],
+        "coexec_classes": [[hexaddr(a) for a in cls] for cls in fn.coexec_classes],
+        "max_rank": fn.max_rank,
+        "unresolved_jumps": [hexaddr(a) for a in fn.unresolved_jumps],
+        "warnings": list(fn.warnings),
+    }
+
+
+def function_from_json(d: dict[str, Any]) -> FunctionModel:
+    """Inverse of :func:`function_to_json` (needs ``disassembly=True`` for instructions)."""
+    A = parse_addr
+
+    def block(bd: dict[str, Any]) -> Block:
+        insns = tuple(Instruction(A(a), int(s), *(t.split(" ", 1) + [""])[:2])
+                      for a, s, t in bd.get("disassembly", []))
+        return Block(A(bd["address"]), int(bd["size"]), insns)
+
+    return FunctionModel(
+        name=d["name"], address=A(d["address"]),
+        blocks=tuple(block(b) for b in d["blocks"]),
+        edges=tuple((A(s), A(t)) for s, t in d["edges"]),
+        entry=A(d["entry"]), exits=tuple(A(a) for a in d["exits"]),
+        loops=tuple(Loop(A(lp["header"]), tuple(A(a) for a in lp["body"]),
+                         tuple((A(s), A(t)) for s, t in lp["back_edges"]),
+                         tuple((A(s), A(t)) for s, t in lp["entry_edges"]),
+                         None if lp["parent"] is None else A(lp["parent"]), int(lp["depth"]))
+                    for lp in d["loops"]),
+        calls=tuple(CallSite(A(c["block"]), A(c["instruction"]), c["kind"],
+                             None if c["target"] is None else A(c["target"]),
+                             c["target_name"], bool(c.get("tail", False))) for c in d["calls"]),
+        jump_tables=tuple(JumpTable(A(j["block"]), A(j["instruction"]), A(j["table_address"]),
+                                    int(j["entry_size"]),
+                                    None if j["base"] is None else A(j["base"]),
+                                    tuple(A(t) for t in j["targets"]))
+                          for j in d["jump_tables"]),
+        coexec_classes=tuple(tuple(A(a) for a in cls) for cls in d["coexec_classes"]),
+        max_rank=int(d["max_rank"]),
+        unresolved_jumps=tuple(A(a) for a in d.get("unresolved_jumps", [])),
+        warnings=tuple(d.get("warnings", [])),
+    )

@@ -1,0 +1,275 @@
+"""The target: ``wcetfit.toml`` and its inputs module.
+
+A target names a binary, the function(s) to measure, their C prototypes and a Python
+module whose ``generate(ctx)`` builds one call's arguments.  Everything is validated
+here, before anything is measured, with messages that say which key, what was found
+and what was expected.
+
+Inputs are reproducible per index: input ``i`` of seed ``s`` is drawn from
+``numpy.random.default_rng([s, i])``, so every command (count, time, split) and every
+restarted child process sees the same argument bytes for the same input without
+replaying the inputs before it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import tomllib
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from wcetfit.errors import InputsError, TargetError
+
+log = logging.getLogger(__name__)
+
+TARGET_FILE = "wcetfit.toml"
+
+# Fence methods the timing harness knows (see instrument/wf_tsc.h); "auto" = calibrated choice.
+TIMING_METHODS = ("auto", "lfence", "cpuid", "rdtscp")
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    inputs: int = 500          # how many generated inputs
+    repeats: int = 10          # timed calls per input
+    seed: int = 1
+    warmup: int = 3            # untimed calls per input before the timed ones
+    timeout: float = 10.0      # seconds one call may take before it counts as a hang
+    method: str = "auto"       # TSC fence method
+    trace_cap: int = 1 << 22   # block-trace entries kept per input (split workflow)
+
+
+@dataclass(frozen=True)
+class Target:
+    directory: str             # absolute
+    path: str                  # the wcetfit.toml
+    binary: str                # absolute path
+    functions: tuple[str, ...]
+    prototype: str
+    cdef: str
+    inputs_module: str         # absolute path of the inputs module
+    measure: MeasureSettings
+    loops: Mapping[str, int] = field(default_factory=dict)       # "fn+0xOFF"/"0xADDR" -> bound
+    recursion: Mapping[str, int] = field(default_factory=dict)   # function -> max depth
+
+    @property
+    def store_dir(self) -> str:
+        return os.path.join(self.directory, ".wcetfit")
+
+
+_TOP_KEYS: dict[str, tuple[type, ...]] = {
+    "binary": (str,), "functions": (list,), "prototype": (str,), "cdef": (str,),
+    "inputs": (str,), "measure": (dict,), "loops": (dict,), "recursion": (dict,),
+}
+_REQUIRED = ("binary", "functions", "prototype", "inputs")
+_MEASURE_KEYS: dict[str, tuple[type, ...]] = {
+    "inputs": (int,), "repeats": (int,), "seed": (int,), "warmup": (int,),
+    "timeout": (int, float), "method": (str,), "trace_cap": (int,),
+}
+
+
+def _typename(types_: tuple[type, ...]) -> str:
+    names = {str: "a string", list: "a list", dict: "a table", int: "an integer",
+             float: "a number"}
+    return " or ".join(names.get(t, t.__name__) for t in types_)
+
+
+def _check_type(where: str, value: Any, types_: tuple[type, ...]) -> None:
+    # bool is an int subclass in Python; in a target file it is never meant as a number.
+    if isinstance(value, bool) or not isinstance(value, types_):
+        raise TargetError(f"{where}: expected {_typename(types_)}, found "
+                          f"{type(value).__name__} {value!r}")
+
+
+def _unknown_key(where: str, key: str, allowed: Mapping[str, Any]) -> TargetError:
+    import difflib
+    close = difflib.get_close_matches(key, list(allowed), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return TargetError(f"{where}: unknown key '{key}'{hint}; allowed: {', '.join(allowed)}")
+
+
+def find_target_file(target_dir: str) -> str:
+    path = os.path.abspath(target_dir)
+    if os.path.isdir(path):
+        path = os.path.join(path, TARGET_FILE)
+    if not os.path.isfile(path):
+        raise TargetError(f"{target_dir}: no {TARGET_FILE} found "
+                          f"(a target directory holds a {TARGET_FILE})")
+    return path
+
+
+def load_target(target_dir: str, **overrides: Any) -> Target:
+    """Read and validate ``TARGET_DIR/wcetfit.toml``.
+
+    ``overrides`` replace [measure] settings (the CLI's --inputs/--seed/--repeats);
+    None values are ignored.
+    """
+    path = find_target_file(target_dir)
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise TargetError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise TargetError(f"{path}: {exc.strerror}") from None
+
+    for key, value in raw.items():
+        if key not in _TOP_KEYS:
+            raise _unknown_key(path, key, _TOP_KEYS)
+        _check_type(f"{path}: '{key}'", value, _TOP_KEYS[key])
+    for key in _REQUIRED:
+        if key not in raw:
+            raise TargetError(f"{path}: missing required key '{key}'")
+
+    directory = os.path.dirname(path)
+    binary = raw["binary"]
+    binary = binary if os.path.isabs(binary) else os.path.join(directory, binary)
+    if not os.path.exists(binary):
+        raise TargetError(f"{path}: 'binary': {binary} does not exist"
+                          + (" (run `make setup` to build the samples)" if "samples" in binary
+                             else ""))
+
+    functions = raw["functions"]
+    if not functions:
+        raise TargetError(f"{path}: 'functions' is empty: name at least one function")
+    for i, name in enumerate(functions):
+        _check_type(f"{path}: 'functions'[{i}]", name, (str,))
+
+    inputs_module = raw["inputs"]
+    inputs_module = (inputs_module if os.path.isabs(inputs_module)
+                     else os.path.join(directory, inputs_module))
+    if not os.path.isfile(inputs_module):
+        raise TargetError(f"{path}: 'inputs': {inputs_module} does not exist")
+
+    measure_raw = dict(raw.get("measure", {}))
+    for key, value in measure_raw.items():
+        if key not in _MEASURE_KEYS:
+            raise _unknown_key(f"{path}: [measure]", key, _MEASURE_KEYS)
+        _check_type(f"{path}: [measure] '{key}'", value, _MEASURE_KEYS[key])
+    for key, value in overrides.items():
+        if value is not None:
+            measure_raw[key] = value
+    measure = MeasureSettings(**measure_raw)
+    for key in ("inputs", "repeats", "trace_cap"):
+        if getattr(measure, key) < 1:
+            raise TargetError(f"{path}: [measure] '{key}' must be at least 1, "
+                              f"found {getattr(measure, key)}")
+    if measure.warmup < 0 or measure.timeout <= 0:
+        raise TargetError(f"{path}: [measure] 'warmup' must be >= 0 and 'timeout' > 0")
+    if measure.method not in TIMING_METHODS:
+        raise TargetError(f"{path}: [measure] 'method' must be one of "
+                          f"{', '.join(TIMING_METHODS)}, found {measure.method!r}")
+
+    loops = raw.get("loops", {})
+    for key, value in loops.items():
+        _check_type(f"{path}: [loops] '{key}'", value, (int,))
+        if value < 0:
+            raise TargetError(f"{path}: [loops] '{key}': a loop bound must be >= 0")
+    recursion = raw.get("recursion", {})
+    for key, value in recursion.items():
+        _check_type(f"{path}: [recursion] '{key}'", value, (int,))
+        if value < 1:
+            raise TargetError(f"{path}: [recursion] '{key}': a recursion depth must be >= 1")
+
+    return Target(directory=directory, path=path, binary=os.path.abspath(binary),
+                  functions=tuple(functions), prototype=raw["prototype"],
+                  cdef=raw.get("cdef", ""), inputs_module=inputs_module, measure=measure,
+                  loops=dict(loops), recursion=dict(recursion))
+
+
+# --- the inputs module ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class InputContext:
+    """What ``generate(ctx)`` receives for one input."""
+
+    rng: np.random.Generator
+    ffi: Any
+    index: int
+    function: str
+
+
+def input_rng(seed: int, index: int) -> np.random.Generator:
+    """The generator of input ``index``: independent of every other input's draws."""
+    return np.random.default_rng([seed, index])
+
+
+def load_inputs_module(target: Target) -> Callable[[InputContext], Any]:
+    """Import the inputs module and return its ``generate``."""
+    name = f"wcetfit_inputs_{abs(hash(target.inputs_module)):x}"
+    spec = importlib.util.spec_from_file_location(name, target.inputs_module)
+    if spec is None or spec.loader is None:
+        raise TargetError(f"{target.inputs_module}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's module: any exception is bad input
+        raise InputsError(f"{target.inputs_module}: importing failed: "
+                          f"{_user_frame(exc, target.inputs_module)}") from None
+    generate = getattr(module, "generate", None)
+    if not callable(generate):
+        raise TargetError(f"{target.inputs_module}: defines no function generate(ctx)")
+    return generate
+
+
+def _user_frame(exc: BaseException, module_path: str) -> str:
+    """``file:line: code — ExcType: message`` of the innermost frame in the user's module."""
+    frames = [fr for fr in traceback.extract_tb(exc.__traceback__)
+              if os.path.abspath(fr.filename) == os.path.abspath(module_path)]
+    what = f"{type(exc).__name__}: {exc}"
+    if not frames:
+        return what
+    fr = frames[-1]
+    return f"line {fr.lineno}: {(fr.line or '').strip()} — {what}"
+
+
+def generate_input(generate: Callable[[InputContext], Any], target: Target, ffi: Any,
+                   function: str, index: int) -> tuple:
+    """Call ``generate`` for one input; the user's exception becomes one InputsError line."""
+    ctx = InputContext(rng=input_rng(target.measure.seed, index), ffi=ffi, index=index,
+                       function=function)
+    try:
+        args = generate(ctx)
+    except Exception as exc:
+        raise InputsError(f"input {index}: generate() raised at "
+                          f"{os.path.basename(target.inputs_module)} "
+                          f"{_user_frame(exc, target.inputs_module)}") from None
+    if not isinstance(args, tuple):
+        if isinstance(args, list):
+            args = tuple(args)
+        else:
+            raise InputsError(f"input {index}: generate() must return a tuple of arguments, "
+                              f"returned {type(args).__name__}")
+    return args
+
+
+def describe_args(ffi: Any, args: tuple, limit: int = 6) -> str:
+    """A short human summary of one call's arguments for crash and hang reports."""
+    parts = []
+    for a in args:
+        if isinstance(a, (int, float)):
+            parts.append(repr(a))
+            continue
+        try:
+            ctype = ffi.typeof(a)
+        except TypeError:
+            parts.append(type(a).__name__)
+            continue
+        text = ctype.cname
+        try:
+            size = ffi.sizeof(a)
+            if ctype.kind == "array":
+                n = len(a)
+                head = ", ".join(str(a[i]) for i in range(min(n, limit)))
+                text = f"{ctype.item.cname}[{n}] {{{head}{', …' if n > limit else ''}}}"
+            elif ctype.kind == "pointer" and size:
+                text = f"{ctype.cname} ({size} bytes)"
+        except (TypeError, ffi.error):
+            pass
+        parts.append(text)
+    return "(" + ", ".join(parts) + ")"

@@ -1,0 +1,1 @@
+"""Benchmarks: performance and accuracy figures (``make bench``)."""

@@ -1,0 +1,183 @@
+"""Count runs and timing runs of a target, isolated, resumable, saved as they go.
+
+This module connects the pieces: the target (:mod:`wcetfit.target`), the per-prototype
+call harness (:mod:`wcetfit.thunk`), the loader and instrumented copy
+(:mod:`wcetfit.loader`, :mod:`wcetfit.counting`), the TSC timing core
+(:mod:`wcetfit.timing`), the child-process runner (:mod:`wcetfit.isolate`) and the store
+(:mod:`wcetfit.store`).
+
+Every input ``i`` is the same call in every command: its arguments come from
+``generate(ctx)`` with ``ctx.rng = default_rng([seed, i])``.  Results are saved to the
+store every few seconds and when the run ends or is interrupted; a later run measures
+only the inputs that are still missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from wcetfit.errors import MeasurementError, StoreError
+from wcetfit.isolate import InputFailure, run_isolated
+from wcetfit.model import FunctionModel, hexaddr
+from wcetfit.store import Store, StoreIdentity, machine_fingerprint
+from wcetfit.target import Target, describe_args, generate_input, load_inputs_module
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]   # (inputs done, inputs wanted)
+
+# Save partial results at most this often: often enough that Ctrl-C or a crash of the
+# analyzer itself loses little, rarely enough that rewriting the .npz costs nothing.
+_SAVE_INTERVAL_S = 3.0
+
+
+# --- data -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FunctionCounts:
+    name: str
+    address: int
+    blocks: tuple[int, ...]       # link-time block addresses, the columns of ``counts``
+    counts: np.ndarray            # int64 [inputs, blocks]
+
+
+@dataclass(frozen=True)
+class CountSet:
+    """Block counts of every input of one measured function (and its callees)."""
+
+    function: str                 # the measured (root) function
+    seed: int
+    indices: np.ndarray           # input indices, ascending; rows of every ``counts``
+    functions: tuple[FunctionCounts, ...]   # root first, then callees reached
+    failures: tuple[InputFailure, ...] = ()
+    trace: dict[int, np.ndarray] | None = None   # input -> compact block ids (split workflow)
+
+    def of(self, name: str) -> FunctionCounts:
+        for fc in self.functions:
+            if fc.name == name:
+                return fc
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class TimeSet:
+    """TSC ticks of every timed call of one measured function."""
+
+    function: str
+    seed: int
+    indices: np.ndarray           # input indices, ascending
+    ticks: np.ndarray             # float64 [inputs, repeats]; NaN = discarded (migrated)
+    method: str
+    tsc_hz: float
+    migrated: int                 # samples discarded because the call changed CPU
+    environment: dict[str, Any] = field(default_factory=dict)
+    failures: tuple[InputFailure, ...] = ()
+
+
+def _failures_to_json(failures: Sequence[InputFailure]) -> list[dict[str, Any]]:
+    return [{"index": f.index, "kind": f.kind, "message": f.message, "arguments": f.arguments}
+            for f in failures]
+
+
+def _failures_from_json(data: Sequence[dict[str, Any]]) -> list[InputFailure]:
+    return [InputFailure(int(d["index"]), d["kind"], d["message"], d["arguments"])
+            for d in data]
+
+
+# --- the store's view of counts and times ----------------------------------------------
+
+def counts_name(function: str, seed: int) -> str:
+    return f"counts-{_safe(function)}-s{seed}"
+
+
+def times_name(function: str, seed: int, method: str, repeats: int) -> str:
+    return f"times-{_safe(function)}-s{seed}-{method}-r{repeats}"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "_." else "_" for c in name)
+
+
+def open_store(target: Target, *, fresh: bool = False) -> Store:
+    return Store(target.store_dir, StoreIdentity.of(target.binary, target.cdef, target.prototype),
+                 fresh=fresh)
+
+
+def save_counts(store: Store, cs: CountSet) -> None:
+    arrays: dict[str, np.ndarray] = {"indices": cs.indices}
+    meta = {"kind": "counts", "function": cs.function, "seed": cs.seed,
+            "functions": [{"name": fc.name, "address": hexaddr(fc.address)}
+                          for fc in cs.functions],
+            "failures": _failures_to_json(cs.failures)}
+    for i, fc in enumerate(cs.functions):
+        arrays[f"blocks{i}"] = np.asarray(fc.blocks, dtype=np.uint64)
+        arrays[f"counts{i}"] = fc.counts
+    if cs.trace:
+        order = sorted(cs.trace)
+        arrays["trace_indices"] = np.asarray(order, dtype=np.int64)
+        arrays["trace_offsets"] = np.cumsum([0] + [len(cs.trace[i]) for i in order])
+        arrays["trace_data"] = (np.concatenate([cs.trace[i] for i in order])
+                                if order else np.zeros(0, np.int32))
+    store.save(counts_name(cs.function, cs.seed), meta, arrays)
+
+
+def load_counts(store: Store, function: str, seed: int) -> CountSet | None:
+    got = store.load(counts_name(function, seed))
+    if got is None:
+        return None
+    meta, arrays = got
+    fcs = tuple(FunctionCounts(f["name"], int(f["address"], 16),
+                               tuple(int(a) for a in arrays[f"blocks{i}"]), arrays[f"counts{i}"])
+                for i, f in enumerate(meta["functions"]))
+    trace = None
+    if "trace_indices" in arrays:
+        off = arrays["trace_offsets"]
+        trace = {int(idx): arrays["trace_data"][off[k]:off[k + 1]]
+                 for k, idx in enumerate(arrays["trace_indices"])}
+    return CountSet(function, seed, arrays["indices"], fcs,
+                    tuple(_failures_from_json(meta["failures"])), trace)
+
+
+def save_times(store: Store, ts: TimeSet) -> None:
+    meta = {"kind": "times", "function": ts.function, "seed": ts.seed, "method": ts.method,
+            "tsc_hz": ts.tsc_hz, "migrated": ts.migrated, "environment": ts.environment,
+            "machine": machine_fingerprint(), "failures": _failures_to_json(ts.failures)}
+    store.save(times_name(ts.function, ts.seed, ts.method, ts.ticks.shape[1]), meta,
+               {"indices": ts.indices, "ticks": ts.ticks})
+
+
+def load_times(store: Store, function: str, seed: int, method: str,
+               repeats: int) -> TimeSet | None:
+    got = store.load(times_name(function, seed, method, repeats), machine=True)
+    if got is None:
+        return None
+    meta, arrays = got
+    return TimeSet(function, seed, arrays["indices"], arrays["ticks"], meta["method"],
+                   float(meta["tsc_hz"]), int(meta["migrated"]), meta.get("environment", {}),
+                   tuple(_failures_from_json(meta["failures"])))
+
+
+class _Saver:
+    """Accumulates per-input results and saves them now and then (and at the end)."""
+
+    def __init__(self, save: Callable[[], None]):
+        self._save = save
+        self._last = time.monotonic()
+        self.dirty = False
+
+    def touch(self) -> None:
+        self.dirty = True
+        if time.monotonic() - self._last >= _SAVE_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.dirty:
+            self._save()
+            self.dirty = False
+        self._last = time.monotonic()

@@ -53,6 +53,7 @@ def test_good_target(tmp_path):
     (GOOD.replace('["f"]', '"f"'), "'functions': expected a list"),
     (GOOD.replace('seed = 7', 'seed = 7\nmethod = "fast"'), "'method' must be one of"),
     (GOOD.replace("= 64", "= true"), "\\[loops\\] 'f\\+0x10': expected an integer"),
+    (GOOD.replace("= 64", "= {maxi = 3}"), "unknown key 'maxi' \\(did you mean 'max'"),
     ("binary = \n", "Invalid|line 1"),
 ])
 def test_bad_target_files(tmp_path, toml, message):

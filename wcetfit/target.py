@@ -54,7 +54,8 @@ class Target:
     cdef: str
     inputs_module: str         # absolute path of the inputs module
     measure: MeasureSettings
-    loops: Mapping[str, int] = field(default_factory=dict)       # "fn+0xOFF"/"0xADDR" -> bound
+    # "fn+0xOFF"/"0xADDR" -> back-edge traversals per entry, or {max = N, total = T}
+    loops: Mapping[str, Any] = field(default_factory=dict)
     recursion: Mapping[str, int] = field(default_factory=dict)   # function -> max depth
 
     @property
@@ -167,9 +168,21 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
 
     loops = raw.get("loops", {})
     for key, value in loops.items():
-        _check_type(f"{path}: [loops] '{key}'", value, (int,))
+        where = f"{path}: [loops] '{key}'"
+        if isinstance(value, dict):
+            # {max = N, total = T}: per entry, and/or in total per call (see wcetfit.wcet)
+            for k, v in value.items():
+                if k not in ("max", "total"):
+                    raise _unknown_key(where, k, {"max": 0, "total": 0})
+                _check_type(f"{where}.{k}", v, (int,))
+                if v < 0:
+                    raise TargetError(f"{where}.{k}: a loop bound must be >= 0")
+            if not value:
+                raise TargetError(f"{where}: give max = N (per entry) and/or total = T")
+            continue
+        _check_type(where, value, (int, dict))
         if value < 0:
-            raise TargetError(f"{path}: [loops] '{key}': a loop bound must be >= 0")
+            raise TargetError(f"{where}: a loop bound must be >= 0")
     recursion = raw.get("recursion", {})
     for key, value in recursion.items():
         _check_type(f"{path}: [recursion] '{key}'", value, (int,))

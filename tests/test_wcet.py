@@ -1,0 +1,571 @@
+"""IPET on hand-built CFGs whose worst case is known by construction or by brute force."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy.linalg import null_space
+
+from wcetfit.errors import TargetError, WcetError
+from wcetfit.model import (CALL_IMPORTED, CALL_INTERNAL, Block, CallSite, FunctionModel,
+                           Instruction, Loop)
+from wcetfit.wcet import (OVERHEAD, SOURCE_FACT, SOURCE_OBSERVED, Z95, InfeasibleError,
+                          LoopBound, RecursionBoundError, UnboundedLoopError,
+                          count_space_residual, ipet, merge_loop_bounds, observed_loop_bounds,
+                          parse_loop_facts, wcet_bound)
+
+
+# --- building CFGs by hand ---------------------------------------------------------------
+
+def make_fn(name: str, base: int, n_blocks: int, edges, exits, loops=(), calls=(),
+            entry: int = 0) -> FunctionModel:
+    """Blocks are numbered 0..n-1 at base + 0x10·i; edges/exits/loops use those numbers."""
+    A = lambda i: base + 0x10 * i  # noqa: E731
+    blocks = tuple(Block(A(i), 0x10, (Instruction(A(i), 0x10, "nop", ""),))
+                   for i in range(n_blocks))
+    lps = []
+    for header, body, back, entries, parent, depth in loops:
+        lps.append(Loop(A(header), tuple(sorted(A(b) for b in body)),
+                        tuple((A(s), A(d)) for s, d in back),
+                        tuple((A(s), A(d)) for s, d in entries),
+                        None if parent is None else A(parent), depth))
+    cs = tuple(CallSite(A(b), A(b) + 0xb, kind, target, tname)
+               for b, kind, target, tname in calls)
+    return FunctionModel(name=name, address=base, blocks=blocks,
+                         edges=tuple((A(s), A(d)) for s, d in edges), entry=A(entry),
+                         exits=tuple(A(e) for e in exits), loops=tuple(lps), calls=cs,
+                         jump_tables=(), coexec_classes=(), max_rank=0)
+
+
+def costs_of(fn: FunctionModel, values) -> dict[int, float]:
+    return {b.address: float(v) for b, v in zip(fn.blocks, values)}
+
+
+def addr(fn: FunctionModel, i: int) -> int:
+    return fn.blocks[i].address
+
+
+def simulate(fn: FunctionModel, choices) -> np.ndarray:
+    """Counts of one execution that follows ``choices`` (successor index per branch)."""
+    counts = np.zeros(len(fn.blocks), dtype=np.int64)
+    pos = {b.address: i for i, b in enumerate(fn.blocks)}
+    cur = fn.entry
+    it = iter(choices)
+    while True:
+        counts[pos[cur]] += 1
+        succ = fn.successors(cur)
+        if not succ:
+            return counts
+        cur = succ[next(it)] if len(succ) > 1 else succ[0]
+
+
+# 0 entry -> 1 header; 1 -> 2 body -> 1 (back); 1 -> 3 exit  (test at the top)
+def top_tested_loop():
+    return make_fn("f", 0x1000, 4, [(0, 1), (1, 2), (2, 1), (1, 3)], [3],
+                   loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)])
+
+
+# 0 entry -> 1 body (header) -> 1 (back) | 2 exit  (rotated: test at the bottom)
+def rotated_loop():
+    return make_fn("g", 0x2000, 3, [(0, 1), (1, 1), (1, 2)], [2],
+                   loops=[(1, [1], [(1, 1)], [(0, 1)], None, 1)])
+
+
+# 0 -> 1 outer header; 1 -> 2 inner header; 2 -> 3 inner body -> 2; 2 -> 4 latch -> 1;
+# 1 -> 5 exit
+def nested_loops():
+    return make_fn("n", 0x3000, 6,
+                   [(0, 1), (1, 2), (2, 3), (3, 2), (2, 4), (4, 1), (1, 5)], [5],
+                   loops=[(1, [1, 2, 3, 4], [(4, 1)], [(0, 1)], None, 1),
+                          (2, [2, 3], [(3, 2)], [(1, 2)], 1, 2)])
+
+
+# --- intraprocedural ------------------------------------------------------------------------
+
+def test_straight_line():
+    fn = make_fn("s", 0x1000, 3, [(0, 1), (1, 2)], [2])
+    r = ipet(fn, costs_of(fn, [1, 2, 3]), {})
+    assert r.bound_ticks == 6
+    assert r.status == "optimal"
+    assert [p.block for p in r.path] == [addr(fn, i) for i in range(3)]
+    assert all(p.count == 1 for p in r.path)
+    assert r.margin_ticks is None and r.upper_ticks == 6
+
+
+def test_entry_cost_added_once():
+    fn = make_fn("s", 0x1000, 2, [(0, 1)], [1])
+    assert ipet(fn, costs_of(fn, [1, 2]), {}, entry_cost=50).bound_ticks == 53
+
+
+@pytest.mark.parametrize("b,c,expect_via", [(5, 3, 1), (3, 5, 2)])
+def test_diamond_takes_max_branch(b, c, expect_via):
+    fn = make_fn("d", 0x1000, 4, [(0, 1), (0, 2), (1, 3), (2, 3)], [3])
+    r = ipet(fn, costs_of(fn, [1, b, c, 1]), {})
+    assert r.bound_ticks == 2 + max(b, c)
+    assert r.block_counts[addr(fn, expect_via)] == 1
+    assert r.block_counts[addr(fn, 3 - expect_via)] == 0
+    assert r.edge_flows[(addr(fn, 0), addr(fn, expect_via))] == 1
+
+
+def test_loop_bound_counts_back_edges_top_tested():
+    fn = top_tested_loop()
+    r = ipet(fn, costs_of(fn, [1, 2, 5, 1]), {addr(fn, 1): 10})
+    # back edge taken 10 times: body 10x, header 11x
+    assert r.block_counts[addr(fn, 2)] == 10
+    assert r.block_counts[addr(fn, 1)] == 11
+    assert r.bound_ticks == 1 + 2 * 11 + 5 * 10 + 1
+    (lo,) = r.loops
+    assert lo.binding and lo.back_edges == 10 and lo.entries == 1
+    assert lo.name == "f+0x10"
+
+
+def test_loop_bound_counts_back_edges_rotated():
+    fn = rotated_loop()
+    r = ipet(fn, costs_of(fn, [1, 7, 1]), {addr(fn, 1): 10})
+    assert r.block_counts[addr(fn, 1)] == 11          # header = body: N + 1 executions
+    assert r.bound_ticks == 1 + 7 * 11 + 1
+
+
+def test_loop_with_cheap_body_is_not_binding():
+    # A negative (fitted) body cost: the worst path does not iterate; the bound is not tight.
+    fn = top_tested_loop()
+    r = ipet(fn, costs_of(fn, [1, 1, -3, 1]), {addr(fn, 1): 10})
+    assert r.block_counts[addr(fn, 2)] == 0
+    assert r.bound_ticks == 3
+    assert r.binding_loops == ()
+
+
+def test_nested_loops_inner_per_entry_times_outer():
+    fn = nested_loops()
+    cost = [1, 2, 3, 10, 4, 1]
+    r = ipet(fn, costs_of(fn, cost), {addr(fn, 1): 5, addr(fn, 2): 3})
+    n = [r.block_counts[addr(fn, i)] for i in range(6)]
+    # outer: 5 back edges → header 6x, latch 5x; inner entered 5x, 3 back edges each
+    assert n == [1, 6, 5 * 4, 5 * 3, 5, 1]
+    assert r.bound_ticks == sum(c * k for c, k in zip(cost, n))
+    assert {lo.name for lo in r.binding_loops} == {"n+0x10", "n+0x20"}
+
+
+def test_nested_loops_against_brute_force():
+    """Every execution with outer ≤ 3 back edges and inner ≤ 2 per entry, enumerated."""
+    fn = nested_loops()
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        cost = rng.integers(-5, 20, 6).astype(float)
+        best = -math.inf
+        for outer in range(4):
+            for inner in itertools.product(range(3), repeat=outer):
+                # choices: header 1 has succ (2, 5); header 2 has succ (3, 4)
+                ch = []
+                for k in inner:
+                    ch += [0] + [0] * k + [1]
+                ch += [1]
+                x = simulate(fn, ch)
+                best = max(best, float(cost @ x))
+        r = ipet(fn, costs_of(fn, cost), {addr(fn, 1): 3, addr(fn, 2): 2})
+        assert r.bound_ticks == pytest.approx(best)
+
+
+def test_total_bound_per_call():
+    fn = nested_loops()
+    cost = [1, 2, 3, 10, 4, 1]
+    b = LoopBound(total=7)
+    r = ipet(fn, costs_of(fn, cost), {addr(fn, 1): 5, addr(fn, 2): b})
+    assert r.block_counts[addr(fn, 3)] == 7              # inner body: the total, not 5 x 3
+    assert r.block_counts[addr(fn, 2)] == 5 + 7
+
+
+def test_random_dags_equal_longest_path():
+    """Without loops the bound is the longest entry→exit path (dynamic programming)."""
+    rng = np.random.default_rng(3)
+    for trial in range(20):
+        n = int(rng.integers(3, 12))
+        edges = [(i, i + 1) for i in range(n - 1)]
+        edges += [(i, j) for i in range(n) for j in range(i + 2, n) if rng.random() < 0.3]
+        fn = make_fn("r", 0x1000, n, edges, [n - 1])
+        cost = rng.normal(10, 5, n)
+        best = np.full(n, -np.inf)
+        best[n - 1] = cost[n - 1]
+        for i in range(n - 2, -1, -1):
+            best[i] = cost[i] + max(best[j] for (s, j) in edges if s == i)
+        r = ipet(fn, costs_of(fn, cost), {})
+        assert r.bound_ticks == pytest.approx(best[0]), trial
+
+
+def test_unbounded_loop_names_the_header():
+    fn = top_tested_loop()
+    with pytest.raises(UnboundedLoopError) as ei:
+        ipet(fn, costs_of(fn, [1, 2, 5, 1]), {})
+    assert "f+0x10" in str(ei.value) and "0x1010" in str(ei.value)
+    assert ei.value.loops == ("f+0x10",)
+    assert isinstance(ei.value, WcetError)
+
+
+def test_unreachable_loop_needs_no_bound():
+    # block 4 -> 5 -> 4 is a loop nobody reaches
+    fn = make_fn("u", 0x1000, 6, [(0, 1), (4, 5), (5, 4), (5, 1)], [1],
+                 loops=[(4, [4, 5], [(5, 4)], [], None, 1)])
+    r = ipet(fn, costs_of(fn, [1, 1, 100, 100, 100, 100]), {})
+    assert r.bound_ticks == 2
+
+
+def test_cycle_outside_natural_loops_is_refused():
+    # irreducible: 0 -> 1, 0 -> 2, 1 <-> 2 with no loop in the model
+    fn = make_fn("i", 0x1000, 4, [(0, 1), (0, 2), (1, 2), (2, 1), (2, 3)], [3])
+    with pytest.raises(UnboundedLoopError, match="irreducible"):
+        ipet(fn, costs_of(fn, [1, 1, 1, 1]), {})
+
+
+def test_infeasible_when_no_exit_reachable():
+    fn = make_fn("x", 0x1000, 3, [(0, 1), (1, 2), (2, 1)], [],
+                 loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)])
+    # 2 has a successor and no block is an exit: no execution returns
+    with pytest.raises(InfeasibleError, match="no exit"):
+        ipet(fn, costs_of(fn, [1, 1, 1]), {addr(fn, 1): 3})
+
+
+def test_bound_on_non_header_is_an_error():
+    fn = top_tested_loop()
+    with pytest.raises(WcetError, match="not a loop header"):
+        ipet(fn, costs_of(fn, [1, 2, 5, 1]), {addr(fn, 1): 3, addr(fn, 2): 3})
+
+
+def test_missing_cost_is_an_error():
+    fn = make_fn("s", 0x1000, 3, [(0, 1), (1, 2)], [2])
+    with pytest.raises(WcetError, match="no cost"):
+        ipet(fn, {addr(fn, 0): 1.0, addr(fn, 1): 1.0}, {})
+
+
+def test_margin_is_standard_error_of_the_worst_path():
+    fn = top_tested_loop()
+    cov = np.diag([1.0, 4.0, 9.0, 1.0])
+    r = ipet(fn, costs_of(fn, [1, 2, 5, 1]), {addr(fn, 1): 10}, cov=cov)
+    x = np.array([1, 11, 10, 1])
+    assert r.margin_ticks == pytest.approx(Z95 * math.sqrt(x @ cov @ x))
+    assert r.upper_ticks == pytest.approx(r.bound_ticks + r.margin_ticks)
+
+
+# --- the invariance on non-estimable directions -------------------------------------------
+
+def structural_null_directions(fn: FunctionModel) -> np.ndarray:
+    """Cost directions orthogonal to every count vector the CFG allows, computed from the
+    cycle space of the CFG closed by a return edge (independent of wcetfit.wcet)."""
+    idx = {b.address: i for i, b in enumerate(fn.blocks)}
+    nb = len(fn.blocks)
+    V = nb                                   # the virtual caller: V -> entry, exits -> V
+    edges = [(idx[s], idx[d]) for s, d in fn.edges]
+    edges += [(V, idx[fn.entry])] + [(idx[e], V) for e in fn.exits]
+    inc = np.zeros((nb + 1, len(edges)))
+    for k, (s, d) in enumerate(edges):
+        inc[s, k] -= 1
+        inc[d, k] += 1
+    cycles = null_space(inc)                 # every conservative flow is a combination
+    into = np.zeros((nb, len(edges)))        # x_b = Σ in-flows of b
+    for k, (_, d) in enumerate(edges):
+        if d < nb:
+            into[d, k] = 1
+    count_space = into @ cycles
+    return null_space(count_space.T)         # costs c with c·x = 0 for all such x
+
+
+def test_bound_invariant_on_non_estimable_cost_directions():
+    # a diamond inside a loop inside a loop, plus a call-free tail: N_test = N_A + N_B etc.
+    # 0 -> 1 outer hdr; 1 -> 2 inner hdr; 2 -> 3 | 4 (diamond); 3,4 -> 5 latch -> 2;
+    # 2 -> 6 -> 1; 1 -> 7 exit
+    fn = make_fn("v", 0x1000, 8,
+                 [(0, 1), (1, 2), (2, 3), (2, 4), (3, 5), (4, 5), (5, 2), (2, 6), (6, 1),
+                  (1, 7)], [7],
+                 loops=[(1, [1, 2, 3, 4, 5, 6], [(6, 1)], [(0, 1)], None, 1),
+                        (2, [2, 3, 4, 5], [(5, 2)], [(1, 2)], 1, 2)])
+    bounds = {addr(fn, 1): 4, addr(fn, 2): 6}
+    base_cost = np.array([3.0, 2.0, 5.0, 11.0, 7.0, 1.0, 2.0, 4.0])
+    r0 = ipet(fn, costs_of(fn, base_cost), bounds)
+    null = structural_null_directions(fn)
+    assert null.shape[1] >= 2                # the CFG really has non-estimable directions
+    rng = np.random.default_rng(11)
+    for _ in range(10):
+        pert = null @ rng.normal(0, 50, null.shape[1])
+        r = ipet(fn, costs_of(fn, base_cost + pert), bounds)
+        assert r.bound_ticks == pytest.approx(r0.bound_ticks, rel=1e-9, abs=1e-6)
+    # ... and the test can fail: a direction inside the count space does change the bound
+    pert = np.zeros(8)
+    pert[3] = 5.0
+    assert ipet(fn, costs_of(fn, base_cost + pert), bounds).bound_ticks != \
+        pytest.approx(r0.bound_ticks)
+
+
+# --- observed bounds and flow facts -----------------------------------------------------------
+
+def test_observed_bound_single_entry_loop():
+    fn = top_tested_loop()
+    # inputs iterate 0, 3, 7, 2 times
+    runs = [simulate(fn, [0] * k + [1]) for k in (0, 3, 7, 2)]
+    counts = np.array(runs)
+    ob = observed_loop_bounds(fn, counts, fn.block_addresses)
+    b = ob[addr(fn, 1)]
+    assert b.per_entry == 7 and b.total is None and b.source == SOURCE_OBSERVED
+    assert b.witness == 2
+    cost = np.array([1, 2, 5, 1.0])
+    r = ipet(fn, costs_of(fn, cost), ob)
+    assert r.bound_ticks == pytest.approx(max(counts @ cost))
+
+
+def test_observed_bound_nested_uses_total_per_call():
+    fn = nested_loops()
+    # input A: outer 2 iterations with inner 1 and 6; input B: outer 3 with inner 2,2,2
+    def run(inner):
+        ch = []
+        for k in inner:
+            ch += [0] + [0] * k + [1]
+        return simulate(fn, ch + [1])
+    counts = np.array([run([1, 6]), run([2, 2, 2])])
+    ob = observed_loop_bounds(fn, counts, fn.block_addresses)
+    outer, inner = ob[addr(fn, 1)], ob[addr(fn, 2)]
+    assert outer.per_entry == 3                     # top-tested: 3 iterations, 3 back edges
+    assert inner.per_entry is None and inner.total == 7 and inner.witness == 0
+    assert "not observable" in inner.note
+    cost = np.array([1, 2, 3, 10, 4, 1.0])
+    r = ipet(fn, costs_of(fn, cost), ob)
+    assert r.bound_ticks >= max(counts @ cost)
+    assert r.block_counts[addr(fn, 3)] == 7
+
+
+def test_observed_bound_when_edges_are_not_determined():
+    # 0 -> 1 | 3; 1 -> 2; 2 -> 1 (back) | 3.  Entry and back-edge sources both branch.
+    fn = make_fn("w", 0x1000, 4, [(0, 1), (0, 3), (1, 2), (2, 1), (2, 3)], [3],
+                 loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)])
+    counts = np.array([simulate(fn, [0] + [0] * k + [1]) for k in (4, 1)] +
+                      [simulate(fn, [1])])
+    ob = observed_loop_bounds(fn, counts, fn.block_addresses)
+    b = ob[addr(fn, 1)]
+    assert b.total == 4 and b.per_entry is None     # conservative: header − 1
+    assert "not determined" in b.note
+
+
+def test_observed_bounds_ignore_foreign_columns_and_unentered_loops():
+    # the loop of "w" is skipped by every input (0 -> 3): no bound, and the IPET says so
+    fn = make_fn("w", 0x1000, 4, [(0, 1), (0, 3), (1, 2), (2, 1), (2, 3)], [3],
+                 loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)])
+    counts = np.array([simulate(fn, [1]), simulate(fn, [1])])
+    # extra column of another function in front
+    cols = (0x9999,) + fn.block_addresses
+    counts = np.hstack([np.ones((2, 1), dtype=int), counts])
+    ob = observed_loop_bounds(fn, counts, cols)
+    assert ob == {}
+    with pytest.raises(UnboundedLoopError, match="w\\+0x10"):
+        ipet(fn, costs_of(fn, [1, 1, 1, 1]), ob)
+
+
+def test_loop_facts_by_offset_and_address():
+    fn = nested_loops()
+    fns = {"n": fn}
+    facts = parse_loop_facts({"n+0x10": 2048, "0x3020": {"max": 3, "total": 50}}, fns)
+    assert facts[("n", 0x3010)].per_entry == 2048
+    assert facts[("n", 0x3010)].source == SOURCE_FACT
+    assert facts[("n", 0x3020)] .total == 50 and facts[("n", 0x3020)].per_entry == 3
+
+
+def test_loop_fact_on_non_header_suggests_nearest():
+    fns = {"n": nested_loops()}
+    with pytest.raises(TargetError) as ei:
+        parse_loop_facts({"n+0x18": 5}, fns)
+    assert "not a loop header" in str(ei.value) and "n+0x10" in str(ei.value)
+    with pytest.raises(TargetError, match="nearest loop headers"):
+        parse_loop_facts({"0x3030": 5}, fns)
+    with pytest.raises(TargetError, match="no function"):
+        parse_loop_facts({"m+0x10": 5}, fns)
+    with pytest.raises(TargetError, match=">= 0"):
+        parse_loop_facts({"n+0x10": -1}, fns)
+    with pytest.raises(TargetError, match="different bound"):
+        parse_loop_facts({"n+0x10": 5, "0x3010": 6}, fns)
+
+
+def test_facts_override_observed_bounds():
+    fn = top_tested_loop()
+    counts = np.array([simulate(fn, [0] * k + [1]) for k in (1, 3)])
+    observed = {"f": observed_loop_bounds(fn, counts, fn.block_addresses)}
+    facts = parse_loop_facts({"f+0x10": 100}, {"f": fn})
+    cost = costs_of(fn, [1, 2, 5, 1])
+    merged = merge_loop_bounds({"f": fn}, facts, observed)
+    r_obs = ipet(fn, cost, observed["f"])
+    r_fact = ipet(fn, cost, merged["f"])
+    assert r_obs.bound_ticks == 1 + 2 * 4 + 5 * 3 + 1
+    assert r_fact.bound_ticks == 1 + 2 * 101 + 5 * 100 + 1
+    assert r_fact.loops[0].bound.source == SOURCE_FACT
+
+
+# --- interprocedural ---------------------------------------------------------------------
+
+def caller_and_callee():
+    # g: 0 -> 1 | 2 -> 3 (diamond), costs decide its WCET
+    g = make_fn("g", 0x5000, 4, [(0, 1), (0, 2), (1, 3), (2, 3)], [3])
+    # f: 0 -> 1 loop header; 1 -> 2 (calls g) -> 1; 1 -> 3 (calls puts, imported) -> 4 exit
+    f = make_fn("f", 0x4000, 5, [(0, 1), (1, 2), (2, 1), (1, 3), (3, 4)], [4],
+                loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)],
+                calls=[(2, CALL_INTERNAL, 0x5000, "g"), (3, CALL_IMPORTED, 0x400, "puts")])
+    return f, g
+
+
+def test_call_blocks_add_callee_wcet():
+    f, g = caller_and_callee()
+    costs = {"f": costs_of(f, [1, 2, 3, 4, 1]), "g": costs_of(g, [1, 10, 20, 1])}
+    res = wcet_bound({"f": f, "g": g}, "f", costs, {"f": {addr(f, 1): 5}})
+    wg = 1 + 20 + 1
+    assert res.functions["g"].bound_ticks == wg
+    assert res.bound_ticks == 1 + 2 * 6 + (3 + wg) * 5 + 4 + 1
+    assert res.order.index("g") < res.order.index("f")
+    call = next(c for c in res.functions["f"].calls if c.kind == CALL_INTERNAL)
+    assert call.callee_wcet_ticks == wg and call.count == 5
+    assert any("imported" in w and "puts" in w for w in res.warnings)
+    # inlined counts: g's worst path once per call
+    assert res.inlined_counts[("g", addr(g, 2))] == 5
+    assert ("g", addr(g, 1)) not in res.inlined_counts
+
+
+def test_interprocedural_margin_uses_inlined_counts():
+    f, g = caller_and_callee()
+    costs = {"f": costs_of(f, [1, 2, 3, 4, 1]), "g": costs_of(g, [1, 10, 20, 1])}
+    index = [("f", b.address) for b in f.blocks] + [("g", b.address) for b in g.blocks] \
+        + [OVERHEAD]
+    cov = np.eye(len(index))
+    res = wcet_bound({"f": f, "g": g}, "f", costs, {"f": {addr(f, 1): 5}},
+                     entry_cost=30, cov=cov, cov_index=index)
+    x = np.array([1, 6, 5, 1, 1] + [5, 0, 5, 5] + [1], dtype=float)
+    assert res.margin_ticks == pytest.approx(Z95 * math.sqrt(x @ x))
+    assert res.bound_ticks == 30 + 1 + 12 + 5 * (3 + 22) + 4 + 1
+
+
+def test_missing_callee_model_is_an_error():
+    f, _ = caller_and_callee()
+    with pytest.raises(WcetError, match="not loaded"):
+        wcet_bound({"f": f}, "f", {"f": costs_of(f, [1] * 5)}, {"f": {addr(f, 1): 5}})
+
+
+def self_recursive(always: bool = False):
+    # r: 0 -> 1 (calls r) -> 2 exit; 0 -> 2 unless ``always``
+    edges = [(0, 1), (1, 2)] + ([] if always else [(0, 2)])
+    return make_fn("r", 0x6000, 3, edges, [2], calls=[(1, CALL_INTERNAL, 0x6000, "r")])
+
+
+def test_recursion_refused_without_bound():
+    r = self_recursive()
+    with pytest.raises(RecursionBoundError) as ei:
+        wcet_bound({"r": r}, "r", {"r": costs_of(r, [1, 2, 1])}, {})
+    assert "r -> r" in str(ei.value) and "[recursion]" in str(ei.value)
+    assert ei.value.cycle == ("r", "r")
+
+
+def test_recursion_accepted_with_depth():
+    r = self_recursive()
+    res = wcet_bound({"r": r}, "r", {"r": costs_of(r, [1, 2, 1])}, {}, {"r": 3})
+    # W1 = 2 (no recursion), Wd = 1 + 2 + W(d-1) + 1
+    assert res.bound_ticks == 2 + 4 + 4
+    assert res.recursion == {"r": 3}
+    assert res.inlined_counts[("r", addr(r, 0))] == 3
+
+
+def test_tree_recursion():
+    # t: 0 -> 1 (calls t) -> 2 (calls t) -> 3 exit; 0 -> 3
+    t = make_fn("t", 0x7000, 4, [(0, 1), (1, 2), (2, 3), (0, 3)], [3],
+                calls=[(1, CALL_INTERNAL, 0x7000, "t"), (2, CALL_INTERNAL, 0x7000, "t")])
+    res = wcet_bound({"t": t}, "t", {"t": costs_of(t, [1, 1, 1, 1])}, {}, {"t": 4})
+    w = 2.0
+    for _ in range(3):
+        w = 4 + 2 * w
+    assert res.bound_ticks == w
+    assert res.inlined_counts[("t", addr(t, 0))] == 1 + 2 + 4 + 8
+
+
+def test_mutual_recursion_depth_named_on_one_member():
+    # f: 0 -> 1 (calls g) -> 2; 0 -> 2.   g: 0 -> 1 (calls f) -> 2
+    f = make_fn("f", 0x1000, 3, [(0, 1), (1, 2), (0, 2)], [2],
+                calls=[(1, CALL_INTERNAL, 0x2000, "g")])
+    g = make_fn("g", 0x2000, 3, [(0, 1), (1, 2), (0, 2)], [2],
+                calls=[(1, CALL_INTERNAL, 0x1000, "f")])
+    fns = {"f": f, "g": g}
+    costs = {"f": costs_of(f, [1, 10, 1]), "g": costs_of(g, [1, 100, 1])}
+    with pytest.raises(RecursionBoundError, match="f -> g -> f"):
+        wcet_bound(fns, "f", costs, {})
+    res = wcet_bound(fns, "f", costs, {}, {"g": 3})
+    # depth 3 = f, g, f nested: f3 = 1+10+g2+1, g2 = 1+100+f1+1, f1 = 2
+    assert res.bound_ticks == 12 + (102 + 2)
+
+
+def test_recursion_that_cannot_stop():
+    r = self_recursive(always=True)
+    with pytest.raises(RecursionBoundError, match="cannot return without recursing"):
+        wcet_bound({"r": r}, "r", {"r": costs_of(r, [1, 2, 1])}, {}, {"r": 5})
+
+
+# --- estimability of a prediction --------------------------------------------------------
+
+def test_count_space_residual():
+    fn = make_fn("d", 0x1000, 4, [(0, 1), (0, 2), (1, 3), (2, 3)], [3])
+    only_left = np.array([simulate(fn, [0])] * 3)
+    both = np.array([simulate(fn, [0]), simulate(fn, [1])])
+    right = simulate(fn, [1])
+    assert count_space_residual(right, both) < 1e-12
+    assert count_space_residual(right, only_left) > 0.1
+
+
+# --- the glue from pipeline data ------------------------------------------------------------
+
+def test_analyze_wcet_observed_bounds_and_facts_over_columns():
+    from wcetfit.wcet import analyze_wcet
+    f, g = caller_and_callee()
+    fns = {"f": f, "g": g}
+    # three inputs iterating f's loop 1, 4 and 2 times; g takes its 0x10 branch
+    rows = []
+    for k in (1, 4, 2):
+        cf = simulate(f, [0] * k + [1])
+        cg = np.array([k, k, 0, k])
+        rows.append(np.concatenate([cg, cf]))        # g's columns first: order is free
+    counts = np.array(rows)
+    cols = [("g", b.address) for b in g.blocks] + [("f", b.address) for b in f.blocks]
+    costs = {"f": costs_of(f, [1, 2, 3, 4, 1]), "g": costs_of(g, [1, 10, 20, 1])}
+    res = analyze_wcet(fns, "f", costs, counts, cols, entry_cost=5)
+    assert res.functions["f"].loops[0].bound.per_entry == 4
+    assert res.functions["f"].loops[0].bound.source == SOURCE_OBSERVED
+    assert res.bound_ticks == 5 + 1 + 2 * 5 + (3 + 22) * 4 + 4 + 1
+    # a fact replaces the observation; decimal offsets work too
+    res2 = analyze_wcet(fns, "f", costs, counts, cols, loop_facts={"f+16": 9})
+    assert res2.functions["f"].loops[0].bound.per_entry == 9
+    assert res2.functions["f"].loops[0].bound.source == SOURCE_FACT
+    # table form: a total per call
+    res3 = analyze_wcet(fns, "f", costs, counts, cols,
+                        loop_facts={"f+0x10": {"max": 9, "total": 3}})
+    assert res3.functions["f"].block_counts[addr(f, 2)] == 3
+
+
+def test_loop_whose_header_is_the_function_entry():
+    # 0 -> 0 (self loop, the entry is the header) | 1 exit
+    fn = make_fn("e", 0x1000, 2, [(0, 0), (0, 1)], [1],
+                 loops=[(0, [0], [(0, 0)], [], None, 1)])
+    r = ipet(fn, costs_of(fn, [3, 1]), {addr(fn, 0): 5})
+    assert r.block_counts[addr(fn, 0)] == 6 and r.bound_ticks == 3 * 6 + 1
+    counts = np.array([simulate(fn, [0] * k + [1]) for k in (2, 5, 0)])
+    ob = observed_loop_bounds(fn, counts, fn.block_addresses)
+    assert ob[addr(fn, 0)].per_entry == 5 and ob[addr(fn, 0)].note.startswith("max")
+
+
+def test_invariance_with_structure_count_space_basis():
+    """The same invariance, with the null directions taken from wcetfit.structure (written
+    by another hand) — and a check that both computations of the count space agree."""
+    structure = pytest.importorskip("wcetfit.structure")
+    if not hasattr(structure, "count_space_basis"):
+        pytest.skip("wcetfit.structure.count_space_basis not available")
+    fn = nested_loops()
+    bounds = {addr(fn, 1): 5, addr(fn, 2): 3}
+    basis = structure.count_space_basis(fn)               # rows span the count space
+    ours = structural_null_directions(fn)
+    assert np.allclose(basis @ ours, 0, atol=1e-9)         # same space, two derivations
+    null = null_space(basis)
+    cost = np.array([1.0, 2, 3, 10, 4, 1])
+    r0 = ipet(fn, costs_of(fn, cost), bounds)
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        r = ipet(fn, costs_of(fn, cost + null @ rng.normal(0, 30, null.shape[1])), bounds)
+        assert r.bound_ticks == pytest.approx(r0.bound_ticks, abs=1e-6)

@@ -1,0 +1,167 @@
+"""The report as JSON: ``"schema": "wcetfit.report/1"``.
+
+Addresses are "0x..." strings (link-time addresses); every time is given in TSC ticks
+(``*_ticks``) and beside it in nanoseconds (``*_ns``, null when the TSC rate is unknown);
+shares are fractions of the mean predicted time of one call of the root function.
+
+Schema history (bump the version on every incompatible change and add a line here):
+  1  first version.
+
+Layout::
+
+    {"schema": "wcetfit.report/1", "root": str, "tsc_hz": float|null,
+     "units": {...}, "inputs": int, "repeats": int,
+     "functions": [{
+        "name", "address", "root": bool,
+        "blocks": [{address, size, instructions, count_min, count_max, count_mean,
+                    estimable, cost_ticks, cost_ns, ci95_ticks: [low, high]|null, ci95_ns,
+                    group, solution_ticks, share, executed, wcet_count, loop, call}],
+        "groups": [{id, blocks, kind, combinations, advice, share, share_estimable}],
+        "overhead_ticks", "overhead_ns", "validation": {...fit's...},
+        "coverage": {blocks, executed, never_executed: [address]},
+        "wcet": {ipet_ticks, ipet_ns, point_ticks, point_ns, margin_ticks, margin_ns,
+                 max_observed_ticks, max_observed_ns, max_observed_input,
+                 max_observed_raw_ticks, max_observed_raw_ns,
+                 max_predicted_ticks, max_predicted_ns, max_predicted_input,
+                 closest_input, closest_distance,
+                 path: [{address, count, cost_ticks, callee_ticks, ticks, ns}],
+                 loops: [{header, name, per_entry, total, source, note, witness,
+                          entries, back_edges, binding}],
+                 calls: [{block, instruction, kind, target, target_name, count,
+                          callee_wcet_ticks, note}],
+                 path_estimable, path_residual, recursion_depth, error},
+        "warnings": [{message, advice}]}],
+     "warnings": [{message, advice}]}
+
+``ipet_ticks`` is the bound: ``point_ticks`` (Σ cost·count on the worst-case path with the
+fit's point costs, plus the overhead ε for the root) + ``margin_ticks`` (the fit's 95%
+critical value × the standard error of that path's predicted time; null without a covariance).
+``max_observed_ticks`` is the largest per-input median over the timed repeats.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from wcetfit.model import hexaddr
+from wcetfit.report import FunctionReport, Report, ticks_to_ns
+
+SCHEMA_REPORT = "wcetfit.report/1"
+
+
+def _f(v: Any) -> Any:
+    """Floats JSON can carry: NaN and infinities become null."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return v
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return v
+    return f if math.isfinite(f) else None
+
+
+def _plain(v: Any) -> Any:
+    """Group ids and fit extras may be numpy scalars or tuples: make them JSON values."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if hasattr(v, "tolist"):
+        return _plain(v.tolist())
+    if isinstance(v, float):
+        return _f(v)
+    return v
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    hz = report.tsc_hz
+    return {
+        "schema": SCHEMA_REPORT,
+        "root": report.root,
+        "tsc_hz": _f(hz),
+        "units": {"ticks": "TSC ticks: the time-stamp counter's fixed-rate unit, not core "
+                           "cycles",
+                  "ns": "nanoseconds = ticks / tsc_hz * 1e9 (null when tsc_hz is unknown)",
+                  "share": "fraction of the mean predicted time of one root call"},
+        "inputs": report.n_inputs,
+        "repeats": report.n_repeats,
+        "functions": [_function(fr, hz) for fr in report.functions],
+        "warnings": [{"message": w.message, "advice": w.advice} for w in report.warnings],
+    }
+
+
+def _ns(v: Any, hz: float | None) -> Any:
+    return _f(ticks_to_ns(v, hz))
+
+
+def _function(fr: FunctionReport, hz: float | None) -> dict[str, Any]:
+    w = fr.wcet
+    blocks = []
+    for r in fr.blocks:
+        ci = list(r.ci95_ticks) if r.ci95_ticks else None
+        blocks.append({
+            "address": hexaddr(r.address), "size": r.size, "instructions": r.instructions,
+            "count_min": r.count_min, "count_max": r.count_max, "count_mean": _f(r.count_mean),
+            "estimable": r.estimable,
+            "cost_ticks": _f(r.cost_ticks), "cost_ns": _ns(r.cost_ticks, hz),
+            "ci95_ticks": [_f(c) for c in ci] if ci else None,
+            "ci95_ns": [_ns(c, hz) for c in ci] if ci else None,
+            "group": _plain(r.group), "solution_ticks": _f(r.solution_ticks),
+            "share": _f(r.share), "executed": r.executed, "wcet_count": r.wcet_count,
+            "loop": None if r.loop_header is None else hexaddr(r.loop_header),
+            "call": r.call,
+        })
+    wcet = {
+        "ipet_ticks": _f(w.ipet_ticks), "ipet_ns": _ns(w.ipet_ticks, hz),
+        "point_ticks": _f(w.point_ticks), "point_ns": _ns(w.point_ticks, hz),
+        "margin_ticks": _f(w.margin_ticks), "margin_ns": _ns(w.margin_ticks, hz),
+        "max_observed_ticks": _f(w.max_observed_ticks),
+        "max_observed_ns": _ns(w.max_observed_ticks, hz),
+        "max_observed_input": w.max_observed_input,
+        "max_observed_raw_ticks": _f(w.max_observed_raw_ticks),
+        "max_observed_raw_ns": _ns(w.max_observed_raw_ticks, hz),
+        "max_predicted_ticks": _f(w.max_predicted_ticks),
+        "max_predicted_ns": _ns(w.max_predicted_ticks, hz),
+        "max_predicted_input": w.max_predicted_input,
+        "closest_input": w.closest_input, "closest_distance": _f(w.closest_distance),
+        "path": [{"address": hexaddr(p.block), "count": p.count, "cost_ticks": _f(p.cost_ticks),
+                  "callee_ticks": _f(p.callee_ticks), "ticks": _f(p.ticks),
+                  "ns": _ns(p.ticks, hz)} for p in w.path],
+        "loops": [{"header": hexaddr(lo.header), "name": lo.name,
+                   "per_entry": lo.bound.per_entry, "total": lo.bound.total,
+                   "source": lo.bound.source, "note": lo.bound.note,
+                   "witness": lo.bound.witness, "entries": lo.entries,
+                   "back_edges": lo.back_edges, "binding": lo.binding} for lo in w.loops],
+        "calls": [{"block": hexaddr(c.block), "instruction": hexaddr(c.instruction),
+                   "kind": c.kind, "target": None if c.target is None else hexaddr(c.target),
+                   "target_name": c.target_name, "count": c.count,
+                   "callee_wcet_ticks": _f(c.callee_wcet_ticks), "note": c.note}
+                  for c in w.calls],
+        "path_estimable": None if w.path_residual is None else bool(w.path_residual < 1e-6),
+        "path_residual": _f(w.path_residual),
+        "recursion_depth": w.recursion_depth,
+        "error": w.error,
+    }
+    out = {
+        "name": fr.name, "address": hexaddr(fr.address), "root": fr.is_root,
+        "blocks": blocks,
+        "groups": [{"id": _plain(g.id), "blocks": [hexaddr(a) for a in g.blocks],
+                    "kind": g.kind, "combinations": list(g.combinations), "advice": g.advice,
+                    "share": _f(g.share), "share_estimable": g.share_estimable}
+                   for g in fr.groups],
+        "overhead_ticks": _f(fr.overhead_ticks), "overhead_ns": _ns(fr.overhead_ticks, hz),
+        "validation": _plain(dict(fr.validation)),
+        "coverage": {"blocks": len(fr.blocks),
+                     "executed": sum(1 for r in fr.blocks if r.executed),
+                     "never_executed": [hexaddr(a) for a in fr.never_executed]},
+        "wcet": wcet,
+        "warnings": [{"message": x.message, "advice": x.advice} for x in fr.warnings],
+    }
+    for k, v in fr.fit_extra.items():       # other fit fields, passed through
+        out.setdefault(k, _plain(v))
+    return out

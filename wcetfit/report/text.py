@@ -1,0 +1,256 @@
+"""The report in the terminal: rich tables, one section per function.
+
+Library code does not print: :func:`render` writes to the console it is given (the CLI's),
+:func:`to_text` returns the text.
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from wcetfit.model import hexaddr
+from wcetfit.report import TICKS_NOTE, FunctionReport, Report
+from wcetfit.report import _format as F
+
+
+def render(report: Report, console: Console, *, max_blocks: int | None = None) -> None:
+    """Write the whole report to ``console``.  ``max_blocks`` limits each block table to
+    the most expensive blocks (the JSON and HTML reports always have all)."""
+    console.print(_header(report))
+    for fr in report.functions:
+        for part in _function(report, fr, max_blocks):
+            console.print(part)
+    if report.warnings:
+        console.print(_warnings("General", report.warnings))
+
+
+def to_text(report: Report, *, width: int = 140, color: bool = False,
+            max_blocks: int | None = None) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system="truecolor" if color else None,
+                      force_terminal=color, record=False, soft_wrap=False)
+    render(report, console, max_blocks=max_blocks)
+    return buf.getvalue()
+
+
+def _header(report: Report) -> Panel:
+    rate = (f"TSC rate {report.tsc_hz / 1e9:.4f} GHz" if report.tsc_hz
+            else "TSC rate unknown (ticks only)")
+    lines = [f"[bold]wcetfit report[/bold] — root function [bold]{report.root}[/bold]",
+             f"{report.n_inputs:,} inputs × {report.n_repeats} timed repeats; {rate}",
+             f"[dim]{TICKS_NOTE}[/dim]"]
+    return Panel("\n".join(lines), expand=False)
+
+
+def _function(report: Report, fr: FunctionReport, max_blocks: int | None) -> list:
+    out: list = []
+    role = "root" if fr.is_root else "callee (its own WCET, context-insensitive)"
+    out.append(Text.from_markup(f"\n[bold underline]{fr.name}[/bold underline] at "
+                                f"{hexaddr(fr.address)} — {role}"))
+    out.append(_wcet(report, fr))
+    if fr.wcet.path:
+        out.append(_path(report, fr))
+    if fr.wcet.loops:
+        out.append(_loops(fr))
+    out.append(_blocks(report, fr, max_blocks))
+    if fr.groups:
+        out.append(_groups(fr))
+    if fr.never_executed:
+        out.append(Text(f"Coverage: {len(fr.never_executed)} of {len(fr.blocks)} blocks never "
+                        f"executed by the inputs (cost unknown): "
+                        + ", ".join(fr.key(a) for a in fr.never_executed[:12])
+                        + (" ..." if len(fr.never_executed) > 12 else "")))
+    else:
+        out.append(Text(f"Coverage: all {len(fr.blocks)} blocks executed by the inputs."))
+    if fr.is_root:
+        out.append(_quality(report, fr))
+    if fr.warnings:
+        out.append(_warnings(fr.name, fr.warnings))
+    return out
+
+
+def _wcet(report: Report, fr: FunctionReport) -> Table:
+    w = fr.wcet
+    t = Table(title=f"WCET of {fr.name}", title_justify="left", show_header=True)
+    t.add_column("quantity")
+    t.add_column("TSC ticks", justify="right")
+    t.add_column("ns", justify="right")
+    t.add_column("note")
+    if w.error:
+        t.add_row("IPET bound", "—", "—", f"not computed: {w.error}")
+    elif w.ipet_ticks is not None:
+        margin_note = ("point estimate + 95% margin of the worst path" if w.margin_ticks
+                       is not None else "point estimate (no covariance: no margin)")
+        t.add_row("[bold]IPET bound[/bold]", F.num(w.ipet_ticks), F.num(report.ns(w.ipet_ticks)),
+                  margin_note)
+        t.add_row("  with point costs", F.num(w.point_ticks), F.num(report.ns(w.point_ticks)),
+                  "Σ cost · count on the worst-case path")
+        t.add_row("  margin", F.num(w.margin_ticks), F.num(report.ns(w.margin_ticks)),
+                  "95% critical value × standard error of the path's predicted time")
+        if w.recursion_depth:
+            t.add_row("  recursion depth", str(w.recursion_depth), "", "from [recursion]")
+    if fr.is_root:
+        t.add_row("max observed", F.num(w.max_observed_ticks), F.num(report.ns(w.max_observed_ticks)),
+                  f"median of repeats, input {w.max_observed_input}"
+                  if w.max_observed_input is not None else "no times")
+        t.add_row("  slowest single call", F.num(w.max_observed_raw_ticks),
+                  F.num(report.ns(w.max_observed_raw_ticks)), "may include preemption")
+        t.add_row("max predicted", F.num(w.max_predicted_ticks),
+                  F.num(report.ns(w.max_predicted_ticks)),
+                  f"Σ count · cost + overhead, input {w.max_predicted_input}")
+        if w.ipet_ticks and w.max_observed_ticks:
+            t.add_row("bound / max observed", f"{w.ipet_ticks / w.max_observed_ticks:.3f}", "", "")
+        if w.closest_input is not None:
+            dist = ("" if w.closest_distance is None
+                    else f"; counts differ from the path by {w.closest_distance:.0%}")
+            t.add_row("closest input", str(w.closest_input), "",
+                      f"the input predicted slowest{dist}")
+        if fr.overhead_ticks is not None:
+            t.add_row("overhead ε", F.num(fr.overhead_ticks), F.num(report.ns(fr.overhead_ticks)),
+                      "timing probes; confounded with the always-once blocks")
+    else:
+        t.add_row("max observed", "—", "—", "callees are not timed on their own")
+    return t
+
+
+def _path(report: Report, fr: FunctionReport) -> Table:
+    t = Table(title=f"Worst-case path of {fr.name} (blocks with counts)", title_justify="left")
+    for col, just in (("block", "left"), ("address", "left"), ("count", "right"),
+                      ("cost/exec (ticks)", "right"), ("callee WCET/exec (ticks)", "right"),
+                      ("total (ticks)", "right"), ("total (ns)", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for p in fr.wcet.path:
+        t.add_row(fr.key(p.block), hexaddr(p.block), f"{p.count:,}", F.num(p.cost_ticks),
+                  F.num(p.callee_ticks) if p.callee_ticks else "", F.num(p.ticks),
+                  F.num(report.ns(p.ticks)))
+    return t
+
+
+def _loops(fr: FunctionReport) -> Table:
+    t = Table(title=f"Loop bounds of {fr.name} (back-edge traversals)", title_justify="left")
+    for col in ("loop", "bound", "source", "entries on path", "back edges on path", "binding",
+                "note"):
+        t.add_column(col)
+    for lo in fr.wcet.loops:
+        b = lo.bound
+        bound = " / ".join(x for x in (f"{b.per_entry} per entry" if b.per_entry is not None
+                                       else "", f"{b.total} per call" if b.total is not None
+                                       else "") if x)
+        t.add_row(lo.name, bound, b.source, f"{lo.entries:,}", f"{lo.back_edges:,}",
+                  "yes" if lo.binding else "no",
+                  (b.note + (f" (input {b.witness})" if b.witness is not None else "")).strip())
+    return t
+
+
+def _blocks(report: Report, fr: FunctionReport, max_blocks: int | None) -> Table:
+    hz = report.tsc_hz
+    rows = list(fr.blocks)
+    title = f"Blocks of {fr.name}"
+    if max_blocks is not None and len(rows) > max_blocks:
+        rows = sorted(rows, key=lambda r: -(r.share or 0.0))[:max_blocks]
+        rows.sort(key=lambda r: r.address)
+        title += f" (the {max_blocks} with the largest share of {len(fr.blocks)})"
+    t = Table(title=title, title_justify="left")
+    cols = [("address", "left"), ("offset", "left"), ("size (B)", "right"),
+            ("instr", "right"), ("count over inputs", "right"),
+            ("cost ± 95% CI (ticks)", "right"), ("cost ± 95% CI (ns)", "right"),
+            ("share", "right"), ("WCET count", "right"), ("note", "left")]
+    for c, j in cols:
+        t.add_column(c, justify=j)  # type: ignore[arg-type]
+    scale = 1e9 / hz if hz else None
+    for r in rows:
+        notes = []
+        if not r.estimable:
+            notes.append(f"group {r.group}" if r.group is not None else "not estimable alone")
+        if r.count_max == 0:
+            notes.append("never executed")
+        if r.call:
+            notes.append(r.call)
+        if r.address == fr.entry:
+            notes.append("entry")
+        share = F.pct(r.share)
+        if r.share is not None and not r.estimable:
+            share = "≈" + share          # depends on the particular solution
+        t.add_row(hexaddr(r.address), f"+{r.offset:#x}", str(r.size), str(r.instructions),
+                  F.count_range(r), F.cost_pm(r), F.cost_pm(r, scale) if scale else "—",
+                  share, "" if r.wcet_count is None else f"{r.wcet_count:,}", "; ".join(notes))
+    t.caption = ("share: of the mean predicted time of a root call; ≈ where the block is not "
+                 "estimable alone (the group's share is given below)")
+    return t
+
+
+def _groups(fr: FunctionReport) -> Table:
+    t = Table(title=f"Groups of {fr.name} (blocks not estimable alone)", title_justify="left")
+    for c in ("group", "kind", "blocks", "estimable combinations", "share", "advice"):
+        t.add_column(c)
+    for g in fr.groups:
+        share = F.pct(g.share) if g.share_estimable else (("≈" + F.pct(g.share))
+                                                           if g.share is not None else "—")
+        t.add_row(str(g.id), g.kind, ", ".join(fr.key(a) for a in g.blocks),
+                  "\n".join(g.combinations) or "—", share, g.advice or "")
+    return t
+
+
+def _quality(report: Report, fr: FunctionReport) -> Table:
+    t = Table(title="Fit quality", title_justify="left")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    v = fr.validation
+    labels = {"heldout_inputs": "held-out inputs", "median_rel_error": "held-out median rel. error",
+              "p95_rel_error": "held-out p95 rel. error", "r2": "held-out R²"}
+    for k, label in labels.items():
+        if k in v and v[k] is not None:
+            val = v[k]
+            if k.endswith("rel_error"):
+                t.add_row(label, f"{100 * float(val):.2f} %")
+            elif k == "r2":
+                t.add_row(label, f"{float(val):.5f}")
+            else:
+                t.add_row(label, str(val))
+    for k, val in v.items():
+        if k not in labels and isinstance(val, (int, float, str)):
+            t.add_row(k.replace("_", " "), f"{val:.5g}" if isinstance(val, float) else str(val))
+    worst = v.get("worst")
+    if isinstance(worst, list) and worst:
+        t.add_row("held-out worst inputs", ", ".join(
+            f"{w.get('input')} ({100 * float(w.get('rel_error') or 0):.1f} %)"
+            for w in worst[:5] if isinstance(w, dict)))
+    extra = fr.fit_extra
+    if extra.get("interval_method"):
+        t.add_row("intervals", str(extra["interval_method"]))
+    rows = extra.get("rows")
+    if isinstance(rows, dict):
+        t.add_row("rows used / total", f"{rows.get('used', '?')} / {rows.get('total', '?')} "
+                                       f"({rows.get('rejected', 0)} rejected)")
+    res = report.residuals_ticks
+    import numpy as np
+    ok = np.isfinite(res)
+    if ok.any():
+        rel = np.abs(res[ok]) / np.abs(np.asarray(report.measured_ticks)[ok])
+        t.add_row("in-sample median |residual|", F.both(float(np.median(np.abs(res[ok]))),
+                                                        report.tsc_hz))
+        t.add_row("in-sample median rel. error", f"{100 * float(np.median(rel)):.2f} %")
+        worst = np.argsort(-np.abs(np.where(ok, res, 0)))[:3]
+        t.add_row("worst-predicted inputs",
+                  ", ".join(f"{int(i)} ({F.num(float(res[i]))} ticks)" for i in worst))
+    return t
+
+
+def _warnings(title: str, warns) -> Panel:
+    lines = []
+    for w in warns:
+        lines.append(f"[yellow]⚠[/yellow] {_escape(w.message)}")
+        if w.advice:
+            lines.append(f"   [dim]→ {_escape(w.advice)}[/dim]")
+    return Panel(Group(*[Text.from_markup(x) for x in lines]), title=f"Warnings: {title}",
+                 title_align="left", border_style="yellow")
+
+
+def _escape(s: str) -> str:
+    from rich.markup import escape
+    return escape(s)

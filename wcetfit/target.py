@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 TARGET_FILE = "wcetfit.toml"
 
 # Fence methods the timing harness knows (see instrument/wf_tsc.h); "auto" = calibrated choice.
-TIMING_METHODS = ("auto", "lfence", "cpuid", "rdtscp")
+TIMING_METHODS = ("auto", "lfence", "cpuid", "rdtscp", "mfence", "cpuid_inside")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -181,3 +181,134 @@ class _Saver:
             self._save()
             self.dirty = False
         self._last = time.monotonic()
+
+
+# --- which prototype belongs to which measured function ----------------------------------
+
+def prototype_name(harness: Any, function: str) -> str:
+    """The name under which ``function`` is declared in the target's prototype.
+
+    A function given by ``0x…`` address (a stripped or static function) is declared
+    under any name; the prototype must then declare exactly one function.
+    """
+    if function in harness.functions:
+        return function
+    if len(harness.functions) == 1:
+        return next(iter(harness.functions))
+    raise MeasurementError(f"the prototype declares {', '.join(harness.functions)} but not "
+                           f"{function}: declare every measured function")
+
+
+# --- timing run -------------------------------------------------------------------------
+
+class _TimingWorker:
+    """Child-process side of the timing run: the original code, pinned, restored args."""
+
+    def __init__(self, target: Target, functions: Sequence[tuple[str, int]], method: str):
+        from wcetfit import tsc
+        from wcetfit.loader import load_binary
+        from wcetfit.thunk import build_harness
+
+        self.target = target
+        self.method = method
+        self.harness = build_harness(target.prototype, target.cdef)
+        self.generate = load_inputs_module(target)
+        binary = load_binary(target.binary)
+        self.functions = [(name, prototype_name(self.harness, name), binary.runtime(addr))
+                          for name, addr in functions]
+        # Pin for the whole life of the worker: a migration inside a timed region
+        # mixes two TSCs and two caches.  Samples that migrate anyway are discarded.
+        self._pin = tsc.pinned()
+        self._pin.__enter__()
+
+    def run(self, index: int, start: Callable[[str], None]) -> dict[str, tuple[np.ndarray, int]]:
+        from wcetfit.timing import time_input
+
+        out = {}
+        m = self.target.measure
+        for name, proto, address in self.functions:
+            args = generate_input(self.generate, self.target, self.harness.ffi, name, index)
+            pack = self.harness.pack(proto, args)
+            start(describe_args(self.harness.ffi, args))
+            timed = time_input(self.harness, proto, address, pack, m.repeats, m.warmup,
+                               self.method)
+            out[name] = (timed.ticks, timed.migrated)
+        return out
+
+
+def resolve_method(target: Target) -> tuple[str, str]:
+    """The fence method to use and why (the calibration's choice for "auto")."""
+    if target.measure.method != "auto":
+        return target.measure.method, "set in the target file or on the command line"
+    from wcetfit.calibrate import auto_method
+    return auto_method()
+
+
+def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
+              progress: Progress | None = None) -> dict[str, TimeSet]:
+    """Time every input of every measured function (name → link-time address).
+
+    Inputs already in the store are not measured again; results are saved as they come.
+    """
+    from wcetfit import tsc
+
+    m = target.measure
+    method, why = resolve_method(target)
+    log.info("timing method %s (%s)", method, why)
+    tsc_hz = tsc.tsc_frequency().hz
+    env = tsc.environment(method).to_dict()
+    wanted = np.arange(m.inputs)
+
+    rows: dict[str, dict[int, np.ndarray]] = {f: {} for f in functions}
+    migrated = {f: 0 for f in functions}
+    failures: list[InputFailure] = []
+    for f in functions:
+        old = load_times(store, f, m.seed, method, m.repeats)
+        if old is not None:
+            rows[f].update({int(i): old.ticks[k] for k, i in enumerate(old.indices)})
+            migrated[f] = old.migrated
+            failures.extend(x for x in old.failures if x not in failures)
+    failed = {x.index for x in failures}
+    first = next(iter(functions))
+    todo = [int(i) for i in wanted if int(i) not in rows[first] and int(i) not in failed]
+
+    def snapshot() -> dict[str, TimeSet]:
+        out = {}
+        for f in functions:
+            idx = np.array(sorted(rows[f]), dtype=np.int64)
+            ticks = (np.stack([rows[f][i] for i in idx]) if len(idx)
+                     else np.zeros((0, m.repeats)))
+            out[f] = TimeSet(f, m.seed, idx, ticks, method, tsc_hz, migrated[f], env,
+                             tuple(failures))
+        return out
+
+    def save() -> None:
+        for ts in snapshot().values():
+            save_times(store, ts)
+
+    saver = _Saver(save)
+
+    def on_result(index: int, result: dict[str, tuple[np.ndarray, int]]) -> None:
+        for f, (ticks, mig) in result.items():
+            rows[f][index] = ticks
+            migrated[f] += mig
+        saver.touch()
+        if progress:
+            progress(len(rows[first]), len(wanted))
+
+    def on_failure(failure: InputFailure) -> None:
+        failures.append(failure)
+        saver.touch()
+
+    if progress:
+        progress(len(rows[first]), len(wanted))
+    timeout = m.timeout * (m.repeats + m.warmup + 1)
+    try:
+        run = run_isolated(lambda: _TimingWorker(target, list(functions.items()), method), todo,
+                           timeout=timeout, on_result=on_result, on_failure=on_failure)
+    finally:
+        saver.dirty = True
+        saver.flush()
+    if run.interrupted:
+        raise KeyboardInterrupt
+    return snapshot()

@@ -33,3 +33,22 @@ def write_json(path: str | None, data: Any) -> None:
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+def add_measure_args(parser: Any, *, repeats: bool = True) -> None:
+    """TARGET_DIR and the options that choose which inputs are measured."""
+    parser.add_argument("target", metavar="TARGET_DIR", help="folder holding wcetfit.toml")
+    parser.add_argument("--inputs", type=int, metavar="N",
+                        help="number of generated inputs (default: [measure] inputs)")
+    parser.add_argument("--seed", type=int, metavar="S",
+                        help="seed of the inputs (default: [measure] seed)")
+    if repeats:
+        parser.add_argument("--repeats", type=int, metavar="R",
+                            help="timed calls per input (default: [measure] repeats)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="discard everything stored for this target and start over")
+    parser.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' = stdout)")
+
+
+def measure_overrides(args: Any) -> dict[str, Any]:
+    return {"inputs": args.inputs, "seed": args.seed, "repeats": getattr(args, "repeats", None)}

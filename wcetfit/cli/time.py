@@ -1,0 +1,75 @@
+"""`wcetfit time`: TSC ticks of every timed call of the original code, per input."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from wcetfit.cli.common import add_measure_args
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "time", help="time the original code: ticks[input, repeat]",
+        description="Call the original (uninstrumented) function for every input, "
+                    "[measure] repeats times, reading the TSC around each call with the "
+                    "calibrated fence; argument memory is restored before each call, "
+                    "outside the timed region.  Inputs already stored are not measured "
+                    "again.")
+    add_measure_args(p)
+    p.add_argument("--method", help="TSC fence method (default: [measure] method, "
+                                    "'auto' = the calibrated choice)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from wcetfit.cli.common import check_output_path, measure_overrides, write_json
+    from wcetfit.cli.progress import progress_bars
+    from wcetfit.measure import run_times
+    from wcetfit.model import hexaddr
+    from wcetfit.pipeline import open_session
+    from wcetfit.tsc import ticks_to_ns
+
+    check_output_path(args.json)
+    s = open_session(args.target, fresh=args.fresh, method=args.method,
+                     **measure_overrides(args))
+    with progress_bars() as update:
+        times = run_times(s.target, s.store, s.roots,
+                          progress=lambda d, t: update("time", d, t))
+    out = sys.stdout if args.json != "-" else sys.stderr
+    for name, ts in times.items():
+        med = np.nanmedian(ts.ticks, axis=1) if ts.ticks.size else np.zeros(0)
+        out.write(f"{name}: {len(ts.indices)} inputs × {ts.ticks.shape[1]} calls, method "
+                  f"{ts.method}, TSC {ts.tsc_hz / 1e6:.3f} MHz; {ts.migrated} migrated samples "
+                  "discarded\n")
+        if med.size:
+            lo, mid, hi = np.percentile(med, [0, 50, 100])
+            out.write(f"  per-input median ticks: min {lo:.0f} ({ticks_to_ns(lo, ts.tsc_hz):.0f}"
+                      f" ns), median {mid:.0f} ({ticks_to_ns(mid, ts.tsc_hz):.0f} ns), max "
+                      f"{hi:.0f} ({ticks_to_ns(hi, ts.tsc_hz):.0f} ns)\n")
+        for f in ts.failures:
+            out.write(f"  {f.describe()}\n")
+    write_json(args.json, times_json(times, s.roots))
+    return 0
+
+
+def times_json(times, roots):  # type: ignore[no-untyped-def]
+    from wcetfit.model import hexaddr
+
+    def row(r):  # type: ignore[no-untyped-def]
+        return [None if x != x else int(x) for x in r]   # NaN (discarded) -> null
+
+    first = next(iter(times.values()))
+    return {
+        "schema": "wcetfit.times/1",
+        "method": first.method, "tsc_hz": first.tsc_hz, "seed": first.seed,
+        "environment": first.environment,
+        "functions": [{"name": n, "address": hexaddr(roots[n]),
+                       "indices": [int(i) for i in ts.indices],
+                       "ticks": [row(r) for r in ts.ticks], "migrated": ts.migrated}
+                      for n, ts in times.items()],
+        "failures": [{"index": f.index, "kind": f.kind, "message": f.message,
+                      "arguments": f.arguments} for f in first.failures],
+    }

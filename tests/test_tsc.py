@@ -53,11 +53,13 @@ def test_quantum_from_deltas():
 
 
 def test_quantum_is_the_smallest_step_seen():
+    # Two separate measurements may see different smallest steps (a rare odd step under
+    # the hypervisor), so compare the estimator with the data it was given.
     deltas = tsc.read_steps(5000)
-    q = tsc.quantum_ticks()
-    assert q >= 1
     positive = deltas[deltas > 0]
-    assert positive.size > 0 and positive.min() >= q
+    assert positive.size > 0
+    assert tsc.quantum_from_deltas(deltas) == positive.min()
+    assert tsc.quantum_ticks() >= 1
 
 
 def test_methods_cover_the_native_enum():

@@ -160,6 +160,39 @@ class BinaryInfo:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
+@dataclass(frozen=True)
+class BinaryModel:
+    """What :func:`wcetfit.binary.load_model` returns: the requested functions and (by
+    default) the binary's own functions they call, directly or in tail position,
+    transitively.  ``functions`` is keyed by each function's canonical name."""
+
+    info: BinaryInfo
+    functions: dict[str, FunctionModel]
+    requested: tuple[str, ...]                 # canonical names, in the order asked for
+    aliases: dict[str, str] = field(default_factory=dict, compare=False)
+    # other names of these functions (symbol aliases, the names asked for) -> canonical
+
+    def function(self, name_or_address: str | int) -> FunctionModel:
+        """By canonical name, alias, or entry address (int or "0x..." string)."""
+        if isinstance(name_or_address, str):
+            if name_or_address in self.functions:
+                return self.functions[name_or_address]
+            if name_or_address in self.aliases:
+                return self.functions[self.aliases[name_or_address]]
+        try:
+            addr = parse_addr(name_or_address)
+        except ValueError:
+            raise KeyError(name_or_address) from None
+        for fn in self.functions.values():
+            if fn.address == addr:
+                return fn
+        raise KeyError(name_or_address)
+
+    @property
+    def entry_functions(self) -> tuple[FunctionModel, ...]:
+        return tuple(self.functions[n] for n in self.requested)
+
+
 # --- JSON (schema wcetfit.cfg/1) --------------------------------------------------------
 
 def function_to_json(fn: FunctionModel, disassembly: bool = False) -> dict[str, Any]:

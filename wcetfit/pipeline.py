@@ -60,3 +60,77 @@ def open_session(target_dir: str, *, fresh: bool = False, **overrides: Any) -> S
 
 
 Progress = Callable[[str, int, int], None]   # (stage, done, total)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything the report of one measured function is made of."""
+
+    root: str
+    functions: dict[str, FunctionModel]
+    system: Any          # wcetfit.system.LinearSystem
+    fit: Any             # wcetfit.fit.FitResult
+    wcet: Any            # wcetfit.wcet.WcetResult, or the WcetError that prevented it
+    report: Any          # wcetfit.report.Report
+
+
+def fit_stage(session: Session, root: str, counts: Any, times: Any,
+              options: Any = None) -> tuple[Any, Any]:
+    """(LinearSystem, FitResult) of one measured function."""
+    from wcetfit.fit import FitOptions, fit_function
+    from wcetfit.system import build_system
+
+    functions = session.functions_of(root)
+    system = build_system(functions, counts, times)
+    fit = fit_function(system.counts, system.ticks, system.addresses,
+                       structural_basis=system.structural_basis, tsc_hz=system.tsc_hz,
+                       options=options or FitOptions())
+    return system, fit
+
+
+def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
+    """The IPET bound, or the WcetError that prevented it (shown in the report)."""
+    from wcetfit.errors import WcetError
+    from wcetfit.wcet import analyze_wcet, fit_inputs
+
+    functions = session.functions_of(root)
+    fi = fit_inputs(fit, functions)
+    try:
+        return analyze_wcet(functions, session.root_model(root).name, fi.costs, system.counts,
+                            system.columns, loop_facts=session.target.loops,
+                            recursion=session.target.recursion, entry_cost=fi.entry_cost,
+                            cov=fi.cov, cov_index=fi.cov_index, z=fi.z)
+    except WcetError as exc:
+        log.warning("%s: no WCET bound: %s", root, exc)
+        return exc
+
+
+def analyze_stage(session: Session, root: str, counts: Any, times: Any) -> Analysis:
+    """Fit, WCET and report of one measured function from its stored measurements."""
+    from wcetfit.report import build_report
+
+    system, fit = fit_stage(session, root, counts, times)
+    wcet = wcet_stage(session, root, system, fit)
+    functions = session.functions_of(root)
+    report = build_report(functions, session.root_model(root).name, fit, system.counts,
+                          system.columns, system.ticks, wcet, system.tsc_hz)
+    return Analysis(root, functions, system, fit, wcet, report)
+
+
+def stored_measurements(session: Session, root: str) -> tuple[Any, Any]:
+    """The counts and times of ``root`` in the store, or a clear error saying what to run."""
+    from wcetfit.errors import FitError
+    from wcetfit.measure import load_counts, load_times, resolve_method
+
+    m = session.target.measure
+    counts = load_counts(session.store, root, m.seed)
+    if counts is None:
+        raise FitError(f"{root}: no counts stored for seed {m.seed}: run `wcetfit count "
+                       f"{session.target.directory}` (or `wcetfit analyze`) first")
+    method, _ = resolve_method(session.target)
+    times = load_times(session.store, root, m.seed, method, m.repeats)
+    if times is None:
+        raise FitError(f"{root}: no times stored for seed {m.seed}, method {method}, "
+                       f"{m.repeats} repeats: run `wcetfit time {session.target.directory}` "
+                       "(or `wcetfit analyze`) first")
+    return counts, times

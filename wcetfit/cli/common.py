@@ -35,7 +35,7 @@ def write_json(path: str | None, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def add_measure_args(parser: Any, *, repeats: bool = True) -> None:
+def add_measure_args(parser: Any, *, repeats: bool = True, json: bool = True) -> None:
     """TARGET_DIR and the options that choose which inputs are measured."""
     parser.add_argument("target", metavar="TARGET_DIR", help="folder holding wcetfit.toml")
     parser.add_argument("--inputs", type=int, metavar="N",
@@ -47,7 +47,9 @@ def add_measure_args(parser: Any, *, repeats: bool = True) -> None:
                             help="timed calls per input (default: [measure] repeats)")
     parser.add_argument("--fresh", action="store_true",
                         help="discard everything stored for this target and start over")
-    parser.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' = stdout)")
+    if json:
+        parser.add_argument("--json", metavar="FILE",
+                            help="write the result as JSON ('-' = stdout)")
 
 
 def measure_overrides(args: Any) -> dict[str, Any]:

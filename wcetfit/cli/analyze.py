@@ -1,0 +1,40 @@
+"""`wcetfit analyze`: the whole pipeline on one target, resumable."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from wcetfit.cli.common import add_measure_args
+    from wcetfit.cli.report import add_output_args
+
+    p = subparsers.add_parser(
+        "analyze", help="static model → count run → timing run → fit → WCET → report",
+        description="Run every stage on TARGET_DIR and print the per-function report.  "
+                    "Measurements are kept in TARGET_DIR/.wcetfit/; an interrupted run "
+                    "(Ctrl-C, crash) continues where it stopped, and a second run reuses "
+                    "what is stored.  The TSC method is calibrated once per boot.")
+    add_measure_args(p, json=False)   # --json (the report's) comes with the output options
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from wcetfit.cli.common import measure_overrides
+    from wcetfit.cli.progress import progress_bars
+    from wcetfit.cli.report import check_outputs, emit
+    from wcetfit.measure import run_counts, run_times
+    from wcetfit.pipeline import analyze_stage, open_session
+
+    check_outputs(args)
+    s = open_session(args.target, fresh=args.fresh, **measure_overrides(args))
+    roots = list(s.target.functions)
+    with progress_bars() as update:
+        counts = run_counts(s.target, s.store, s.model, roots,
+                            progress=lambda d, t: update("count", d, t))
+        times = run_times(s.target, s.store, s.roots,
+                          progress=lambda d, t: update("time", d, t))
+    analyses = [analyze_stage(s, root, counts[root], times[root]) for root in roots]
+    emit(analyses, args)
+    return 0

@@ -1,0 +1,220 @@
+"""`wcetfit split`: iterative block splitting with timing probes at block boundaries."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "split", help="separate co-executed blocks with timing probes, round by round",
+        description="Show the groups of blocks the whole-call timings cannot separate and "
+                    "propose timing probes (stop the clock at the first arrival at a block, "
+                    "or start it there) by the rank they add; --apply measures them and "
+                    "refits jointly, --auto repeats until every block is estimable or "
+                    "nothing more helps.  Rounds are kept in the target's store.  Needs the "
+                    "count run's block traces (`wcetfit count --trace`) and the timing run.")
+    p.add_argument("target", metavar="TARGET_DIR", help="folder holding wcetfit.toml")
+    p.add_argument("--function", help="measured function (default: the target's first)")
+    p.add_argument("--seed", type=int, metavar="S",
+                   help="seed of the inputs (default: [measure] seed)")
+    p.add_argument("--repeats", type=int, metavar="R",
+                   help="timed calls per input, as in the timing run (default: [measure] "
+                        "repeats)")
+    p.add_argument("--apply", action="store_true", help="measure the proposed probes, refit")
+    p.add_argument("--auto", action="store_true",
+                   help="apply rounds until every block is estimable or nothing helps")
+    p.add_argument("--at", action="append", default=[], metavar="0xADDR",
+                   help="split the block holding this instruction address there and probe "
+                        "the cut (repeatable); measured with --apply/--auto")
+    p.add_argument("--list", action="store_true", help="list the stored rounds")
+    p.add_argument("--drop", type=int, metavar="N", help="drop round N")
+    p.add_argument("--max-probes", type=int, default=8, metavar="K",
+                   help="probes per round (default 8)")
+    p.add_argument("--max-rounds", type=int, default=10, metavar="R",
+                   help="rounds at most with --auto (default 10)")
+    p.add_argument("--no-entry-probe", action="store_true",
+                   help="do not probe at the function entry: ε and the always-once entry "
+                        "block then stay together")
+    p.add_argument("--no-check", action="store_true",
+                   help="skip the per-input differential check (faster; not recommended)")
+    p.add_argument("--json", metavar="FILE", help="write wcetfit.split/1 JSON ('-' = stdout)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    from wcetfit import split as S
+    from wcetfit import split_run as R
+    from wcetfit.cli.common import check_output_path, write_json
+    from wcetfit.errors import WcetfitError
+    from wcetfit.model import parse_addr
+    from wcetfit.pipeline import open_session
+
+    check_output_path(args.json)
+    out: TextIO = sys.stdout if args.json != "-" else sys.stderr
+    t_start = time.monotonic()
+    s = open_session(args.target, seed=args.seed, repeats=args.repeats)
+    function = args.function or s.target.functions[0]
+    if function not in s.roots:
+        raise WcetfitError(f"{function} is not a measured function of {args.target} "
+                           f"(measured: {', '.join(s.roots)})")
+
+    if args.drop is not None:
+        ok = S.drop_round(s.store, args.drop)
+        if not ok:
+            raise WcetfitError(f"there is no round {args.drop} in {s.store.directory}")
+        out.write(f"dropped round {args.drop}\n")
+
+    if args.list:
+        rounds = S.load_rounds(s.store, function, s.target.measure.seed)
+        _print_rounds(rounds, out)
+        write_json(args.json, S.split_json(s.target.directory, function, rounds))
+        return 0
+    if args.drop is not None and not (args.apply or args.auto or args.at):
+        rounds = S.load_rounds(s.store, function, s.target.measure.seed)
+        write_json(args.json, S.split_json(s.target.directory, function, rounds))
+        return 0
+
+    st = R.load_state(s, function)
+    for text in args.at:
+        try:
+            addr = parse_addr(text)
+        except ValueError:
+            raise WcetfitError(f"--at {text!r}: not an address") from None
+        lay = R.split_at(st, addr)
+        out.write(f"split at {text}: probe {lay.probe.key} ({lay.probe.mechanism})\n")
+
+    _res, _js, current = R.fit(st)
+    out.write(f"{function}: {len(st.base_indices)} inputs with whole-call times, "
+              f"{len(st.rounds)} stored round(s), {len(st.columns.segments)} blocks\n")
+    _print_fit(current, out, "current fit")
+    plan = R.make_plan(st, max_probes=args.max_probes, entry=not args.no_entry_probe)
+    at_probes = [st.layouts[S.Probe(S.KIND_STOP, S.SITE_BLOCK, parse_addr(t)).key].probe
+                 for t in args.at]
+    _print_plan(plan, out, at_probes)
+
+    doc_rounds: list[dict[str, Any]] = []
+    if args.apply or args.auto:
+        rounds_left = args.max_rounds if args.auto else 1
+        previous = current
+        pending = at_probes
+        while rounds_left > 0:
+            probes = list(pending) + [p.probe for p in plan.proposals
+                                      if p.probe.key not in {q.key for q in pending}]
+            probes = probes[:max(args.max_probes, len(pending))]
+            if not probes:
+                out.write("nothing more helps: no probe adds rank\n")
+                break
+            out.write(f"\nround: measuring {len(probes)} probe(s): "
+                      f"{', '.join(p.key for p in probes)}\n")
+            from wcetfit.cli.progress import progress_bars
+            with progress_bars() as update:
+                rnd, summary, cmp = R.apply_round(
+                    st, probes, splits=[parse_addr(t) for t in args.at] if pending else (),
+                    previous=previous, check=not args.no_check,
+                    progress=lambda key, d, t: update(key, d, t))
+            pending = []
+            _print_round_result(rnd, summary, cmp, out)
+            doc_rounds.append({"round": rnd.number, "comparison": cmp})
+            previous = summary
+            rounds_left -= 1
+            if not S.multi_block_groups(summary) and all(
+                    b["estimable"] for b in summary["blocks"] if b["address"].startswith("0x")):
+                out.write("every block is estimable alone\n")
+                break
+            plan = R.make_plan(st, max_probes=args.max_probes, entry=not args.no_entry_probe)
+            if not plan.proposals:
+                out.write("nothing more helps: no probe adds rank"
+                          + (f" ({len(plan.unprobeable)} probe points cannot be patched)"
+                             if plan.unprobeable else "") + "\n")
+                break
+            if not args.auto:
+                break
+        current = previous
+    elapsed = time.monotonic() - t_start
+    out.write(f"time spent: {elapsed:.1f} s\n")
+    write_json(args.json, S.split_json(s.target.directory, function, st.rounds, current, plan,
+                                       {"applied": doc_rounds, "time_s": elapsed}))
+    return 0
+
+
+# --- printing ----------------------------------------------------------------------------
+
+def _fmt(v: Any, ci: Any) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1f} ± {ci:.1f}" if ci is not None else f"{v:.1f}"
+
+
+def _print_fit(summary: dict[str, Any], out: TextIO, title: str) -> None:
+    est = [b for b in summary["blocks"] if b["estimable"]]
+    out.write(f"{title}: rank {summary['rank']} of {summary['unknowns']} unknowns; "
+              f"{len(est)} of {len(summary['blocks'])} columns estimable alone\n")
+    for g in summary["groups"]:
+        blocks = ", ".join(g["blocks"])
+        out.write(f"  group {g['id']} ({g['kind']}): {blocks}\n")
+        for c in g["combinations"][:6]:
+            out.write(f"      {c['text']} = {_fmt(c['value_ticks'], c['ci95_ticks'])} ticks\n")
+        if len(g["combinations"]) > 6:
+            out.write(f"      … {len(g['combinations']) - 6} more combinations\n")
+
+
+def _print_plan(plan: Any, out: TextIO, forced: list[Any]) -> None:
+    if forced:
+        out.write("requested probes: " + ", ".join(p.key for p in forced) + "\n")
+    if not plan.proposals:
+        out.write("proposals: none — no placeable probe adds rank\n")
+    else:
+        out.write(f"proposals (greedy, by net rank gain; nullity now {plan.nullity}):\n")
+        for p in plan.proposals:
+            newly = ", ".join(f"{a:#x}" for a in p.newly_estimable) or "-"
+            out.write(f"  {p.probe.key:<22} {p.probe.mechanism:<8} +{p.rank_gain} rank, "
+                      f"{p.new_unknowns} new unknown(s), net {p.net_gain:+d}; newly estimable: "
+                      f"{newly}  ({p.reached} inputs reach it)\n")
+        out.write("  after these: " + ("every executed block estimable alone\n"
+                                       if plan.complete_after else "groups remain\n"))
+    if plan.unprobeable:
+        out.write(f"{len(plan.unprobeable)} probe point(s) cannot be patched "
+                  "(see --json for why)\n")
+
+
+def _print_round_result(rnd: Any, summary: dict[str, Any], cmp: dict[str, Any],
+                        out: TextIO) -> None:
+    out.write(f"round {rnd.number}: {len(rnd.probes)} probe(s) measured in {rnd.time_s:.1f} s\n")
+    for n in rnd.notes:
+        out.write(f"  note: {n}\n")
+    for f in rnd.failures:
+        out.write(f"  failure: {f['probe']} input {f['index']} {f['arguments']}: "
+                  f"{f['kind']}: {f['message']}\n")
+    for sep in cmp["separated"]:
+        out.write(f"  separated group {sep['group']} ({', '.join(sep['blocks'])}): "
+                  f"now alone {', '.join(sep['now_estimable']) or '-'}; "
+                  f"in groups {sep['now_in_groups'] or '-'}\n")
+    by = {b["address"]: b for b in summary["blocks"]}
+    for a in cmp["newly_estimable"]:
+        b = by[a]
+        out.write(f"  {a}: {_fmt(b['cost_ticks'], b['ci95_ticks'])} ticks\n")
+    for d in cmp["disagreements"]:
+        out.write(f"  WARNING {d['address']}: was {d['before']:.1f}, now {d['after']:.1f} "
+                  f"ticks (beyond the combined interval ±{d['combined_ci95']:.1f})\n")
+    _print_fit(summary, out, "fit after the round")
+
+
+def _print_rounds(rounds: list[Any], out: TextIO) -> None:
+    if not rounds:
+        out.write("no rounds stored\n")
+        return
+    have = {r.number for r in rounds}
+    for r in rounds:
+        fit = r.fit or {}
+        est = sum(1 for b in fit.get("blocks", []) if b["estimable"])
+        stale = [n for n in r.based_on if n not in have]
+        out.write(f"round {r.number} ({r.created}): {len(r.probes)} probe(s) "
+                  f"[{', '.join(ct.probe.key for ct in r.probes)}], {r.time_s:.1f} s; fit "
+                  f"after: rank {fit.get('rank', '?')}, {est} estimable alone, "
+                  f"{len(fit.get('groups', []))} group(s)"
+                  + (f" (computed with dropped round(s) {stale})" if stale else "") + "\n")

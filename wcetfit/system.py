@@ -1,0 +1,112 @@
+"""The linear system of one measured function: columns, rows and structural space.
+
+A call of the measured function executes its own blocks and those of the binary's
+functions it calls; the whole call is timed, so every one of those blocks is an unknown
+of the same system.  Columns are (function, block address) pairs, the measured
+function's blocks first.  Rows are the inputs that have both counts and times.
+
+The structural count space (the span of every count vector the CFGs allow) is what
+tells "the CFG forces these blocks together" from "the inputs happened not to separate
+them".  Per function it is :func:`wcetfit.structure.count_space_basis`; across functions
+one more fact holds in every execution: a callee is activated exactly as often as the
+blocks that call it execute.  Without that constraint a caller's call block and its
+callee's entry would look separable, and the advice "vary the inputs" would be wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from wcetfit.errors import FitError
+from wcetfit.measure import CountSet, TimeSet
+from wcetfit.model import FunctionModel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LinearSystem:
+    root: str
+    columns: tuple[tuple[str, int], ...]   # (function, block address) per column
+    indices: np.ndarray                    # input index per row
+    counts: np.ndarray                     # int64 [rows, columns]
+    ticks: np.ndarray                      # float64 [rows, repeats], NaN = discarded
+    structural_basis: np.ndarray           # [dim, columns]
+    tsc_hz: float
+
+    @property
+    def addresses(self) -> tuple[int, ...]:
+        return tuple(a for _, a in self.columns)
+
+
+def structural_basis(functions: Sequence[FunctionModel], root: str) -> np.ndarray:
+    """Orthonormal rows spanning the block-count vectors of calls of ``root``.
+
+    Unknowns: every function's block counts and its number of activations.  Each
+    function's own CFG constrains its counts given its activations
+    (:func:`wcetfit.structure.count_space_constraints`, last column = activations); a
+    callee other than the root is activated once per execution of a block calling it.
+    """
+    from scipy.linalg import null_space, orth
+
+    from wcetfit.structure import count_space_constraints
+
+    offsets: dict[str, int] = {}
+    width = 0
+    for fn in functions:
+        offsets[fn.name] = width
+        width += len(fn.blocks) + 1          # blocks, then activations
+    by_address = {fn.address: fn for fn in functions}
+    rows: list[np.ndarray] = []
+    for fn in functions:
+        C = count_space_constraints(fn).astype(float)
+        block = np.zeros((C.shape[0], width))
+        o = offsets[fn.name]
+        block[:, o:o + len(fn.blocks) + 1] = C
+        rows.extend(block)
+    callers: dict[str, list[int]] = {fn.name: [] for fn in functions}
+    for fn in functions:
+        index = {a: i for i, a in enumerate(fn.block_addresses)}
+        for call in fn.calls:
+            callee = by_address.get(call.target) if call.kind == "internal" else None
+            if callee is not None and call.block in index:
+                callers[callee.name].append(offsets[fn.name] + index[call.block])
+    for fn in functions:
+        if fn.name == root:
+            continue
+        row = np.zeros(width)
+        row[offsets[fn.name] + len(fn.blocks)] = 1.0
+        for col in callers[fn.name]:
+            row[col] -= 1.0
+        rows.append(row)
+    N = null_space(np.array(rows)) if rows else np.eye(width)
+    keep = [offsets[fn.name] + i for fn in functions for i in range(len(fn.blocks))]
+    if N.shape[1] == 0:
+        return np.zeros((0, len(keep)))
+    return orth(N[keep, :]).T.copy()
+
+
+def build_system(functions: Mapping[str, FunctionModel], counts: CountSet,
+                 times: TimeSet) -> LinearSystem:
+    """Join counts and times of the inputs that have both."""
+    fcs = counts.functions
+    missing = [fc.name for fc in fcs if fc.name not in functions]
+    if missing:
+        raise FitError(f"counts name functions the static model lacks: {', '.join(missing)}")
+    for fc in fcs:
+        model_blocks = functions[fc.name].block_addresses
+        if tuple(fc.blocks) != tuple(model_blocks):
+            raise FitError(f"stored counts of {fc.name} do not match its static model "
+                           "(the binary or wcetfit changed): count again with --fresh")
+    common, ci, ti = np.intersect1d(counts.indices, times.indices, return_indices=True)
+    if common.size == 0:
+        raise FitError(f"{counts.function}: no input has both counts and times")
+    matrix = np.hstack([fc.counts[ci] for fc in fcs]).astype(np.int64)
+    columns = tuple((fc.name, a) for fc in fcs for a in fc.blocks)
+    basis = structural_basis([functions[fc.name] for fc in fcs], fcs[0].name)
+    return LinearSystem(counts.function, columns, common, matrix, times.ticks[ti],
+                        basis, times.tsc_hz)

@@ -1,0 +1,184 @@
+"""End to end through the CLI: bad input gets one line and exit 2, the target's crashes
+and hangs are reported with the input, nothing measured is lost, runs resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+VICTIM_C = r"""
+#include <stddef.h>
+/* Sums a[0..n); crashes on n == 13 (null dereference), hangs on n == 17. */
+int victim(int *a, int n)
+{
+    volatile int *bad = NULL;
+    int s = 0;
+    if (n == 13)
+        return *bad;
+    while (n == 17)
+        s++;
+    for (int i = 0; i < n; i++)
+        s += (a[i] & 1) ? a[i] : -a[i];
+    return s;
+}
+"""
+
+INPUTS = """
+def generate(ctx):
+    n = ctx.index % 20 + 1
+    return (ctx.ffi.new("int[]", [int(x) for x in ctx.rng.integers(0, 100, n)]), n)
+"""
+
+TOML = """
+binary = "libvictim.so"
+functions = ["victim"]
+prototype = "int victim(int *a, int n);"
+inputs = "inputs.py"
+[measure]
+inputs = 40
+repeats = 3
+timeout = 0.5
+[loops]
+"victim+0x0" = 1
+"""
+
+
+def wcetfit(*args, cwd=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "wcetfit", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture()
+def victim(tmp_path):
+    (tmp_path / "victim.c").write_text(VICTIM_C)
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libvictim.so"),
+                    str(tmp_path / "victim.c")], check=True)
+    (tmp_path / "inputs.py").write_text(INPUTS)
+    (tmp_path / "wcetfit.toml").write_text(TOML.replace('"victim+0x0" = 1\n', ""))
+    return tmp_path
+
+
+def one_error_line(res):
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    assert len(errors) == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    return errors[0]
+
+
+def test_crash_and_hang_reported_other_inputs_kept(victim):
+    res = wcetfit("count", str(victim), "--json", str(victim / "c.json"))
+    assert res.returncode == 0, res.stderr
+    data = json.loads((victim / "c.json").read_text())
+    failures = {f["index"]: f for f in data["failures"]}
+    # n = index % 20 + 1: n == 13 at inputs 12 and 32, n == 17 at 16 and 36
+    assert {i for i, f in failures.items() if f["kind"] == "crash"} == {12, 32}
+    assert {i for i, f in failures.items() if f["kind"] == "hang"} == {16, 36}
+    assert "SIGSEGV" in failures[12]["message"]
+    assert failures[12]["arguments"].startswith("(int[13]")
+    assert data["indices"] == [i for i in range(40) if i not in (12, 16, 32, 36)]
+    assert "input 12" in res.stdout and "crash" in res.stdout
+
+    res = wcetfit("time", str(victim), "--json", str(victim / "t.json"))
+    assert res.returncode == 0, res.stderr
+    t = json.loads((victim / "t.json").read_text())
+    assert {f["index"] for f in t["failures"]} == {12, 16, 32, 36}
+    assert len(t["functions"][0]["ticks"]) == 36
+
+
+def test_analyze_then_reuse_and_report(victim):
+    (victim / "wcetfit.toml").write_text(TOML.replace("[loops]\n\"victim+0x0\" = 1\n", ""))
+    res = wcetfit("analyze", str(victim), "--json", str(victim / "r.json"),
+                  "--html", str(victim / "r.html"))
+    assert res.returncode == 0, res.stderr
+    report = json.loads((victim / "r.json").read_text())
+    assert report["schema"] == "wcetfit.report/1"
+    fn = report["functions"][0]
+    assert fn["name"] == "victim"
+    assert "TSC ticks" in res.stdout and "ns" in res.stdout
+    assert (victim / "r.html").read_text().count("<svg") >= 1
+    # The second run measures nothing new: it is served from the store.
+    before = {n: os.stat(victim / ".wcetfit" / n).st_mtime_ns
+              for n in os.listdir(victim / ".wcetfit")}
+    res = wcetfit("report", str(victim), "--json", "-")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["functions"][0]["name"] == "victim"
+    after = {n: os.stat(victim / ".wcetfit" / n).st_mtime_ns
+             for n in os.listdir(victim / ".wcetfit")}
+    assert before == after
+
+
+def test_interrupted_count_resumes_without_loss(victim):
+    toml = (victim / "wcetfit.toml").read_text().replace("inputs = 40", "inputs = 4000")
+    (victim / "wcetfit.toml").write_text(toml)
+    # inputs that neither crash nor hang: n in 1..10
+    (victim / "inputs.py").write_text(INPUTS.replace("ctx.index % 20 + 1", "ctx.index % 10 + 1"))
+    proc = subprocess.Popen([sys.executable, "-m", "wcetfit", "count", str(victim)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = victim / ".wcetfit"
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(n.startswith("counts-") for n in
+                                             (os.listdir(store) if store.exists() else [])):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    res = wcetfit("count", str(victim), "--json", str(victim / "c.json"))
+    assert res.returncode == 0, res.stderr
+    data = json.loads((victim / "c.json").read_text())
+    assert data["indices"] == list(range(4000)) and not data["failures"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.joinpath("wcetfit.toml").write_text(TOML.replace("functions", "function")),
+     "unknown key 'function'"),
+    (lambda d: d.joinpath("wcetfit.toml").write_text(TOML.replace("inputs = 40", "inputs = 'x'")),
+     "'inputs': expected an integer"),
+    (lambda d: d.joinpath("wcetfit.toml").write_text(TOML.replace("int victim(int *a, int n);",
+                                                                  "int victim(int *a, int n")),
+     "prototype"),
+    (lambda d: d.joinpath("inputs.py").write_text(
+        "def generate(ctx):\n    if ctx.index == 5:\n        raise KeyError('oops')\n"
+        "    return (ctx.ffi.new('int[]', 1), 1)\n"),
+     "input 5: generate\\(\\) raised at inputs.py line 3: raise KeyError\\('oops'\\)"),
+    (lambda d: d.joinpath("inputs.py").write_text(
+        "def generate(ctx):\n    return (ctx.ffi.new('int[]', 1),)\n"),
+     "1 argument|takes 2"),
+    (lambda d: d.joinpath("wcetfit.toml").write_text(TOML.replace('["victim"]', '["victm"]')),
+     "victm.*victim"),
+])
+def test_bad_input_one_line_exit_2(victim, change, message):
+    import re
+    (victim / "wcetfit.toml").write_text(TOML.replace('"victim+0x0" = 1\n', ""))
+    change(victim)
+    line = one_error_line(wcetfit("count", str(victim)))
+    assert re.search(message, line), line
+
+
+def test_store_from_future_version_refused(victim):
+    assert wcetfit("count", str(victim), "--inputs", "3").returncode == 0
+    meta = json.loads((victim / ".wcetfit" / "store.json").read_text())
+    meta["format"] += 1
+    (victim / ".wcetfit" / "store.json").write_text(json.dumps(meta))
+    line = one_error_line(wcetfit("count", str(victim), "--inputs", "3"))
+    assert "newer wcetfit" in line
+    assert wcetfit("count", str(victim), "--inputs", "3", "--fresh").returncode == 0
+
+
+def test_changed_binary_refused_until_fresh(victim):
+    assert wcetfit("count", str(victim), "--inputs", "3").returncode == 0
+    src = (victim / "victim.c").read_text().replace("-a[i]", "-2 * a[i]")
+    (victim / "victim.c").write_text(src)
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(victim / "libvictim.so"),
+                    str(victim / "victim.c")], check=True)
+    line = one_error_line(wcetfit("count", str(victim), "--inputs", "3"))
+    assert "binary changed" in line and "--fresh" in line

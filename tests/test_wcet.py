@@ -569,3 +569,27 @@ def test_invariance_with_structure_count_space_basis():
     for _ in range(5):
         r = ipet(fn, costs_of(fn, cost + null @ rng.normal(0, 30, null.shape[1])), bounds)
         assert r.bound_ticks == pytest.approx(r0.bound_ticks, abs=1e-6)
+
+
+def test_observed_relations_exact_and_keep_ipet_in_observed_span():
+    """A loop body whose output block runs once every two iterations (like adpcm's
+    nibble packing): the CFG allows it every iteration, the inputs never do."""
+    import numpy as np
+
+    from wcetfit.wcet import observed_relations
+
+    # columns: entry, header, half (every other iteration), exit
+    rows = []
+    for n in range(0, 40, 2):
+        rows.append([1, n + 1, n // 2, 1])
+    rel = observed_relations(np.array(rows), [0x10, 0x20, 0x30, 0x40])
+    texts = {r.text() for r in rel}
+    # entry = 1, exit = 1, header = 2·half + 1: all exact integer relations
+    assert any("N(0x20)" in t and "2·N(0x30)" in t for t in texts), texts
+    for r in rel:
+        for row in rows:
+            assert sum(c * row[[0x10, 0x20, 0x30, 0x40].index(a)] for a, c in r.coefficients) == r.rhs
+    # an unexecuted column gives no "count = 0" relation
+    rows0 = [row + [0] for row in rows]
+    rel0 = observed_relations(np.array(rows0), [0x10, 0x20, 0x30, 0x40, 0x50])
+    assert all(a != 0x50 for r in rel0 for a, _ in r.coefficients)

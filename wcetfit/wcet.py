@@ -102,6 +102,83 @@ def describe_block(fn: FunctionModel, address: int) -> str:
 
 
 @dataclass(frozen=True)
+class CountRelation:
+    """Σ coefficient·count(block) = rhs, per call of the function (integers, exact).
+
+    Observed relations (:func:`observed_relations`) hold on every measured input without
+    the CFG forcing them, e.g. an encoder that packs two samples per byte runs its
+    output block exactly once every two iterations.  Like an observed loop bound they
+    are facts about the inputs seen; the report lists them."""
+
+    coefficients: tuple[tuple[int, int], ...]    # (block address, integer coefficient)
+    rhs: int
+
+    def text(self, fn: FunctionModel | None = None) -> str:
+        def name(a: int) -> str:
+            return f"N({hexaddr(a)})"
+        lhs = [(c, name(a)) for a, c in self.coefficients if c > 0]
+        rhs = [(-c, name(a)) for a, c in self.coefficients if c < 0]
+        if self.rhs > 0:
+            rhs.append((self.rhs, "1"))
+        elif self.rhs < 0:
+            lhs.append((-self.rhs, "1"))
+
+        def side(terms: list[tuple[int, str]]) -> str:
+            return " + ".join(t if c == 1 else f"{c}·{t}" for c, t in terms) or "0"
+        return f"{side(lhs)} = {side(rhs)}"
+
+
+def observed_relations(counts: np.ndarray, addresses: Sequence[int],
+                       max_relations: int = 64) -> tuple[CountRelation, ...]:
+    """Exact linear relations Σ c·count = r that every row of ``counts`` satisfies.
+
+    The IPET maximises over all count vectors the CFG allows; the fit only knows costs on
+    the span of the count vectors it saw.  A worst case outside that span has no
+    measured cost (the non-estimable directions make it arbitrary), so the IPET is kept
+    to the observed affine span: every integer relation among the executed blocks'
+    counts and the constant 1 (the call itself).  Relations the CFG already forces are
+    among them and cost nothing.  Blocks no input executed are left out, so their
+    relation "count = 0" does not forbid them.
+
+    Exact arithmetic: the relations are the null space of an independent subset of the
+    rows, computed with rationals (sympy), scaled to coprime integers and checked on
+    every row; a relation that fails the check (a numerically chosen row set gone wrong)
+    is dropped."""
+    import sympy
+
+    X = np.asarray(counts, dtype=np.int64)
+    executed = [j for j in range(X.shape[1]) if X[:, j].any()]
+    if not executed or X.shape[0] == 0:
+        return ()
+    A = np.hstack([X[:, executed], np.ones((X.shape[0], 1), dtype=np.int64)])
+    # distinct rows, then an independent subset by pivoted QR on their transpose
+    uniq = np.unique(A, axis=0)
+    from scipy.linalg import qr
+    _, R, piv = qr(uniq.T.astype(float), mode="economic", pivoting=True)
+    diag = np.abs(np.diag(R)) if R.size else np.zeros(0)
+    tol = diag.max(initial=0.0) * max(uniq.shape) * np.finfo(float).eps * 10
+    rank = int((diag > tol).sum())
+    rows = uniq[np.sort(piv[:rank])]
+    null = sympy.Matrix(rows.tolist()).nullspace()
+    out = []
+    for v in null[:max_relations]:
+        den = sympy.ilcm(*[sympy.fraction(x)[1] for x in v]) if len(v) else 1
+        ints = [int(x * den) for x in v]
+        g = 0
+        for c in ints:
+            g = math.gcd(g, abs(c))
+        ints = [c // g for c in ints] if g else ints
+        coef = np.array(ints[:-1], dtype=np.int64)
+        if np.any(A[:, :-1] @ coef + ints[-1] != 0):
+            log.debug("dropping a count relation that fails on some rows")
+            continue
+        pairs = tuple((int(addresses[executed[j]]), int(c)) for j, c in enumerate(coef) if c)
+        if pairs:
+            out.append(CountRelation(pairs, int(-ints[-1])))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class LoopBound:
     """A bound on the back-edge traversals of one loop.
 
@@ -370,6 +447,7 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
          cov: np.ndarray | None = None,
          z: float = Z95,
          forbidden_blocks: Iterable[int] = (),
+         relations: Sequence[CountRelation] = (),
          time_limit: float | None = 60.0) -> IpetResult:
     """Maximize Σ cost·count over the executions of ``fn`` allowed by its CFG and loop bounds.
 
@@ -380,6 +458,8 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
     ``entry_cost``: added once (the overhead ε of a measured call, for the root function).
     ``cov``: covariance of ``block_costs`` in ``fn.block_addresses`` order, for the margin.
     ``forbidden_blocks``: blocks that must not execute (used for recursion depth 1).
+    ``relations``: linear count relations every execution must satisfy, beyond the CFG's
+    (see :func:`observed_relations`).
 
     Raises :class:`UnboundedLoopError` naming every reachable loop without a bound, and
     :class:`InfeasibleError` when no path from entry to an exit satisfies the bounds.
@@ -492,6 +572,13 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
         if b.total is not None:
             loop_rows.append((lp.header, "total", len(rows)))
             rows.append(({i: 1.0 for i in back}, -np.inf, float(b.total)))
+    for rel in relations:
+        # Σ coef·count = rhs, a block's count being the sum of its out-flows.
+        coef = {}
+        for a, v in rel.coefficients:
+            for i in flow.outs.get(a, ()):
+                coef[i] = coef.get(i, 0.0) + float(v)
+        rows.append((coef, float(rel.rhs), float(rel.rhs)))
     A = lil_matrix((len(rows), nv))
     rlo = np.empty(len(rows))
     rhi = np.empty(len(rows))
@@ -606,6 +693,7 @@ class WcetResult:
     inlined_counts: Mapping[tuple[str, int], float]
     recursion: Mapping[str, int]               # function → depth used
     warnings: tuple[str, ...] = ()
+    relations: tuple[CountRelation, ...] = ()  # observed, not forced by the CFG, applied
 
     @property
     def upper_ticks(self) -> float:
@@ -722,6 +810,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                cov: np.ndarray | None = None,
                cov_index: Sequence[tuple[str, int] | str] | None = None,
                z: float = Z95,
+               relations: Sequence["CountRelation"] = (),
                max_recursion_solves: int = 20000) -> WcetResult:
     """WCET of ``root`` with the binary's own callees, bottom-up over the call graph.
 
@@ -793,7 +882,8 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
             name = comp[0]
             res = ipet(functions[name], fn_costs(name), fn_bounds(name),
                        callee_wcet=callee_costs(name, wcet_of),
-                       entry_cost=entry_cost if name == root else 0.0, z=z)
+                       entry_cost=entry_cost if name == root else 0.0, z=z,
+                       relations=relations if name == root else ())
             results[name] = res
             wcet_of[name] = res.bound_ticks - res.entry_cost_ticks
             inl[name] = inline(name, res, inl)
@@ -1251,7 +1341,7 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                  entry_cost: float = 0.0,
                  cov: np.ndarray | None = None,
                  cov_index: Sequence[tuple[str, int] | str] | None = None,
-                 z: float = Z95) -> WcetResult:
+                 z: float = Z95, use_relations: bool = True) -> WcetResult:
     """The WCET of ``root`` from the pipeline's data: observed loop bounds from ``counts``
     (columns named by (function, address)), replaced by the target file's [loops] facts
     where given, then :func:`wcet_bound`.  ``recursion`` is the target's [recursion]."""
@@ -1269,5 +1359,30 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
         observed[name] = observed_loop_bounds(functions[name], np.asarray(counts)[:, idx],
                                               [cols[j][1] for j in idx])
     bounds = merge_loop_bounds({n: functions[n] for n in names}, facts, observed)
-    return wcet_bound(functions, root, costs, bounds, recursion, entry_cost=entry_cost,
-                      cov=cov, cov_index=cov_index, z=z)
+    idx = [j for j, (f, _) in enumerate(cols) if f == root]
+    relations = observed_relations(np.asarray(counts)[:, idx], [cols[j][1] for j in idx]) \
+        if idx and use_relations else ()
+    result = wcet_bound(functions, root, costs, bounds, recursion, entry_cost=entry_cost,
+                        cov=cov, cov_index=cov_index, z=z, relations=relations)
+    extra = [r for r in relations if not _structural(functions[root], r)]
+    if not extra:
+        return result
+    shown = "; ".join(r.text() for r in extra[:3]) + ("; …" if len(extra) > 3 else "")
+    note = (f"{root}: the bound keeps to {len(extra)} count relation(s) that held on every "
+            f"input but are not forced by the CFG ({shown}); an input breaking them could "
+            f"take longer: vary the inputs if they are not facts of the program")
+    from dataclasses import replace
+    return replace(result, relations=tuple(extra), warnings=result.warnings + (note,))
+
+
+def _structural(fn: FunctionModel, rel: CountRelation) -> bool:
+    """Whether the CFG alone forces ``rel`` (it is orthogonal to the count space)."""
+    from wcetfit.structure import count_space_basis
+
+    basis = count_space_basis(fn, epsilon=True)          # [dim, n_blocks + 1]
+    index = {a: i for i, a in enumerate(fn.block_addresses)}
+    v = np.zeros(len(fn.blocks) + 1)
+    for a, c in rel.coefficients:
+        v[index[a]] = c
+    v[-1] = -rel.rhs
+    return bool(np.abs(basis @ v).max(initial=0.0) <= 1e-9 * max(1.0, np.abs(v).max()))

@@ -9,10 +9,11 @@ repository's samples keep no store):
 * ``wcet.<sample>.bound_over_max_observed``: the IPET bound over the slowest call of
   2,000 fresh inputs (another seed; the inputs modules build ~10% of them to be slow),
   goal <= 1.25, and ``wcet.<sample>.bound_covers_all``: the bound is >= every fresh call
-  once preempted calls are rejected.  A call counts as preempted when it exceeds its own
-  input's median by more than max(10 quanta, 25% of the median): an interrupt or a
-  context switch adds microseconds, far beyond the spread of undisturbed repeats.
-  How many were rejected is reported.
+  once preempted calls are rejected.  A call counts as preempted by the rule the fit
+  itself uses to drop interrupted repeats (wcetfit.robust: modified z-score above 3.5
+  against the input's median, with the spread pooled over inputs of similar length and
+  never below two TSC steps), and only above the median.  How many were rejected is
+  reported.
 * ``fit.chain.ratio_*``: the chain sample's blocks hold 8, 16, 32 and 64 dependent
   multiplies.  Single chain blocks are not estimable (each is tied to the loop by flow
   conservation) but the differences of the paths are: T16−T8, T32−T16 and T64−T32
@@ -57,8 +58,13 @@ def _scratch(sample: str, tmp: str) -> str:
 
 
 def _preempted(ticks: np.ndarray, quantum: float) -> np.ndarray:
+    """Calls the fit's repeat statistic treats as interrupted (wcetfit.robust): far above
+    the input's median relative to the spread of undisturbed repeats."""
+    from wcetfit.robust import summarize_repeats
+
+    keep = summarize_repeats(ticks, quantum=quantum).keep
     med = np.nanmedian(ticks, axis=1, keepdims=True)
-    return ticks > med + np.maximum(10 * quantum, 0.25 * med)
+    return np.isfinite(ticks) & ~keep & (ticks > med)
 
 
 def sample_figures(sample: str, tmp: str) -> list[dict]:

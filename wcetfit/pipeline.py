@@ -93,16 +93,54 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     from wcetfit.errors import WcetError
     from wcetfit.wcet import analyze_wcet, fit_inputs
 
+    from dataclasses import replace
+
     functions = session.functions_of(root)
     fi = fit_inputs(fit, functions)
     try:
-        return analyze_wcet(functions, session.root_model(root).name, fi.costs, system.counts,
-                            system.columns, loop_facts=session.target.loops,
-                            recursion=session.target.recursion, entry_cost=fi.entry_cost,
-                            cov=fi.cov, cov_index=fi.cov_index, z=fi.z)
+        result = analyze_wcet(functions, session.root_model(root).name, fi.costs,
+                              system.counts, system.columns, loop_facts=session.target.loops,
+                              recursion=session.target.recursion, entry_cost=fi.entry_cost,
+                              cov=fi.cov, cov_index=fi.cov_index, z=fi.z)
     except WcetError as exc:
         log.warning("%s: no WCET bound: %s", root, exc)
         return exc
+    return replace(result, dispersion=call_dispersion(system, fit))
+
+
+def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
+                    min_quanta: float = 40.0) -> float:
+    """Largest relative excess of one undisturbed timed call over its predicted time.
+
+    The fit predicts the mean time of a call with given counts; a single call of the
+    same input runs longer or shorter (branch predictor and cache state, the core clock
+    of a shared VM).  A WCET bound must cover single calls, so the IPET bound is scaled
+    by the worst excess seen in the measurements.  Calls the repeat statistic treats as
+    interrupted (the same rule as the fit's: far from the input's median) and inputs
+    the fit rejected are left out; so are short calls (below ``long_share`` of the
+    longest prediction, and below ``min_quanta`` TSC steps) where one quantum alone is
+    a large fraction and which say little about the long paths a bound is made of.
+    """
+    import numpy as np
+
+    from wcetfit.robust import summarize_repeats
+
+    summary = summarize_repeats(system.ticks, quantum=fit.quantum_ticks)
+    predicted = np.asarray(fit.predict(system.counts, unknown="zero"), dtype=float)
+    used = np.ones(len(predicted), dtype=bool)
+    for r in fit.rejected:
+        if 0 <= r.input < used.size:
+            used[r.input] = False
+    floor = max(min_quanta * (fit.quantum_ticks or 1.0),
+                long_share * float(np.nanmax(predicted, initial=0.0)))
+    rows = used & np.isfinite(predicted) & (predicted >= floor)
+    if rows.sum() < 10:   # too few long calls: use every call that is not tiny
+        rows = used & np.isfinite(predicted) & (predicted >= min_quanta * (fit.quantum_ticks or 1))
+    if not rows.any():
+        return 0.0
+    calls = np.where(summary.keep[rows], system.ticks[rows], np.nan)
+    excess = np.nanmax(calls / predicted[rows, None]) - 1.0
+    return float(max(0.0, excess)) if np.isfinite(excess) else 0.0
 
 
 def analyze_stage(session: Session, root: str, counts: Any, times: Any) -> Analysis:

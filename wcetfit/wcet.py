@@ -141,11 +141,9 @@ def observed_relations(counts: np.ndarray, addresses: Sequence[int],
     relation "count = 0" does not forbid them.
 
     Exact arithmetic: the relations are the null space of an independent subset of the
-    rows, computed with rationals (sympy), scaled to coprime integers and checked on
+    rows, computed with rationals, scaled to coprime integers and checked on
     every row; a relation that fails the check (a numerically chosen row set gone wrong)
     is dropped."""
-    import sympy
-
     X = np.asarray(counts, dtype=np.int64)
     executed = [j for j in range(X.shape[1]) if X[:, j].any()]
     if not executed or X.shape[0] == 0:
@@ -159,15 +157,8 @@ def observed_relations(counts: np.ndarray, addresses: Sequence[int],
     tol = diag.max(initial=0.0) * max(uniq.shape) * np.finfo(float).eps * 10
     rank = int((diag > tol).sum())
     rows = uniq[np.sort(piv[:rank])]
-    null = sympy.Matrix(rows.tolist()).nullspace()
     out = []
-    for v in null[:max_relations]:
-        den = sympy.ilcm(*[sympy.fraction(x)[1] for x in v]) if len(v) else 1
-        ints = [int(x * den) for x in v]
-        g = 0
-        for c in ints:
-            g = math.gcd(g, abs(c))
-        ints = [c // g for c in ints] if g else ints
+    for ints in _integer_null_space(rows.tolist())[:max_relations]:
         coef = np.array(ints[:-1], dtype=np.int64)
         if np.any(A[:, :-1] @ coef + ints[-1] != 0):
             log.debug("dropping a count relation that fails on some rows")
@@ -177,6 +168,49 @@ def observed_relations(counts: np.ndarray, addresses: Sequence[int],
             out.append(CountRelation(pairs, int(-ints[-1])))
     return tuple(out)
 
+
+
+def _integer_null_space(rows: list[list[int]]) -> list[list[int]]:
+    """Basis of {v : rows·v = 0} as coprime integer vectors (exact, by fractions).
+
+    Gauss–Jordan elimination on the (few, independent) rows; one basis vector per free
+    column.  The matrices here are rank × (blocks + 1), a few dozen at most."""
+    from fractions import Fraction
+
+    m = [[Fraction(x) for x in r] for r in rows]
+    ncol = len(m[0]) if m else 0
+    pivots: list[int] = []
+    r = 0
+    for c in range(ncol):
+        p = next((i for i in range(r, len(m)) if m[i][c] != 0), None)
+        if p is None:
+            continue
+        m[r], m[p] = m[p], m[r]
+        inv = 1 / m[r][c]
+        m[r] = [x * inv for x in m[r]]
+        for i in range(len(m)):
+            if i != r and m[i][c] != 0:
+                f = m[i][c]
+                m[i] = [a - f * b for a, b in zip(m[i], m[r])]
+        pivots.append(c)
+        r += 1
+        if r == len(m):
+            break
+    basis = []
+    for free in (c for c in range(ncol) if c not in pivots):
+        v = [Fraction(0)] * ncol
+        v[free] = Fraction(1)
+        for i, pc in enumerate(pivots):
+            v[pc] = -m[i][free]
+        den = 1
+        for x in v:
+            den = den * x.denominator // math.gcd(den, x.denominator)
+        ints = [int(x * den) for x in v]
+        g = 0
+        for x in ints:
+            g = math.gcd(g, abs(x))
+        basis.append([x // g for x in ints] if g > 1 else ints)
+    return basis
 
 @dataclass(frozen=True)
 class LoopBound:
@@ -694,10 +728,19 @@ class WcetResult:
     recursion: Mapping[str, int]               # function → depth used
     warnings: tuple[str, ...] = ()
     relations: tuple[CountRelation, ...] = ()  # observed, not forced by the CFG, applied
+    # Largest relative excess of one undisturbed timed call over its predicted time in
+    # the training data (see wcetfit.pipeline.call_dispersion): the fit predicts the mean
+    # of a call, a WCET must cover single calls.
+    dispersion: float = 0.0
 
     @property
     def upper_ticks(self) -> float:
-        return self.bound_ticks + (self.margin_ticks or 0.0)
+        """The bound: (point + margin) × (1 + dispersion)."""
+        return (self.bound_ticks + (self.margin_ticks or 0.0)) * (1.0 + self.dispersion)
+
+    @property
+    def dispersion_ticks(self) -> float:
+        return (self.bound_ticks + (self.margin_ticks or 0.0)) * self.dispersion
 
 
 def _callee_name(functions: Mapping[str, FunctionModel], by_addr: Mapping[int, str],

@@ -20,6 +20,7 @@ Layout::
         "overhead_ticks", "overhead_ns", "validation": {...fit's...},
         "coverage": {blocks, executed, never_executed: [address]},
         "wcet": {ipet_ticks, ipet_ns, point_ticks, point_ns, margin_ticks, margin_ns,
+                 dispersion, dispersion_ticks, dispersion_ns,
                  max_observed_ticks, max_observed_ns, max_observed_input,
                  max_observed_raw_ticks, max_observed_raw_ns,
                  max_predicted_ticks, max_predicted_ns, max_predicted_input,
@@ -33,9 +34,12 @@ Layout::
         "warnings": [{message, advice}]}],
      "warnings": [{message, advice}]}
 
-``ipet_ticks`` is the bound: ``point_ticks`` (Σ cost·count on the worst-case path with the
+``ipet_ticks`` is the bound: (``point_ticks`` (Σ cost·count on the worst-case path with the
 fit's point costs, plus the overhead ε for the root) + ``margin_ticks`` (the fit's 95%
-critical value × the standard error of that path's predicted time; null without a covariance).
+critical value × the standard error of that path's predicted time; null without a
+covariance)) × (1 + ``dispersion``), the largest relative excess of one undisturbed timed
+call over its prediction in the measurements (root only); ``dispersion_ticks`` is what
+that factor adds.
 ``max_observed_ticks`` is the largest per-input median over the timed repeats.
 """
 
@@ -120,6 +124,8 @@ def _function(fr: FunctionReport, hz: float | None) -> dict[str, Any]:
         "ipet_ticks": _f(w.ipet_ticks), "ipet_ns": _ns(w.ipet_ticks, hz),
         "point_ticks": _f(w.point_ticks), "point_ns": _ns(w.point_ticks, hz),
         "margin_ticks": _f(w.margin_ticks), "margin_ns": _ns(w.margin_ticks, hz),
+        "dispersion": _f(w.dispersion), "dispersion_ticks": _f(w.dispersion_ticks),
+        "dispersion_ns": _ns(w.dispersion_ticks, hz),
         "max_observed_ticks": _f(w.max_observed_ticks),
         "max_observed_ns": _ns(w.max_observed_ticks, hz),
         "max_observed_input": w.max_observed_input,

@@ -84,14 +84,20 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
     if w.error:
         t.add_row("IPET bound", "—", "—", f"not computed: {w.error}")
     elif w.ipet_ticks is not None:
-        margin_note = ("point estimate + 95% margin of the worst path" if w.margin_ticks
-                       is not None else "point estimate (no covariance: no margin)")
+        margin_note = ("(point estimate + 95% margin of the worst path) × call dispersion"
+                       if w.margin_ticks is not None
+                       else "point estimate (no covariance: no margin)")
         t.add_row("[bold]IPET bound[/bold]", F.num(w.ipet_ticks), F.num(report.ns(w.ipet_ticks)),
                   margin_note)
         t.add_row("  with point costs", F.num(w.point_ticks), F.num(report.ns(w.point_ticks)),
                   "Σ cost · count on the worst-case path")
         t.add_row("  margin", F.num(w.margin_ticks), F.num(report.ns(w.margin_ticks)),
                   "95% critical value × standard error of the path's predicted time")
+        if w.dispersion_ticks is not None:
+            t.add_row("  call dispersion", F.num(w.dispersion_ticks),
+                      F.num(report.ns(w.dispersion_ticks)),
+                      f"+{100 * (w.dispersion or 0):.1f}%: the largest excess of one "
+                      "undisturbed call over its prediction in the measurements")
         if w.recursion_depth:
             t.add_row("  recursion depth", str(w.recursion_depth), "", "from [recursion]")
     if fr.is_root:

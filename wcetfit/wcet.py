@@ -372,6 +372,22 @@ class _Flow:
         return order + rest
 
 
+def _irreducible_blocks(flow: _Flow, blocks: set[int]) -> list[int]:
+    """Blocks on cycles that use no natural loop's back edge (irreducible flow)."""
+    import networkx as nx
+
+    back = {e for lp in flow.fn.loops for e in lp.back_edges}
+    g = nx.DiGraph()
+    g.add_nodes_from(blocks)
+    g.add_edges_from((s, d) for s in blocks for d in flow.succ[s]
+                     if d in blocks and (s, d) not in back)
+    out: list[int] = []
+    for comp in nx.strongly_connected_components(g):
+        if len(comp) > 1 or any(g.has_edge(a, a) for a in comp):
+            out.extend(comp)
+    return sorted(out)
+
+
 def _cycle_outside_loops(flow: _Flow, blocks: set[int]) -> list[int] | None:
     """A cycle among ``blocks`` that uses no back edge of a natural loop, if any.  Loop
     bounds only constrain natural loops; such a cycle (irreducible flow) would be
@@ -482,6 +498,7 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
          z: float = Z95,
          forbidden_blocks: Iterable[int] = (),
          relations: Sequence[CountRelation] = (),
+         block_bounds: Mapping[int, int] = {},
          time_limit: float | None = 60.0) -> IpetResult:
     """Maximize Σ cost·count over the executions of ``fn`` allowed by its CFG and loop bounds.
 
@@ -494,6 +511,8 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
     ``forbidden_blocks``: blocks that must not execute (used for recursion depth 1).
     ``relations``: linear count relations every execution must satisfy, beyond the CFG's
     (see :func:`observed_relations`).
+    ``block_bounds``: most executions per call of single blocks; used only for blocks in
+    cycles that are not natural loops (irreducible flow, which loop bounds cannot reach).
 
     Raises :class:`UnboundedLoopError` naming every reachable loop without a bound, and
     :class:`InfeasibleError` when no path from entry to an exit satisfies the bounds.
@@ -541,6 +560,15 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
 
     # Loops: every reachable loop needs a bound; a cycle outside natural loops cannot have one.
     cyc = _cycle_outside_loops(flow, reach)
+    irreducible: list[int] = []
+    if cyc is not None and block_bounds:
+        irreducible = _irreducible_blocks(flow, reach)
+        if all(a in block_bounds for a in irreducible):
+            warnings.append(
+                f"{fn.name}: irreducible control flow ({len(irreducible)} blocks in cycles that "
+                f"are not natural loops, e.g. {' -> '.join(loop_key(fn, a) for a in cyc)}): "
+                f"their counts are bounded by the largest seen on any input (observed)")
+            cyc = None
     if cyc is not None:
         raise UnboundedLoopError(
             f"{fn.name}: the cycle {' -> '.join(loop_key(fn, a) for a in cyc)} is not a "
@@ -606,6 +634,20 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
         if b.total is not None:
             loop_rows.append((lp.header, "total", len(rows)))
             rows.append(({i: 1.0 for i in back}, -np.inf, float(b.total)))
+    for a in irreducible:
+        rows.append(({i: 1.0 for i in flow.outs[a]}, -np.inf, float(block_bounds[a])))
+    if irreducible:
+        # and the work of each irreducible region together: no more block executions in
+        # it than the most any input made (each block at its own maximum at once would
+        # combine different inputs' worst parts)
+        import networkx as nx
+        part = set(irreducible)
+        g = nx.DiGraph([(s, d) for s in part for d in flow.succ[s] if d in part])
+        for comp in nx.strongly_connected_components(g):
+            total = block_bounds.get(("region", min(comp)))
+            if total is not None:
+                rows.append(({i: 1.0 for a in comp for i in flow.outs[a]}, -np.inf,
+                             float(total)))
     for rel in relations:
         # Σ coef·count = rhs, a block's count being the sum of its out-flows.
         coef = {}
@@ -854,6 +896,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                cov_index: Sequence[tuple[str, int] | str] | None = None,
                z: float = Z95,
                relations: Sequence["CountRelation"] = (),
+               block_bounds: Mapping[int, int] = {},
                max_recursion_solves: int = 20000) -> WcetResult:
     """WCET of ``root`` with the binary's own callees, bottom-up over the call graph.
 
@@ -926,7 +969,8 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
             res = ipet(functions[name], fn_costs(name), fn_bounds(name),
                        callee_wcet=callee_costs(name, wcet_of),
                        entry_cost=entry_cost if name == root else 0.0, z=z,
-                       relations=relations if name == root else ())
+                       relations=relations if name == root else (),
+                       block_bounds=block_bounds if name == root else {})
             results[name] = res
             wcet_of[name] = res.bound_ticks - res.entry_cost_ticks
             inl[name] = inline(name, res, inl)
@@ -1111,10 +1155,17 @@ def observed_loop_bounds(fn: FunctionModel, counts: np.ndarray,
         B = np.rint(B)
         E = H - B
         if np.any(B < 0) or np.any(E < 0) or np.any(E[entered] < 1):
+            # The header is also reached other than through the loop's entry edges
+            # (irreducible flow around it): per-entry figures mean nothing, but a back
+            # edge never runs more often than the header, so its total per call holds.
             bad = int(np.argmax((B < 0) | (E < 0) | (entered & (E < 1))))
-            raise WcetError(f"{fn.name}: the counts of input {bad} violate flow conservation "
-                            f"at loop {describe_block(fn, lp.header)} (header {int(H[bad])}, "
-                            f"back edges {int(B[bad])})")
+            witness = int(np.argmax(H))
+            out[lp.header] = LoopBound(
+                total=int(H[witness]), source=SOURCE_OBSERVED, witness=witness,
+                note=f"entries not derivable from block counts (input {bad}: header "
+                     f"{int(H[bad])}, back edges {int(B[bad])}; irreducible flow?): bounded "
+                     "by the most header executions per call")
+            continue
         witness = int(np.argmax(B))
         most = int(B[witness])
         max_entries = int(E.max())
@@ -1405,8 +1456,26 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
     idx = [j for j, (f, _) in enumerate(cols) if f == root]
     relations = observed_relations(np.asarray(counts)[:, idx], [cols[j][1] for j in idx]) \
         if idx and use_relations else ()
+    # Most executions of each root block per call, over the inputs: the bound of blocks
+    # in irreducible cycles (observed, like the loop bounds taken from the inputs).
+    C = np.asarray(counts)
+    block_max: dict[Any, int] = {cols[j][1]: int(C[:, j].max(initial=0)) for j in idx}
+    fn_root = functions[root]
+    if idx and fn_root.loops is not None:
+        flow = _Flow(fn_root)
+        region_blocks = _irreducible_blocks(flow, set(flow.blocks))
+        if region_blocks:
+            import networkx as nx
+            part = set(region_blocks)
+            g = nx.DiGraph([(s, d) for s in part for d in flow.succ[s] if d in part])
+            pos = {cols[j][1]: j for j in idx}
+            for comp in nx.strongly_connected_components(g):
+                if all(a in pos for a in comp):
+                    total = C[:, [pos[a] for a in comp]].sum(axis=1).max(initial=0)
+                    block_max[("region", min(comp))] = int(total)
     result = wcet_bound(functions, root, costs, bounds, recursion, entry_cost=entry_cost,
-                        cov=cov, cov_index=cov_index, z=z, relations=relations)
+                        cov=cov, cov_index=cov_index, z=z, relations=relations,
+                        block_bounds=block_max)
     extra = [r for r in relations if not _structural(functions[root], r)]
     if not extra:
         return result

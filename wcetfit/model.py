@@ -70,6 +70,12 @@ class Loop:
     entry_edges: tuple[tuple[int, int], ...]   # edges from outside the loop into the header
     parent: int | None               # header of the innermost enclosing loop
     depth: int                       # 1 for an outermost loop
+    # False for an irreducible loop (a cycle entered at more than one block, as gcc's jump
+    # threading makes): ``header`` is then the entry first reached from the function's
+    # entry, ``back_edges`` the edges returning to it from inside, and ``entry_edges`` ALL
+    # edges entering the body from outside (some do not go to the header).  For a natural
+    # loop both definitions agree.  Every cycle of the CFG contains a back edge of some loop.
+    reducible: bool = True
 
 
 # Kinds of call site.
@@ -214,7 +220,7 @@ def function_to_json(fn: FunctionModel, disassembly: bool = False) -> dict[str, 
                    "back_edges": [[hexaddr(s), hexaddr(d)] for s, d in lp.back_edges],
                    "entry_edges": [[hexaddr(s), hexaddr(d)] for s, d in lp.entry_edges],
                    "parent": None if lp.parent is None else hexaddr(lp.parent),
-                   "depth": lp.depth} for lp in fn.loops],
+                   "depth": lp.depth, "reducible": lp.reducible} for lp in fn.loops],
         "calls": [{"block": hexaddr(c.block), "instruction": hexaddr(c.instruction),
                    "kind": c.kind, "target": None if c.target is None else hexaddr(c.target),
                    "target_name": c.target_name, "tail": c.tail} for c in fn.calls],
@@ -247,7 +253,8 @@ def function_from_json(d: dict[str, Any]) -> FunctionModel:
         loops=tuple(Loop(A(lp["header"]), tuple(A(a) for a in lp["body"]),
                          tuple((A(s), A(t)) for s, t in lp["back_edges"]),
                          tuple((A(s), A(t)) for s, t in lp["entry_edges"]),
-                         None if lp["parent"] is None else A(lp["parent"]), int(lp["depth"]))
+                         None if lp["parent"] is None else A(lp["parent"]), int(lp["depth"]),
+                         bool(lp.get("reducible", True)))
                     for lp in d["loops"]),
         calls=tuple(CallSite(A(c["block"]), A(c["instruction"]), c["kind"],
                              None if c["target"] is None else A(c["target"]),

@@ -158,11 +158,12 @@ def print_function(out: TextIO, fn: Any, *, disassembly: bool = False, binary_pa
     if fn.loops:
         w("  loops:\n")
         for lp in fn.loops:
+            entered = ", ".join(f"{H(s)}->{H(d)}" for s, d in lp.entry_edges) or "(function entry)"
             w(f"    header {H(lp.header)} depth {lp.depth}"
-              f"{' in ' + H(lp.parent) if lp.parent is not None else ''}: "
+              f"{' in ' + H(lp.parent) if lp.parent is not None else ''}"
+              f"{' IRREDUCIBLE' if not lp.reducible else ''}: "
               f"{len(lp.body)} blocks; back edges "
-              f"{', '.join(f'{H(s)}->{H(d)}' for s, d in lp.back_edges)}; entered from "
-              f"{', '.join(H(s) for s, _ in lp.entry_edges) or '(function entry)'}\n")
+              f"{', '.join(f'{H(s)}->{H(d)}' for s, d in lp.back_edges)}; entered by {entered}\n")
     if fn.calls:
         w("  calls:\n")
         for c in fn.calls:

@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 
-MODULES = ["static", "timing", "count", "fit", "wcet", "analyze", "split"]
+MODULES = ["static", "timing", "count", "fit", "samples", "split"]
 
 
 def main(argv: list[str] | None = None) -> int:

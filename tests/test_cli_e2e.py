@@ -182,3 +182,51 @@ def test_changed_binary_refused_until_fresh(victim):
                     str(victim / "victim.c")], check=True)
     line = one_error_line(wcetfit("count", str(victim), "--inputs", "3"))
     assert "binary changed" in line and "--fresh" in line
+
+
+TWO_C = r"""
+static int helper(int x) { return x * 3 + 1; }
+int __attribute__((noinline)) first(int *a, int n)
+{
+    int s = 0;
+    for (int i = 0; i < n; i++)
+        s += (a[i] & 1) ? helper(a[i]) : a[i];
+    return s;
+}
+long second(const short *x, int n)
+{
+    long s = 0;
+    for (int i = 0; i < n; i++)
+        s += x[i] > 0 ? x[i] : -x[i];
+    return s;
+}
+"""
+
+TWO_INPUTS = """
+def generate(ctx):
+    n = int(ctx.rng.integers(0, 64))
+    if ctx.function == "first":
+        return (ctx.ffi.new("int[]", [int(v) for v in ctx.rng.integers(0, 100, max(n, 1))]), n)
+    return (ctx.ffi.new("short[]", [int(v) for v in ctx.rng.integers(-99, 99, max(n, 1))]), n)
+"""
+
+
+def test_several_functions_each_measured_and_reported(tmp_path):
+    (tmp_path / "two.c").write_text(TWO_C)
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libtwo.so"),
+                    str(tmp_path / "two.c")], check=True)
+    (tmp_path / "inputs.py").write_text(TWO_INPUTS)
+    (tmp_path / "wcetfit.toml").write_text(
+        'binary = "libtwo.so"\nfunctions = ["first", "second"]\n'
+        'prototype = "int first(int *a, int n); long second(const short *x, int n);"\n'
+        'inputs = "inputs.py"\n[measure]\ninputs = 60\nrepeats = 3\n')
+    res = wcetfit("analyze", str(tmp_path), "--json", str(tmp_path / "r.json"))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["schema"] == "wcetfit.report/1"
+    roots = [r["root"] for r in doc["reports"]]
+    assert roots == ["first", "second"]
+    # every function the measured call reached has its own section
+    names = {f["name"] for r in doc["reports"] for f in r["functions"]}
+    assert {"first", "second"} <= names
+    assert "first" in res.stdout and "second" in res.stdout

@@ -436,3 +436,56 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
     if run.interrupted:
         raise KeyboardInterrupt
     return snapshot()
+
+
+# --- straight-line timing (Moreno & Fischmeister §4) -------------------------------------
+
+class _StraightLineWorker(_TimingWorker):
+    """k = 1..M back-to-back calls per region; the slope is the call's time without ε."""
+
+    def __init__(self, target: Target, functions: Sequence[tuple[str, int]], method: str,
+                 kmax: int, rounds: int):
+        super().__init__(target, functions, method)
+        self.kmax = kmax
+        self.rounds = rounds
+
+    def run(self, index: int, start: Callable[[str], None]) -> dict[str, tuple[float, ...]]:
+        from wcetfit.timing import straight_line
+
+        out = {}
+        for name, proto, address in self.functions:
+            args = generate_input(self.generate, self.target, self.harness.ffi, name, index)
+            pack = self.harness.pack(proto, args)
+            start(describe_args(self.harness.ffi, args))
+            sl = straight_line(self.harness, proto, address, pack, M=self.kmax,
+                               rounds=self.rounds, method=self.method)
+            out[name] = (sl.fit.slope, sl.fit.slope_se, sl.fit.intercept, sl.fit.n_rejected)
+        return out
+
+
+def run_straight_line(target: Target, functions: Mapping[str, int], *, kmax: int = 16,
+                      rounds: int = 20, progress: Progress | None = None
+                      ) -> tuple[dict[str, dict[int, tuple[float, ...]]], list[InputFailure], str]:
+    """Per input and function: (slope ± se, intercept ε, rejected points) in ticks.
+
+    Only for functions whose calls need no restore (checked per input: a function that
+    changes its own inputs is refused with a MeasurementError).  Not stored: it is a
+    cross-check of the per-call timings, not an input of the fit."""
+    method, _ = resolve_method(target)
+    rows: dict[str, dict[int, tuple[float, ...]]] = {f: {} for f in functions}
+    failures: list[InputFailure] = []
+
+    def on_result(index: int, result: dict[str, tuple[float, ...]]) -> None:
+        for f, v in result.items():
+            rows[f][index] = v
+        if progress:
+            progress(len(rows[next(iter(functions))]), target.measure.inputs)
+
+    run = run_isolated(lambda: _StraightLineWorker(target, list(functions.items()), method,
+                                                   kmax, rounds),
+                       range(target.measure.inputs),
+                       timeout=target.measure.timeout * kmax * (kmax + 1) / 2 * rounds,
+                       on_result=on_result, on_failure=failures.append)
+    if run.interrupted:
+        raise KeyboardInterrupt
+    return rows, failures, method

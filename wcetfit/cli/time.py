@@ -19,6 +19,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_measure_args(p)
     p.add_argument("--method", help="TSC fence method (default: [measure] method, "
                                     "'auto' = the calibrated choice)")
+    p.add_argument("--straight-line", type=int, nargs="?", const=16, metavar="M",
+                   help="instead: time k = 1..M back-to-back calls per region and report "
+                        "the slope, the call's time with the overhead ε removed (Moreno & "
+                        "Fischmeister §4; only for calls that need no argument restore)")
     p.set_defaults(func=run)
 
 
@@ -35,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     check_output_path(args.json)
     s = open_session(args.target, fresh=args.fresh, method=args.method,
                      **measure_overrides(args))
+    if args.straight_line:
+        return _straight_line(s, args)
     with progress_bars() as update:
         times = run_times(s.target, s.store, s.roots,
                           progress=lambda d, t: update("time", d, t))
@@ -73,3 +79,43 @@ def times_json(times, roots):  # type: ignore[no-untyped-def]
         "failures": [{"index": f.index, "kind": f.kind, "message": f.message,
                       "arguments": f.arguments} for f in first.failures],
     }
+
+
+def _straight_line(s, args):  # type: ignore[no-untyped-def]
+    from wcetfit.cli.common import write_json
+    from wcetfit.cli.progress import progress_bars
+    from wcetfit.measure import run_straight_line
+    from wcetfit.model import hexaddr
+    from wcetfit.tsc import ticks_to_ns, tsc_frequency
+
+    if args.straight_line < 2:
+        from wcetfit.errors import WcetfitError
+        raise WcetfitError("--straight-line needs M >= 2 calls per region")
+    hz = tsc_frequency().hz
+    with progress_bars() as update:
+        rows, failures, method = run_straight_line(
+            s.target, s.roots, kmax=args.straight_line,
+            progress=lambda d, t: update("time", d, t))
+    out = sys.stdout if args.json != "-" else sys.stderr
+    for name, per in rows.items():
+        out.write(f"{name}: straight-line fit over k = 1..{args.straight_line} back-to-back "
+                  f"calls, method {method}\n")
+        for i, (slope, se, icpt, rej) in sorted(per.items())[:20]:
+            out.write(f"  input {i}: {slope:.1f} ± {se:.1f} ticks per call "
+                      f"({ticks_to_ns(slope, hz):.1f} ns), ε {icpt:.1f} ticks\n")
+        if len(per) > 20:
+            out.write(f"  … {len(per) - 20} more inputs (see --json)\n")
+    for f in failures:
+        out.write(f"  {f.describe()}\n")
+    write_json(args.json, {
+        "schema": "wcetfit.times/1", "mode": "straight-line", "method": method, "tsc_hz": hz,
+        "kmax": args.straight_line,
+        "functions": [{"name": n, "address": hexaddr(s.roots[n]),
+                       "indices": sorted(per),
+                       "slope_ticks": [per[i][0] for i in sorted(per)],
+                       "slope_se_ticks": [per[i][1] for i in sorted(per)],
+                       "intercept_ticks": [per[i][2] for i in sorted(per)]}
+                      for n, per in rows.items()],
+        "failures": [{"index": f.index, "kind": f.kind, "message": f.message,
+                      "arguments": f.arguments} for f in failures]})
+    return 0

@@ -183,6 +183,36 @@ class _Saver:
         self._last = time.monotonic()
 
 
+def _measure_saving(make_worker: Callable[[], Any], todo: Sequence[int], *, timeout: float,
+                    store_result: Callable[[int, Any], None], failures: list[InputFailure],
+                    save: Callable[[], None], done: Callable[[], int], wanted: int,
+                    progress: Progress | None) -> None:
+    """Run the worker on ``todo`` in a child; keep results and failures as they arrive,
+    save now and then and whatever happens at the end; KeyboardInterrupt after saving."""
+    saver = _Saver(save)
+
+    def on_result(index: int, result: Any) -> None:
+        store_result(index, result)
+        saver.touch()
+        if progress:
+            progress(done(), wanted)
+
+    def on_failure(failure: InputFailure) -> None:
+        failures.append(failure)
+        saver.touch()
+
+    if progress:
+        progress(done(), wanted)
+    try:
+        run = run_isolated(make_worker, todo, timeout=timeout, on_result=on_result,
+                           on_failure=on_failure)
+    finally:
+        saver.dirty = True
+        saver.flush()
+    if run.interrupted:
+        raise KeyboardInterrupt
+
+
 # --- which prototype belongs to which measured function ----------------------------------
 
 def prototype_name(harness: Any, function: str) -> str:
@@ -286,31 +316,15 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
         for ts in snapshot().values():
             save_times(store, ts)
 
-    saver = _Saver(save)
-
-    def on_result(index: int, result: dict[str, tuple[np.ndarray, int]]) -> None:
+    def store_result(index: int, result: dict[str, tuple[np.ndarray, int]]) -> None:
         for f, (ticks, mig) in result.items():
             rows[f][index] = ticks
             migrated[f] += mig
-        saver.touch()
-        if progress:
-            progress(len(rows[first]), len(wanted))
 
-    def on_failure(failure: InputFailure) -> None:
-        failures.append(failure)
-        saver.touch()
-
-    if progress:
-        progress(len(rows[first]), len(wanted))
-    timeout = m.timeout * (m.repeats + m.warmup + 1)
-    try:
-        run = run_isolated(lambda: _TimingWorker(target, list(functions.items()), method), todo,
-                           timeout=timeout, on_result=on_result, on_failure=on_failure)
-    finally:
-        saver.dirty = True
-        saver.flush()
-    if run.interrupted:
-        raise KeyboardInterrupt
+    _measure_saving(lambda: _TimingWorker(target, list(functions.items()), method), todo,
+                    timeout=m.timeout * (m.repeats + m.warmup + 1), store_result=store_result,
+                    failures=failures, save=save, done=lambda: len(rows[first]),
+                    wanted=len(wanted), progress=progress)
     return snapshot()
 
 
@@ -407,34 +421,18 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
         for cs in snapshot().values():
             save_counts(store, cs)
 
-    saver = _Saver(save)
-
-    def on_result(index: int, result: dict[str, Any]) -> None:
+    def store_result(index: int, result: dict[str, Any]) -> None:
         for r, (counts, tr) in result.items():
             per_root[r][index] = counts
             if tr is not None:
                 traces[r][index] = tr
-        saver.touch()
-        if progress:
-            progress(len(per_root[first]), len(wanted))
 
-    def on_failure(failure: InputFailure) -> None:
-        failures.append(failure)
-        saver.touch()
-
-    if progress:
-        progress(len(per_root[first]), len(wanted))
-    try:
-        # Counting runs each input twice (the copy, then the original for the
-        # differential check): the hang timeout covers both.
-        run = run_isolated(lambda: _CountWorker(target, model, list(roots), trace), todo,
-                           timeout=3 * target.measure.timeout, on_result=on_result,
-                           on_failure=on_failure)
-    finally:
-        saver.dirty = True
-        saver.flush()
-    if run.interrupted:
-        raise KeyboardInterrupt
+    # Counting runs each input twice (the copy, then the original for the differential
+    # check): the hang timeout covers both.
+    _measure_saving(lambda: _CountWorker(target, model, list(roots), trace), todo,
+                    timeout=3 * target.measure.timeout, store_result=store_result,
+                    failures=failures, save=save, done=lambda: len(per_root[first]),
+                    wanted=len(wanted), progress=progress)
     return snapshot()
 
 

@@ -89,8 +89,11 @@ def run(args: argparse.Namespace) -> int:
         out.write(f"split at {text}: probe {lay.probe.key} ({lay.probe.mechanism})\n")
 
     _res, _js, current = R.fit(st)
-    out.write(f"{function}: {len(st.base_indices)} inputs with whole-call times, "
-              f"{len(st.rounds)} stored round(s), {len(st.columns.segments)} blocks\n")
+    source = (f"round {st.latest.number}'s session" if st.latest is not None
+              else "the timing run")
+    out.write(f"{function}: {len(st.count_indices)} inputs with block traces, "
+              f"{len(st.rounds)} stored round(s), {len(st.columns.segments)} blocks; "
+              f"rows from {source}\n")
     _print_fit(current, out, "current fit")
     plan = R.make_plan(st, max_probes=args.max_probes, entry=not args.no_entry_probe)
     at_probes = [st.layouts[S.Probe(S.KIND_STOP, S.SITE_BLOCK, parse_addr(t)).key].probe
@@ -101,40 +104,35 @@ def run(args: argparse.Namespace) -> int:
     if args.apply or args.auto:
         rounds_left = args.max_rounds if args.auto else 1
         previous = current
-        pending = at_probes
-        while rounds_left > 0:
-            probes = list(pending) + [p.probe for p in plan.proposals
-                                      if p.probe.key not in {q.key for q in pending}]
-            probes = probes[:max(args.max_probes, len(pending))]
-            if not probes:
-                out.write("nothing more helps: no probe adds rank\n")
-                break
-            out.write(f"\nround: measuring {len(probes)} probe(s): "
+        probes = list(at_probes) + [p.probe for p in plan.proposals
+                                    if p.probe.key not in {q.key for q in at_probes}]
+        probes = probes[:max(args.max_probes, len(at_probes))]
+        at_splits = [parse_addr(t) for t in args.at]
+        while rounds_left > 0 and probes:
+            out.write(f"\nround: measuring {len(probes)} new probe(s): "
                       f"{', '.join(p.key for p in probes)}\n")
             from wcetfit.cli.progress import progress_bars
             with progress_bars() as update:
                 rnd, summary, cmp = R.apply_round(
-                    st, probes, splits=[parse_addr(t) for t in args.at] if pending else (),
-                    previous=previous, check=not args.no_check,
-                    progress=lambda key, d, t: update(key, d, t))
-            pending = []
+                    st, probes, splits=at_splits, previous=previous,
+                    check=not args.no_check, progress=lambda key, d, t: update(key, d, t))
+            at_splits = []
             _print_round_result(rnd, summary, cmp, out)
             doc_rounds.append({"round": rnd.number, "comparison": cmp})
-            previous = summary
             rounds_left -= 1
-            if not S.multi_block_groups(summary) and all(
-                    b["estimable"] for b in summary["blocks"] if b["address"].startswith("0x")):
-                out.write("every block is estimable alone\n")
-                break
-            plan = R.make_plan(st, max_probes=args.max_probes, entry=not args.no_entry_probe)
-            if not plan.proposals:
-                out.write("nothing more helps: no probe adds rank"
-                          + (f" ({len(plan.unprobeable)} probe points cannot be patched)"
-                             if plan.unprobeable else "") + "\n")
-                break
+            probes, why = R.next_probes(st, summary, previous, max_probes=args.max_probes,
+                                        entry=not args.no_entry_probe)
+            previous = summary
             if not args.auto:
                 break
+            if not probes:
+                out.write(f"stop: {why}\n")
+            else:
+                out.write(f"next: {why}\n")
+        if not (args.apply or args.auto) or not doc_rounds:
+            out.write("nothing to measure: no probe adds rank\n")
         current = previous
+        plan = R.make_plan(st, max_probes=args.max_probes, entry=not args.no_entry_probe)
     elapsed = time.monotonic() - t_start
     out.write(f"time spent: {elapsed:.1f} s\n")
     write_json(args.json, S.split_json(s.target.directory, function, st.rounds, current, plan,

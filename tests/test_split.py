@@ -1,0 +1,536 @@
+"""Block splitting on synthetic systems with known truth (wcetfit.split).
+
+Truth used here: random structured CFGs whose executions this file simulates itself
+(block traces), block costs and overheads drawn by the test, timings made from them with
+Gaussian noise and 26-tick TSC quantization; brute-force prefix counts from the traces;
+numpy's floating-point rank on small exact integer matrices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wcetfit import split as S
+from wcetfit.errors import WcetfitError
+
+QUANTUM = 26
+
+
+# ============================================================================================
+# a tiny structured-program simulator (independent of wcetfit)
+# ============================================================================================
+
+class _Prog:
+    def __init__(self) -> None:
+        self.n = 0
+        self.edges: list[tuple[int, int]] = []
+
+    def new(self) -> int:
+        self.n += 1
+        return self.n - 1
+
+
+def random_tree(rng: np.random.Generator, depth: int = 0, budget: int = 6) -> tuple:
+    kinds = ["block", "if", "ifelse", "while", "dowhile"]
+    probs = [0.2, 0.2, 0.25, 0.2, 0.15] if depth < 2 else [0.6, 0.2, 0.2, 0.0, 0.0]
+    parts = []
+    for _ in range(int(rng.integers(1, 4)) if depth == 0 else 1):
+        k = kinds[int(rng.choice(5, p=probs))]
+        if k == "block" or budget <= 0:
+            parts.append(("block",))
+        elif k == "ifelse":
+            parts.append((k, random_tree(rng, depth + 1, budget - 1),
+                          random_tree(rng, depth + 1, budget - 2)))
+        else:
+            parts.append((k, random_tree(rng, depth + 1, budget - 1)))
+        budget -= 1
+    return parts[0] if len(parts) == 1 else ("seq",) + tuple(parts)
+
+
+def compile_tree(tree: tuple) -> tuple[int, list[tuple[int, int]], int, tuple]:
+    """(n_blocks, edges, exit block, annotated tree); block 0 is the entry."""
+    P = _Prog()
+
+    def go(node: tuple) -> tuple[int, int, tuple]:
+        k = node[0]
+        if k == "block":
+            b = P.new()
+            return b, b, ("block", b)
+        if k == "seq":
+            parts = [go(c) for c in node[1:]]
+            for (_, x, _), (e, _, _) in zip(parts, parts[1:]):
+                P.edges.append((x, e))
+            return parts[0][0], parts[-1][1], ("seq",) + tuple(p[2] for p in parts)
+        if k == "if":
+            t = P.new()
+            e1, x1, a1 = go(node[1])
+            j = P.new()
+            P.edges += [(t, e1), (x1, j), (t, j)]
+            return t, j, ("if", t, a1, j)
+        if k == "ifelse":
+            t = P.new()
+            e1, x1, a1 = go(node[1])
+            e2, x2, a2 = go(node[2])
+            j = P.new()
+            P.edges += [(t, e1), (t, e2), (x1, j), (x2, j)]
+            return t, j, ("ifelse", t, a1, a2, j)
+        if k == "while":
+            h = P.new()
+            e1, x1, a1 = go(node[1])
+            after = P.new()
+            P.edges += [(h, e1), (x1, h), (h, after)]
+            return h, after, ("while", h, a1, after)
+        e1, x1, a1 = go(node[1])                      # dowhile
+        latch = P.new()
+        after = P.new()
+        P.edges += [(x1, latch), (latch, e1), (latch, after)]
+        return e1, after, ("dowhile", a1, latch, after)
+
+    entry = P.new()
+    e, x, ann = go(tree)
+    ret = P.new()
+    P.edges += [(entry, e), (x, ret)]
+    return P.n, P.edges, ret, ("seq", ("block", entry), ann, ("block", ret))
+
+
+def execute(ann: tuple, rng: np.random.Generator, max_trip: int = 6) -> np.ndarray:
+    """One execution's block trace: per call, each test has its own branch probability and
+    each loop its own trip-count range."""
+    out: list[int] = []
+    probs: dict[int, float] = {}
+    trips: dict[int, int] = {}
+
+    def go(node: tuple) -> None:
+        k = node[0]
+        if k == "block":
+            out.append(node[1])
+        elif k == "seq":
+            for c in node[1:]:
+                go(c)
+        elif k in ("if", "ifelse"):
+            out.append(node[1])
+            p = probs.setdefault(node[1], float(rng.uniform(0.15, 0.85)))
+            if rng.random() < p:
+                go(node[2])
+            elif k == "ifelse":
+                go(node[3])
+            out.append(node[-1])
+        elif k == "while":
+            h = node[1]
+            hi = trips.setdefault(h, int(rng.integers(1, max_trip + 1)))
+            out.append(h)
+            for _ in range(int(rng.integers(0, hi + 1))):
+                go(node[2])
+                out.append(h)
+            out.append(node[3])
+        else:
+            latch = node[2]
+            hi = trips.setdefault(latch, int(rng.integers(1, max_trip + 1)))
+            for _ in range(int(rng.integers(1, hi + 1))):
+                go(node[1])
+                out.append(latch)
+            out.append(node[3])
+
+    go(ann)
+    return np.asarray(out, dtype=np.int64)
+
+
+def quantized(d: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Difference of two TSC readings of a region of true length d: the phase inside the
+    26-tick step is uniform, so the mean over repeats is d."""
+    phase = rng.random(d.shape)
+    return QUANTUM * (np.floor(phase + d / QUANTUM) - np.floor(phase))
+
+
+class System:
+    """A random program with known costs, its traces and a timing simulator."""
+
+    EPS = {S.CONFIG_WHOLE: 70.0, S.CONFIG_STOP: 95.0, S.CONFIG_START: 120.0}
+    DELTA = {S.PASS_STOP_EDGE: 4.0, S.PASS_START_DIRECT: 6.0, S.PASS_START_EDGE: 5.0}
+
+    def __init__(self, seed: int, n_inputs: int = 250, sigma: float = 3.0) -> None:
+        rng = np.random.default_rng(seed)
+        self.n, self.edges, self.exit, ann = compile_tree(random_tree(rng))
+        self.addrs = tuple(0x1000 + 16 * i for i in range(self.n))
+        self.traces = {i: execute(ann, np.random.default_rng([seed, i]))
+                       for i in range(n_inputs)}
+        self.counts = np.stack([np.bincount(self.traces[i], minlength=self.n)
+                                for i in range(n_inputs)])
+        self.costs = rng.uniform(20.0, 300.0, self.n)
+        self.rng = np.random.default_rng([seed, 999])
+        self.sigma = sigma
+        self.columns = S.Columns(self.addrs)
+
+    def preds(self, b: int) -> list[int]:
+        return sorted({s for s, d in self.edges if d == b})
+
+    def times(self, counts: np.ndarray, eps: float, passes: np.ndarray | None = None,
+              delta: float = 0.0, repeats: int = 8) -> np.ndarray:
+        d = counts.astype(float) @ self.costs + eps
+        if passes is not None:
+            d = d + passes * delta
+        d = d[:, None] + self.rng.normal(0.0, self.sigma, (counts.shape[0], repeats))
+        return quantized(d, self.rng)
+
+    def measure(self, probes) -> list[S.ConfigTimes]:
+        out = []
+        for p in probes:
+            pr = S.probe_rows(p, self.columns, self.traces)
+            pk = S.pass_kind(p)
+            out.append(S.ConfigTimes(p, pr.indices, self.times(
+                pr.counts, self.EPS[S.config_id_of(p)], pr.passes,
+                self.DELTA.get(pk, 0.0) if pk else 0.0)))
+        return out
+
+    def joint(self, probes) -> S.JointSystem:
+        idx = np.arange(len(self.traces))
+        return S.build_joint(self.columns, idx, self.counts,
+                             self.times(self.counts, self.EPS[S.CONFIG_WHOLE]), self.traces,
+                             self.measure(probes))
+
+
+# ============================================================================================
+# counts from traces
+# ============================================================================================
+
+def _brute_prefix(trace: np.ndarray, n: int, x: int) -> np.ndarray | None:
+    hits = np.flatnonzero(trace == x)
+    if hits.size == 0:
+        return None
+    return np.bincount(trace[:hits[0]], minlength=n)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_prefix_counts_match_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n = 12
+    trace = rng.integers(0, n - 2, 400)          # ids n-2, n-1 never run
+    targets = list(range(n))
+    reached, rows = S.prefix_counts(trace, n, targets)
+    for x in targets:
+        want = _brute_prefix(trace, n, x)
+        assert reached[x] == (want is not None)
+        if want is None:
+            assert not rows[x].any()
+        else:
+            assert np.array_equal(rows[x], want)
+            assert np.array_equal(S.counts_before(trace, n, x), want)
+            assert np.array_equal(S.counts_from(trace, n, x),
+                                  np.bincount(trace, minlength=n) - want)
+    assert S.counts_before(trace, n, n - 1) is None
+    assert S.counts_from(trace, n, n - 1) is None
+
+
+def test_prefix_of_the_first_block_is_empty_and_ids_are_checked():
+    trace = np.array([3, 1, 3, 2])
+    assert not S.counts_before(trace, 4, 3).any()
+    assert np.array_equal(S.counts_from(trace, 4, 3), [0, 1, 1, 2])
+    with pytest.raises(WcetfitError):
+        S.prefix_counts(trace, 3, [0])
+
+
+def test_split_points_make_segments_and_partial_prefixes():
+    cols = S.Columns((0x10, 0x20, 0x30), splits=(0x24, 0x28), ends=(0x20, 0x30, 0x40))
+    assert cols.segments == (0x10, 0x20, 0x24, 0x28, 0x30)
+    assert list(cols.owner) == [0, 1, 1, 1, 2]
+    assert np.array_equal(cols.to_segments(np.array([5, 7, 9])), [5, 7, 7, 7, 9])
+    assert np.array_equal(cols.earlier_pieces(0x28), [0, 1, 1, 0, 0])
+    # a stop at the split point 0x28: block 0x20 ran twice before, its first two pieces
+    # once more (the current pass has reached 0x28)
+    trace = np.array([0, 1, 1, 0, 1, 2])
+    stop = S.Probe(S.KIND_STOP, S.SITE_BLOCK, 0x28)
+    pr = S.probe_rows(stop, cols, {0: trace})
+    assert np.array_equal(pr.counts[0], [1, 1, 1, 0, 0])
+    start = S.Probe(S.KIND_START, S.SITE_BLOCK, 0x28)
+    pr = S.probe_rows(start, cols, {0: trace})
+    assert np.array_equal(pr.counts[0], [1, 2, 2, 3, 1])
+    assert pr.passes[0] == 2                     # arrivals at 0x28 after the first
+    with pytest.raises(WcetfitError):
+        S.Columns((0x10, 0x20), splits=(0x20,))
+    with pytest.raises(WcetfitError):
+        S.Columns((0x10, 0x20), splits=(0x50,), ends=(0x20, 0x30))
+
+
+def test_passes_of_edge_probes():
+    # 0 → 1 → (2 → 1)* → 3: probe at 3 on the edge from 1; every pass through 1's tail
+    # before the first arrival at 3 goes through the stub, one of them reads.
+    trace = np.array([0, 1, 2, 1, 2, 1, 3])
+    cols = S.Columns((0, 1, 2, 3))
+    stop = S.Probe(S.KIND_STOP, S.SITE_BLOCK, 3, S.MECH_EDGE, (1,))
+    pr = S.probe_rows(stop, cols, {0: trace})
+    assert np.array_equal(pr.counts[0], [1, 3, 2, 0])
+    assert pr.passes[0] == 2
+    start = S.Probe(S.KIND_START, S.SITE_BLOCK, 1, S.MECH_EDGE, (0, 2))
+    pr = S.probe_rows(start, cols, {0: trace})
+    assert np.array_equal(pr.counts[0], [0, 3, 2, 1])
+    assert pr.passes[0] == 2                     # the two passes through 2's tail after it
+
+
+def test_probe_json_round_trip_and_validation():
+    p = S.Probe(S.KIND_STOP, S.SITE_BLOCK, 0x1130, S.MECH_EDGE, (0x1100, 0x1120))
+    assert S.Probe.from_json(p.to_json()) == p
+    assert p.key == "stop@0x1130"
+    assert S.Probe.from_json(S.Probe(S.KIND_START, S.SITE_RETURN, None,
+                                     S.MECH_WRAPPER).to_json()).key == "start@return"
+    with pytest.raises(WcetfitError):
+        S.Probe("halt", S.SITE_BLOCK, 1)
+    with pytest.raises(WcetfitError):
+        S.Probe(S.KIND_STOP, S.SITE_BLOCK, None)
+    with pytest.raises(WcetfitError):
+        S.Probe(S.KIND_STOP, S.SITE_ENTRY, None, S.MECH_DIRECT)
+
+
+# ============================================================================================
+# exact rank
+# ============================================================================================
+
+@pytest.mark.parametrize("seed", range(8))
+def test_exact_rank_and_estimability_match_floating_point(seed):
+    rng = np.random.default_rng(seed)
+    m, n, r = 30, 9, int(rng.integers(1, 8))
+    A = rng.integers(-3, 4, (m, r)) @ rng.integers(-3, 4, (r, n))
+    sp = S.ExactSpace(n)
+    sp.add(A[:10])
+    sp.add(A[10:])
+    assert sp.rank == np.linalg.matrix_rank(A.astype(float))
+    est = sp.estimable()
+    for j in range(n):
+        e = np.zeros(n)
+        e[j] = 1
+        want = np.linalg.matrix_rank(np.vstack([A, e])) == np.linalg.matrix_rank(A)
+        assert est[j] == want
+
+
+def test_exact_rank_sees_what_floating_point_tolerance_would_blur():
+    # columns 0 and 1 differ only in one row with counts 10^6 apart: still rank 2
+    A = np.array([[10**6, 10**6], [10**6 + 1, 10**6], [1, 1]])
+    sp = S.ExactSpace(2)
+    sp.add(A)
+    assert sp.rank == 2 and sp.estimable().all()
+
+
+# ============================================================================================
+# planning
+# ============================================================================================
+
+@pytest.mark.parametrize("seed", range(6))
+def test_plan_completes_and_scores_honestly(seed):
+    sysm = System(seed, n_inputs=120)
+    cols = sysm.columns
+    pl = S.plan(cols, sysm.counts, sysm.traces, [], S.candidate_probes(cols), max_probes=200)
+    assert pl.complete_after
+    # the base system leaves the always-once blocks with ε, as the fit would say
+    assert pl.groups and any("ε[0]" in g.others for g in pl.groups)
+    # replay: every proposal adds exactly the rank it claims, in order
+    probes: list[S.Probe] = []
+    for prop in pl.proposals:
+        before = S.plan(cols, sysm.counts, sysm.traces, probes, [], max_probes=0)
+        after = S.plan(cols, sysm.counts, sysm.traces, probes + [prop.probe], [],
+                       max_probes=0)
+        assert after.rank - before.rank == prop.rank_gain
+        assert after.nullity == before.nullity - prop.net_gain
+        assert set(prop.newly_estimable) <= set(after.estimable)
+        probes.append(prop.probe)
+    final = S.plan(cols, sysm.counts, sysm.traces, probes, [], max_probes=0)
+    executed = [a for a, c in zip(cols.segments, sysm.counts.sum(0)) if c]
+    assert set(final.estimable) == set(executed)
+    # nothing is proposed once everything is estimable
+    again = S.plan(cols, sysm.counts, sysm.traces, probes, S.candidate_probes(cols))
+    assert not again.proposals
+
+
+def test_one_private_overhead_per_probe_could_never_separate_a_loop():
+    # why the overheads are shared per family: a probe whose rows differ from the
+    # whole-call rows by a constant adds nothing once that constant has its own ε
+    sysm = System(1, n_inputs=120)
+    cols = sysm.columns
+    pl = S.plan(cols, sysm.counts, sysm.traces, [], S.candidate_probes(cols), max_probes=200)
+    lay = S._Layout(cols)
+    base = lay.rows(sysm.counts, ("eps", 0), None, None)
+    sp = S.ExactSpace(len(lay.keys))
+    sp.add(base)
+    private_gain = 0
+    for k, prop in enumerate(pl.proposals):
+        pr = S.probe_rows(prop.probe, cols, sysm.traces)
+        R = lay.rows(pr.counts, ("eps", f"own{k}"), None, None)
+        sp.spaces = [s for s in sp.spaces]
+        n = len(lay.keys)
+        gain = sp.residual_rank(S._pad(R, n))
+        private_gain += gain - 1
+        sp.add(S._pad(R, n))
+    assert sum(p.net_gain for p in pl.proposals) > private_gain
+
+
+def test_without_the_entry_probe_only_the_entry_block_stays_with_the_overheads():
+    sysm = System(2, n_inputs=150)
+    cols = sysm.columns
+    cands = S.candidate_probes(cols, entry=False)
+    cands = [c for c in cands if not (c.site == S.SITE_BLOCK and c.address == cols.blocks[0])]
+    pl = S.plan(cols, sysm.counts, sysm.traces, [], cands, max_probes=200)
+    assert not pl.complete_after
+    probes = [p.probe for p in pl.proposals]
+    final = S.plan(cols, sysm.counts, sysm.traces, probes, [], max_probes=0)
+    assert final.not_estimable == (cols.blocks[0],)
+    (group,) = final.groups
+    assert group.segments == (cols.blocks[0],)
+    assert "ε[0]" in group.others and all(o.startswith("ε") for o in group.others)
+
+
+# ============================================================================================
+# the joint refit recovers every block
+# ============================================================================================
+
+def _fit(js: S.JointSystem):
+    from wcetfit.fit import fit_function
+    return fit_function(js.counts, js.ticks, js.addresses, config_ids=js.config_ids)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_splitting_recovers_every_block_cost(seed):
+    sysm = System(seed)
+    cols = sysm.columns
+    before = _fit(sysm.joint([]))
+    assert any(len(g.blocks) > 1 for g in before.groups)     # something to split
+    pl = S.plan(cols, sysm.counts, sysm.traces, [], S.candidate_probes(cols), max_probes=200)
+    res = _fit(sysm.joint([p.probe for p in pl.proposals]))
+    assert not res.groups
+    misses, total = 0, 0
+    js_pseudo = sysm.joint([p.probe for p in pl.proposals]).pseudo
+    for b in res.blocks:
+        if b.address >= S.PSEUDO_BASE:               # δ of a stub pass (start probes)
+            truth = System.DELTA[js_pseudo[b.address - S.PSEUDO_BASE]]
+        else:
+            truth = sysm.costs[sysm.addrs.index(b.address)]
+        assert b.estimable
+        total += 1
+        err = abs(b.cost_ticks - truth)
+        misses += err > b.ci95_ticks
+        assert err < 4.0 * b.ci95_ticks + 1e-9, (hex(b.address), b.cost_ticks, truth)
+        assert b.ci95_ticks < 5.0                  # sub-quantum: many quantized rows
+    # 95 % intervals: about one miss in twenty; four or more of ~20 has probability < 2 %
+    assert misses <= 3
+    # the overheads are estimable too, and right
+    for cfg, eps in System.EPS.items():
+        if cfg in res.overhead_ticks and cfg in res.configs:
+            o = next(o for o in res.overhead if o.config == cfg)
+            assert o.value_ticks == pytest.approx(eps, abs=max(4 * o.ci95_ticks, 1.0))
+    # quantities estimable before splitting agree with the new estimates
+    for comb in before.estimable_quantities():
+        if comb.overhead_coefficients:
+            continue
+        new = sum(c * res.block(a).cost_ticks for a, c in comb.coefficients)
+        assert abs(new - comb.value_ticks) <= 4 * comb.ci95_ticks + 1.0
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_edge_probes_and_start_probes_model_their_stub_passes(seed):
+    sysm = System(seed)
+    cols = sysm.columns
+    # pretend every block after the entry is too short for a direct patch: probe it on
+    # its edges (the pass blocks are its predecessors), and use start probes only
+    cands = [S.Probe(S.KIND_START, S.SITE_RETURN, None, S.MECH_WRAPPER),
+             S.Probe(S.KIND_START, S.SITE_ENTRY, None, S.MECH_WRAPPER),
+             S.Probe(S.KIND_STOP, S.SITE_ENTRY, None, S.MECH_WRAPPER),
+             S.Probe(S.KIND_STOP, S.SITE_RETURN, None, S.MECH_WRAPPER)]
+    for b in range(1, sysm.n):
+        preds = tuple(sysm.addrs[p] for p in sysm.preds(b))
+        if b % 2:
+            cands.append(S.Probe(S.KIND_STOP, S.SITE_BLOCK, sysm.addrs[b], S.MECH_EDGE, preds))
+        else:
+            cands.append(S.Probe(S.KIND_START, S.SITE_BLOCK, sysm.addrs[b]))
+            cands.append(S.Probe(S.KIND_START, S.SITE_BLOCK, sysm.addrs[b], S.MECH_EDGE,
+                                 preds))
+    pl = S.plan(cols, sysm.counts, sysm.traces, [], cands, max_probes=300)
+    probes = [p.probe for p in pl.proposals]
+    js = sysm.joint(probes)
+    assert js.pseudo, "the planned probes should include stub passes to model"
+    res = _fit(js)
+    for b in res.blocks:
+        if b.address >= S.PSEUDO_BASE:
+            name = js.pseudo[b.address - S.PSEUDO_BASE]
+            truth = System.DELTA[name]
+        else:
+            truth = sysm.costs[sysm.addrs.index(b.address)]
+        if not b.estimable:
+            continue
+        assert abs(b.cost_ticks - truth) < 4.0 * b.ci95_ticks + 1e-9, (b.address, truth)
+    real = [b for b in res.blocks if b.address < S.PSEUDO_BASE]
+    assert sum(b.estimable for b in real) >= len(real) - 1
+
+
+def test_joint_system_layout():
+    sysm = System(4, n_inputs=60)
+    busiest = int(np.argmax(sysm.counts.sum(axis=0)))     # a loop block: later arrivals
+    probes = [S.Probe(S.KIND_STOP, S.SITE_ENTRY, None, S.MECH_WRAPPER),
+              S.Probe(S.KIND_START, S.SITE_BLOCK, sysm.addrs[busiest]),
+              S.Probe(S.KIND_STOP, S.SITE_BLOCK, sysm.addrs[-1], S.MECH_EDGE,
+                      tuple(sysm.addrs[p] for p in sysm.preds(sysm.n - 1)))]
+    js = sysm.joint(probes)
+    n0 = 60
+    assert np.array_equal(js.config_ids[:n0], np.zeros(n0))
+    assert set(js.config_ids[n0:]) <= {S.CONFIG_STOP, S.CONFIG_START}
+    assert js.counts.shape[1] == sysm.n + len(js.pseudo)
+    assert js.addresses[:sysm.n] == sysm.addrs
+    # a stop at the entry reads nothing: all-zero rows
+    stop_entry = js.counts[n0:2 * n0]
+    assert not stop_entry.any()
+    assert S.PASS_START_DIRECT in js.pseudo
+    assert js.name_of(S.PSEUDO_BASE) == f"δ[{js.pseudo[0]}]"
+
+
+# ============================================================================================
+# rounds
+# ============================================================================================
+
+def test_rounds_persist_list_and_drop(tmp_path):
+    from wcetfit.store import Store, StoreIdentity
+
+    store = Store(str(tmp_path / "st"), StoreIdentity("b" * 64, "p" * 64))
+    assert S.next_round_number(store) == 1
+    p = S.Probe(S.KIND_STOP, S.SITE_BLOCK, 0x1130, S.MECH_EDGE, (0x1100,))
+    ticks = np.array([[78.0, np.nan], [104.0, 78.0]])
+    whole = S.ConfigTimes(S.Probe(S.KIND_STOP, S.SITE_RETURN, None, S.MECH_WRAPPER),
+                          np.array([0, 1]), np.array([[300.0, 326.0], [1000.0, 990.0]]))
+    r1 = S.Round(1, "f", 7, "lfence", (S.ConfigTimes(p, np.array([3, 5]), ticks),),
+                 introduced=(p.key,), whole=whole, splits=(0x1134,),
+                 fit={"rank": 3, "blocks": [], "groups": []}, based_on=(1,), time_s=1.5)
+    S.save_round(store, r1)
+    S.save_round(store, S.Round(2, "f", 7, "lfence", (), introduced=(), based_on=(1,)))
+    S.save_round(store, S.Round(3, "g", 7, "lfence", ()))
+    assert S.round_numbers(store) == [1, 2, 3]
+    got = S.load_round(store, 1)
+    assert got.probes[0].probe == p and got.introduced == (p.key,)
+    assert np.array_equal(got.probes[0].ticks, ticks, equal_nan=True)
+    assert np.array_equal(got.whole.ticks, whole.ticks)
+    assert got.splits == (0x1134,) and got.fit["rank"] == 3
+    assert [r.number for r in S.load_rounds(store, "f", 7)] == [1, 2]
+    assert S.drop_round(store, 1) and not S.drop_round(store, 1)
+    rounds = S.load_rounds(store, "f")
+    doc = S.split_json("t", "f", rounds)
+    assert doc["schema"] == "wcetfit.split/1"
+    assert doc["rounds"][0]["stale_fit"] is True        # computed with round 1's probes
+    assert S.next_round_number(store) == 4
+
+
+def test_compare_fits_reports_separations_and_disagreements():
+    before = {"blocks": [{"address": "0x10", "estimable": False, "cost_ticks": None,
+                          "ci95_ticks": None, "group": 0},
+                         {"address": "0x20", "estimable": False, "cost_ticks": None,
+                          "ci95_ticks": None, "group": 0},
+                         {"address": "0x30", "estimable": True, "cost_ticks": 50.0,
+                          "ci95_ticks": 1.0, "group": None}],
+              "groups": [{"id": 0, "blocks": ["0x10", "0x20"]}]}
+    after = {"blocks": [{"address": "0x10", "estimable": True, "cost_ticks": 5.0,
+                         "ci95_ticks": 0.5, "group": None},
+                        {"address": "0x20", "estimable": True, "cost_ticks": 7.0,
+                         "ci95_ticks": 0.5, "group": None},
+                        {"address": "0x30", "estimable": True, "cost_ticks": 55.0,
+                         "ci95_ticks": 1.0, "group": None}],
+             "groups": []}
+    cmp = S.compare_fits(before, after)
+    assert cmp["newly_estimable"] == ["0x10", "0x20"]
+    assert cmp["separated"][0]["now_estimable"] == ["0x10", "0x20"]
+    assert [d["address"] for d in cmp["disagreements"]] == ["0x30"]
+    assert not S.multi_block_groups(after)
+    assert S.multi_block_groups({"groups": [{"blocks": ["0x10", "0x20", "ε[0]"]}]})

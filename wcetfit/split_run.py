@@ -1,0 +1,340 @@
+"""The splitting workflow on a target: load what is stored, fit jointly, plan, measure.
+
+:mod:`wcetfit.split` is the pure part (rows, rank, rounds as data); this module wires it
+to the store (counts with block traces from the count run, whole-call times from the
+timing run, earlier rounds), to the static model (where probes can be placed, see
+:func:`wcetfit.probe.placements`) and to the measuring child process
+(:mod:`wcetfit.probe_run`).
+
+Which rows a fit uses.  Before any round: the timing run's whole calls.  After round n:
+the rows measured in round n — its whole calls and its timings of every active probe
+(introduced by a round still stored), all taken input by input in one session.  Rows
+from sessions minutes apart are not mixed: on this kind of machine (a VM sharing its
+cores) the same call's time moves by tens of percent between sessions, while
+back-to-back timings agree to a few percent.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from wcetfit import split as S
+from wcetfit.errors import StoreError, WcetfitError
+from wcetfit.model import FunctionModel, hexaddr
+from wcetfit.probe import ProbeLayout, place_probe, placements
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SplitState:
+    """Everything the workflow needs about one measured function."""
+
+    target: Any
+    store: Any
+    function: str
+    root_link: int
+    models: Mapping[str, FunctionModel]
+    columns: S.Columns
+    traces: Mapping[int, np.ndarray]
+    count_indices: np.ndarray         # inputs with counts and a trace
+    counts: np.ndarray                # int64 [inputs, n_blocks] (trace-id order)
+    timing_indices: np.ndarray        # the timing run's inputs (subset of count_indices)
+    timing_ticks: np.ndarray          # float [inputs, repeats]
+    method: str
+    tsc_hz: float | None
+    rounds: list[S.Round]
+    layouts: dict[str, ProbeLayout] = field(default_factory=dict)
+    unprobeable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def latest(self) -> S.Round | None:
+        return self.rounds[-1] if self.rounds else None
+
+    @property
+    def active_keys(self) -> list[str]:
+        """Probes introduced by a round still stored, in order of introduction."""
+        out: list[str] = []
+        for r in self.rounds:
+            for k in r.introduced:
+                if k not in out:
+                    out.append(k)
+        return out
+
+    @property
+    def active_probes(self) -> list[S.Probe]:
+        keys = self.active_keys
+        found: dict[str, S.Probe] = {}
+        for r in self.rounds:
+            for ct in r.probes:
+                if ct.probe.key in keys:
+                    found[ct.probe.key] = ct.probe
+        return [found[k] for k in keys if k in found]
+
+    def counts_of(self, indices: Sequence[int]) -> np.ndarray:
+        pos = {int(i): k for k, i in enumerate(self.count_indices)}
+        return self.counts[[pos[int(i)] for i in indices]] if len(indices) else \
+            np.zeros((0, self.counts.shape[1]), np.int64)
+
+
+def _block_order(cs: Any) -> tuple[list[int], np.ndarray]:
+    """Compact trace ids → block addresses (the count set's functions, in order), and
+    the concatenated counts [inputs, blocks]."""
+    blocks: list[int] = []
+    parts = []
+    for fc in cs.functions:
+        blocks.extend(int(a) for a in fc.blocks)
+        parts.append(np.asarray(fc.counts, dtype=np.int64))
+    return blocks, (np.hstack(parts) if parts else np.zeros((len(cs.indices), 0), np.int64))
+
+
+def load_state(session: Any, function: str, *, place: bool = True) -> SplitState:
+    """Counts with traces, whole-call times, rounds and probe placements of ``function``."""
+    from wcetfit.measure import load_counts, load_times, resolve_method
+
+    target, store = session.target, session.store
+    m = target.measure
+    cs = load_counts(store, function, m.seed)
+    if cs is None:
+        raise StoreError(f"no counts of {function} (seed {m.seed}) in {store.directory}: run "
+                         f"`wcetfit count {target.directory} --trace` first")
+    if not cs.trace:
+        raise StoreError(f"the counts of {function} have no block traces: block splitting "
+                         f"needs them; run `wcetfit count {target.directory} --trace`")
+    method, _why = resolve_method(target)
+    ts = load_times(store, function, m.seed, method, m.repeats)
+    if ts is None:
+        raise StoreError(f"no whole-call times of {function} (seed {m.seed}, method {method}, "
+                         f"{m.repeats} repeats) in {store.directory}: run "
+                         f"`wcetfit time {target.directory}` first")
+    blocks, counts = _block_order(cs)
+    traces = {int(i): np.asarray(t, dtype=np.int64) for i, t in cs.trace.items()}
+    row_of = {int(i): k for k, i in enumerate(cs.indices)}
+    n = len(blocks)
+    for i, tr in traces.items():
+        if i in row_of and not np.array_equal(np.bincount(tr, minlength=n)[:n],
+                                              counts[row_of[i]]):
+            raise StoreError(f"the block trace of input {i} does not match its counts: the "
+                             "stored trace ids are not in the count set's block order")
+    with_trace = [int(i) for i in cs.indices if int(i) in traces]
+    cidx = np.asarray(with_trace, dtype=np.int64)
+    ccounts = counts[[row_of[i] for i in with_trace]] if with_trace else \
+        np.zeros((0, n), np.int64)
+    common = [int(i) for i in ts.indices if int(i) in traces]
+    t_row = {int(i): k for k, i in enumerate(ts.indices)}
+    tticks = ts.ticks[[t_row[i] for i in common]] if common else np.zeros((0, m.repeats))
+    models = session.functions_of(function)
+    by_addr = {b.address: b for f in models.values() for b in f.blocks}
+    ends = tuple(by_addr[a].end if a in by_addr else a + 1 for a in blocks)
+    rounds = S.load_rounds(store, function, m.seed)
+    splits = sorted({s for r in rounds for s in r.splits})
+    columns = S.Columns(tuple(blocks), tuple(splits), ends)
+    st = SplitState(target, store, function, session.roots[function], models, columns,
+                    traces, cidx, ccounts, np.asarray(common, dtype=np.int64), tticks, method,
+                    ts.tsc_hz, rounds)
+    if place:
+        place_all(st)
+    return st
+
+
+def place_all(st: SplitState) -> None:
+    from wcetfit.loader import read_elf
+
+    elf = read_elf(st.target.binary)
+    root_name = next((f.name for f in st.models.values() if f.address == st.root_link),
+                     st.function)
+    ok, bad = placements(st.models, root_name, st.columns.blocks, st.columns.splits, elf.read)
+    st.layouts, st.unprobeable = ok, bad
+
+
+def joint(st: SplitState) -> S.JointSystem:
+    """The rows of the current fit: the latest round's session, or the timing run."""
+    rnd = st.latest
+    if rnd is None or rnd.whole is None:
+        return S.build_joint(st.columns, st.timing_indices, st.counts_of(st.timing_indices),
+                             st.timing_ticks, st.traces, [])
+    active = set(st.active_keys)
+    widx = [int(i) for i in rnd.whole.indices if int(i) in st.traces]
+    keep = [k for k, i in enumerate(rnd.whole.indices) if int(i) in st.traces]
+    measured = [ct for ct in rnd.probes if ct.probe.key in active]
+    return S.build_joint(st.columns, np.asarray(widx, np.int64), st.counts_of(widx),
+                         np.asarray(rnd.whole.ticks)[keep], st.traces, measured)
+
+
+def fit(st: SplitState) -> tuple[Any, S.JointSystem, dict[str, Any]]:
+    """The joint fit of the current rows (see :func:`joint`)."""
+    from wcetfit.fit import fit_function
+
+    js = joint(st)
+    res = fit_function(js.counts, js.ticks, js.addresses, config_ids=js.config_ids,
+                       tsc_hz=st.tsc_hz)
+    return res, js, S.fit_summary(res, js)
+
+
+def make_plan(st: SplitState, *, max_probes: int = 8, entry: bool = True,
+              kinds: Sequence[str] = S.KINDS) -> S.Plan:
+    have = set(st.active_keys)
+    cands = [lay.probe for key, lay in st.layouts.items()
+             if key not in have and lay.probe.kind in kinds
+             and (entry or lay.probe.site != S.SITE_ENTRY)]
+    return S.plan(st.columns, st.counts, st.traces, st.active_probes, cands,
+                  unprobeable=st.unprobeable, max_probes=max_probes)
+
+
+def precision_probes(st: SplitState, summary: Mapping[str, Any], *, max_probes: int = 8
+                     ) -> list[S.Probe]:
+    """Probes that add no exact rank but shorter rows for the blocks the fit still groups.
+
+    The planner's ranks are exact; the fit declares a direction undetermined when its
+    standard error exceeds the signal (noise).  Then more rows help, and the short ones
+    help most: stop probes at the grouped blocks not measured yet, shortest regions
+    first."""
+    grouped = {int(a, 16) for g in summary.get("groups", []) if g.get("kind") != "unexecuted"
+               for a in g["blocks"] if a.startswith("0x")}
+    have = set(st.active_keys)
+    cands = [lay.probe for key, lay in st.layouts.items()
+             if key not in have and lay.probe.kind == S.KIND_STOP
+             and lay.probe.site == S.SITE_BLOCK and lay.probe.address in grouped]
+    if not cands:
+        return []
+    rows = S.probe_rows_many(cands, st.columns, st.traces)
+    sized = sorted(((float(np.mean(r.counts.sum(axis=1) + r.passes)), p.key, p)
+                    for p, r in zip(cands, rows) if r.indices.size), key=lambda t: t[:2])
+    return [p for _s, _k, p in sized[:max_probes]]
+
+
+def estimable_blocks(summary: Mapping[str, Any]) -> int:
+    return sum(1 for b in summary["blocks"] if b["estimable"] and b["address"].startswith("0x"))
+
+
+def complete(summary: Mapping[str, Any]) -> bool:
+    """Every executed block estimable alone."""
+    return all(b["estimable"] for b in summary["blocks"]
+               if b["address"].startswith("0x") and (b.get("executions") or 0) > 0)
+
+
+def next_probes(st: SplitState, summary: Mapping[str, Any],
+                before: Mapping[str, Any] | None, *, max_probes: int = 8,
+                entry: bool = True) -> tuple[list[S.Probe], str]:
+    """What the next ``--auto`` round measures, and why (empty: stop, with the reason).
+
+    Probes that add exact rank first; once the rank is complete, short probes for the
+    blocks the fit still groups (noise), as long as the previous such round made more
+    blocks estimable."""
+    if complete(summary):
+        return [], "every executed block is estimable alone"
+    plan = make_plan(st, max_probes=max_probes, entry=entry)
+    if plan.proposals:
+        return [p.probe for p in plan.proposals], "they add rank"
+    extra = precision_probes(st, summary, max_probes=max_probes)
+    if not extra:
+        return [], ("no probe adds rank"
+                    + (f" ({len(st.unprobeable)} probe points cannot be patched)"
+                       if st.unprobeable else ""))
+    if before is not None and estimable_blocks(summary) <= estimable_blocks(before):
+        return [], "no probe adds rank, and more short probes stopped helping"
+    return extra, "exact rank is complete; shorter rows for the blocks the fit still groups"
+
+
+def split_at(st: SplitState, address: int, kind: str = S.KIND_STOP) -> ProbeLayout:
+    """Cut the block holding ``address`` there (an instruction boundary) and place a
+    probe at the cut."""
+    from wcetfit.loader import read_elf
+
+    owner = None
+    for f in st.models.values():
+        for b in f.blocks:
+            if b.address < address < b.end:
+                owner = f
+    if owner is None:
+        if address in st.columns.blocks:
+            raise WcetfitError(f"{hexaddr(address)} is a block start already: probe it "
+                               "without --at")
+        raise WcetfitError(f"{hexaddr(address)} is inside no block of {st.function} or its "
+                           "callees")
+    elf = read_elf(st.target.binary)
+    entries = frozenset(f.entry for f in st.models.values())
+    lay = place_probe(owner, kind, address, elf.read, entries=entries, edges=False)
+    st.columns = st.columns.with_splits([address])
+    st.layouts[lay.probe.key] = lay
+    return lay
+
+
+def apply_round(st: SplitState, new: Sequence[S.Probe], *, splits: Sequence[int] = (),
+                previous: Mapping[str, Any] | None = None, check: bool = True,
+                progress: Callable[[str, int, int], None] | None = None
+                ) -> tuple[S.Round, dict[str, Any], dict[str, Any]]:
+    """Measure the active probes and ``new`` ones with the whole call, input by input;
+    save the next round with the joint fit after it.
+
+    Returns (round, fit summary, comparison with ``previous``)."""
+    from wcetfit.probe_run import measure_round
+
+    if not new:
+        raise WcetfitError("no new probe to measure")
+    t0 = time.monotonic()
+    notes: list[str] = []
+    keys = set()
+    probes: list[S.Probe] = []
+    for p in list(st.active_probes) + list(new):
+        if p.key not in keys:
+            keys.add(p.key)
+            probes.append(p)
+    rows = S.probe_rows_many(probes, st.columns, st.traces)
+    layouts, indices, kept = [], [], []
+    for p, pr in zip(probes, rows):
+        lay = st.layouts.get(p.key)
+        if lay is None:
+            raise WcetfitError(f"probe {p.key} cannot be placed: "
+                               f"{st.unprobeable.get(p.key, 'unknown point')}")
+        if not pr.indices.size:
+            notes.append(f"{p.key}: no input reaches the probe point; not measured")
+            continue
+        layouts.append(lay)
+        indices.append([int(i) for i in pr.indices])
+        kept.append(p)
+    run = measure_round(st.target, st.function, st.root_link, layouts, indices,
+                        method=st.method, check=check, whole=st.count_indices,
+                        progress=progress)
+    measured: list[S.ConfigTimes] = []
+    for pr in run.probes:
+        key = pr.times.probe.key
+        measured.append(pr.times)
+        if pr.migrated:
+            notes.append(f"{key}: {pr.migrated} migrated samples discarded")
+        expected = pr.times.ticks.size
+        if pr.fired + pr.migrated < expected:
+            notes.append(f"{key}: {expected - pr.fired - pr.migrated} timed calls without a "
+                         "probe reading although the trace says they reach it")
+    if run.whole_migrated:
+        notes.append(f"whole call: {run.whole_migrated} migrated samples discarded")
+    failures = tuple({"index": f.index, "kind": f.kind, "message": f.message,
+                      "arguments": f.arguments} for f in run.failures)
+    number = S.next_round_number(st.store)
+    introduced = tuple(p.key for p in new if p.key in {q.key for q in kept})
+    whole = S.ConfigTimes(S.Probe(S.KIND_STOP, S.SITE_RETURN, None, S.MECH_WRAPPER),
+                          run.whole_indices, run.whole_ticks)
+    rnd = S.Round(number=number, function=st.function, seed=st.target.measure.seed,
+                  method=st.method, probes=tuple(measured), introduced=introduced,
+                  whole=whole, splits=tuple(splits), time_s=time.monotonic() - t0,
+                  created=_dt.datetime.now().isoformat(timespec="seconds"),
+                  tsc_hz=st.tsc_hz, notes=tuple(notes), failures=failures)
+    st.rounds.append(rnd)
+    _res, _js, summary = fit(st)
+    based = tuple(r.number for r in st.rounds if r.introduced)
+    rnd = replace(rnd, fit=summary, based_on=based)
+    st.rounds[-1] = rnd
+    S.save_round(st.store, rnd)
+    return rnd, summary, S.compare_fits(previous, summary)
+
+
+def drop(st: SplitState, number: int) -> bool:
+    ok = S.drop_round(st.store, number)
+    st.rounds = [r for r in st.rounds if r.number != number]
+    return ok

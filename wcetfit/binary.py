@@ -55,7 +55,7 @@ from wcetfit.model import (CALL_IMPORTED, CALL_INDIRECT, CALL_INTERNAL, BinaryIn
 log = logging.getLogger(__name__)
 
 # Bump when the way models are derived changes: cached models of older formats are not used.
-MODEL_FORMAT = 2
+MODEL_FORMAT = 3
 
 # CFGFast options, chosen deliberately (a default CFGFast of libm takes ~40 s, this ~10 s):
 CFG_OPTIONS = dict(
@@ -319,8 +319,12 @@ def recover_raw(path: str, starts: Iterable[int]) -> RawCFG:
         default_indirect_jump_resolvers)
 
     resolvers = default_indirect_jump_resolvers(obj, project) + [_gcc_table_resolver(project, obj)]
-    cfg = project.analyses.CFGFast(function_starts=[a + delta for a in starts],
-                                   indirect_jump_resolvers=resolvers, **CFG_OPTIONS)
+    try:
+        cfg = project.analyses.CFGFast(function_starts=[a + delta for a in starts],
+                                       indirect_jump_resolvers=resolvers, **CFG_OPTIONS)
+    except Exception as exc:  # noqa: BLE001 -- an angr failure is one line for the user
+        log.debug("CFGFast failed", exc_info=True)
+        raise BinaryError(f"{path}: angr's CFG recovery failed: {type(exc).__name__}: {exc}") from exc
     t3 = time.perf_counter()
     log.info("angr import %.2f s, load %.2f s, CFGFast %.2f s", t1 - t0, t2 - t1, t3 - t2)
 
@@ -476,6 +480,11 @@ class _Builder:
         self.md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
         self.entries = self._entries()
         self.facts: dict[int, _BlockFacts] = {}
+        # What a PLT/GOT reference to a name binds to when this binary defines it.
+        self.exported: dict[str, FuncSymbol] = {}
+        for sym in elf.symbols:
+            if sym.dynamic and sym.binding != "local":
+                self.exported.setdefault(sym.name, sym)
 
     # Function entries: symbols (not fragments), FDE starts (not fragments), call targets.
     def _entries(self) -> set[int]:
@@ -510,7 +519,7 @@ class _Builder:
         if slot.name is None:                       # IRELATIVE: a local IFUNC, chosen at load
             res = slot.irelative_resolver
             return CALL_INDIRECT, stub, (self.index.name_of(res) if res is not None else None)
-        sym = self.elf.defined(slot.name)
+        sym = self.exported.get(slot.name)
         if sym is not None and not sym.ifunc:
             return CALL_INTERNAL, sym.address, self.index.name_of(sym.address)
         if sym is not None:                         # exported IFUNC: target known only at load
@@ -712,10 +721,12 @@ class _Builder:
         st = structure.analyze(blocks, edges, entry, exit_t)
         for lp in st.loops:
             if not lp.reducible:
+                # Common (gcc threads state machines into them) and handled: a note, not a
+                # warning; the loop carries reducible=False.
                 at = sorted({d for _, d in lp.entry_edges})
-                warnings.append(f"{name}: irreducible loop at {hexaddr(lp.header)} (entered at "
-                                f"{', '.join(hexaddr(a) for a in at)}): its bound counts returns "
-                                f"to {hexaddr(lp.header)} per entry into the loop")
+                log.info("%s: irreducible loop at %s (entered at %s): its bound counts returns "
+                         "to %s per entry into the loop", name, hexaddr(lp.header),
+                         ", ".join(hexaddr(a) for a in at), hexaddr(lp.header))
         if st.dead_ends:
             warnings.append(f"{name}: {len(st.dead_ends)} block(s) never reach a return, e.g. "
                             f"{hexaddr(st.dead_ends[0])}")
@@ -786,7 +797,7 @@ def _split(starts: list[int], parts: int) -> list[list[int]]:
     return [g for g in groups if g]
 
 
-def _summary(fn: FunctionModel) -> FunctionSummary:
+def summary_of(fn: FunctionModel) -> FunctionSummary:
     return FunctionSummary(fn.name, fn.address, len(fn.blocks), len(fn.loops), len(fn.calls))
 
 
@@ -837,13 +848,22 @@ def _worker_stdio() -> None:
     import pickle
     import sys
 
+    # The result travels on our stdout: keep a private copy of that descriptor and send
+    # anything else written to fd 1 (by Python or native code) to stderr instead.
+    sys.stdout.flush()
+    result_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     args = pickle.loads(sys.stdin.buffer.read())
     try:
         result = ("ok", _whole_worker(*args))
     except BinaryError as exc:          # typed errors travel back to be raised in the parent
         result = ("error", exc)
-    sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
-    sys.stdout.buffer.flush()
+    except Exception as exc:  # noqa: BLE001 -- a bug: one line for the user, details at -vv
+        log.debug("CFG recovery process failed", exc_info=True)
+        result = ("error", BinaryError(f"{args[0]}: CFG recovery failed: {type(exc).__name__}: {exc}"))
+    with os.fdopen(result_fd, "wb") as out:
+        out.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def _whole_worker(path: str, starts: list[int], levels: dict[str, int], cache_root: str | None,
@@ -874,7 +894,7 @@ def _whole_worker(path: str, starts: list[int], levels: dict[str, int], cache_ro
     out = []
     for fn, callees in built:
         cache.put_function(cdir, fn, callees)
-        out.append((_summary(fn), fn.warnings, fn.unresolved_jumps,
+        out.append((summary_of(fn), fn.warnings, fn.unresolved_jumps,
                     encode_function(fn, callees) if return_models else None))
     log.info("models of %d functions in %.2f s, cached in %.2f s", len(out), t1 - t0,
              time.perf_counter() - t1)
@@ -929,7 +949,7 @@ def _recover_all(elf: ElfInfo, index: SymbolIndex, cache: CfgCache, cdir: str,
         raw = recover_raw(elf.path, starts)
         for fn, callees in _build_all(elf.path, elf, index, raw, None):
             cache.put_function(cdir, fn, callees)
-            summaries[fn.address] = _summary(fn)
+            summaries[fn.address] = summary_of(fn)
             models[fn.address] = fn
             if fn.warnings:
                 warned.append((fn.name, bool(fn.unresolved_jumps)))
@@ -937,13 +957,18 @@ def _recover_all(elf: ElfInfo, index: SymbolIndex, cache: CfgCache, cdir: str,
                     log.info("%s", w)
     log.info("%d functions modelled in %.2f s", len(summaries), time.perf_counter() - t0)
     summ_list = [summaries[a] for a in sorted(summaries)]
-    cache.put_summary(cdir, summ_list)
+    cache.put_summary(cdir, summ_list, warned)
+    _warn_whole_binary(elf.path, warned)
+    return ({a: models[a] for a in sorted(models)} if need_models else None), summ_list
+
+
+def _warn_whole_binary(path: str, warned: list[tuple[str, bool]]) -> None:
+    """One line for a whole binary (details at INFO level): a system library has dozens."""
     if warned:
         unresolved = [n for n, u in warned if u]
         log.warning("%d function(s) of %s have warnings (%d with unresolved indirect jumps, "
-                    "e.g. %s); model one with --function to see them", len(warned), elf.path,
+                    "e.g. %s); model one with --function to see them", len(warned), path,
                     len(unresolved), (unresolved or [warned[0][0]])[0])
-    return ({a: models[a] for a in sorted(models)} if need_models else None), summ_list
 
 
 def list_functions(path: str, *, use_cache: bool | CfgCache = True) -> list[FunctionSummary]:
@@ -954,6 +979,7 @@ def list_functions(path: str, *, use_cache: bool | CfgCache = True) -> list[Func
     got = cache.get_summary(cdir)
     if got is not None:
         log.info("function list of %s served from the cache %s", path, cdir)
+        _warn_whole_binary(elf.path, cache.get_summary_warnings(cdir))
         return got
     _, summaries = _recover_all(elf, SymbolIndex(elf), cache, cdir, need_models=False)
     return summaries
@@ -970,6 +996,7 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
     cdir = cache.directory(elf.sha256, cache_options())
     info = _info(elf)
 
+    every = functions is None
     if functions is None:
         summ = cache.get_summary(cdir)
         if summ is not None:
@@ -1041,7 +1068,11 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
     for spec, a in zip(functions, wanted):
         if isinstance(spec, str) and spec not in models:
             aliases[spec] = have[a][0].name
-    for fn in models.values():
-        for w in fn.warnings:
-            log.warning("%s", w)
+    if every:
+        _warn_whole_binary(path, [(fn.name, bool(fn.unresolved_jumps)) for fn in models.values()
+                                  if fn.warnings])
+    else:
+        for fn in models.values():
+            for w in fn.warnings:
+                log.warning("%s", w)
     return BinaryModel(info, models, requested, aliases)

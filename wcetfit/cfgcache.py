@@ -146,11 +146,21 @@ class CfgCache:
             log.warning("ignoring corrupt cache summary in %s: %s", d, exc)
             return None
 
-    def put_summary(self, d: str, summaries: Iterable[FunctionSummary]) -> None:
+    def get_summary_warnings(self, d: str) -> list[tuple[str, bool]]:
+        """(function name, has unresolved jumps) of the functions with warnings."""
+        data = _read_json(os.path.join(d, "summary.json")) if self.enabled else None
+        try:
+            return [(str(n), bool(u)) for n, u in (data or {}).get("warned", [])]
+        except (TypeError, ValueError):
+            return []
+
+    def put_summary(self, d: str, summaries: Iterable[FunctionSummary],
+                    warned: Iterable[tuple[str, bool]] = ()) -> None:
         if not self.enabled:
             return
         data = {"functions": [{"name": s.name, "address": hexaddr(s.address), "blocks": s.blocks,
-                               "loops": s.loops, "calls": s.calls} for s in summaries]}
+                               "loops": s.loops, "calls": s.calls} for s in summaries],
+                "warned": [[n, u] for n, u in warned]}
         try:
             _atomic_write_json(os.path.join(d, "summary.json"), data)
         except OSError as exc:

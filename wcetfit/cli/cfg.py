@@ -54,12 +54,14 @@ def run(args: argparse.Namespace) -> int:
         models = list(requested) + [bm.functions[n] for n in callees]
         names = list(bm.requested)
     else:
-        summaries = binary.list_functions(args.binary, use_cache=use_cache)
-        print_summary(out, info, summaries)
         models = None
-        if args.json or args.dot:
+        if args.json or args.dot:       # every model is needed: summarise them
             bm = binary.load_model(args.binary, None, use_cache=use_cache)
             models = list(bm.functions.values())
+            summaries = [binary.summary_of(fn) for fn in models]
+        else:
+            summaries = binary.list_functions(args.binary, use_cache=use_cache)
+        print_summary(out, info, summaries)
         names = [s.name for s in summaries]
 
     if args.json:

@@ -119,17 +119,26 @@ def test_analyze_then_reuse_and_report(victim):
 def test_interrupted_count_resumes_without_loss(victim):
     toml = (victim / "wcetfit.toml").read_text().replace("inputs = 40", "inputs = 4000")
     (victim / "wcetfit.toml").write_text(toml)
-    # inputs that neither crash nor hang: n in 1..10
-    (victim / "inputs.py").write_text(INPUTS.replace("ctx.index % 20 + 1", "ctx.index % 10 + 1"))
+    # inputs that neither crash nor hang (n in 1..10), slow enough to draw (2 ms each)
+    # that the run is still going when the interrupt comes
+    (victim / "inputs.py").write_text(
+        "import time\n" + INPUTS.replace("ctx.index % 20 + 1", "ctx.index % 10 + 1")
+        .replace("def generate(ctx):\n", "def generate(ctx):\n    time.sleep(0.002)\n"))
     proc = subprocess.Popen([sys.executable, "-m", "wcetfit", "count", str(victim)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     store = victim / ".wcetfit"
-    deadline = time.time() + 120
-    while time.time() < deadline and not any(n.startswith("counts-") for n in
-                                             (os.listdir(store) if store.exists() else [])):
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not any(
+                n.startswith("counts-") for n in (os.listdir(store) if store.exists() else [])):
+            time.sleep(0.2)
+        assert proc.poll() is None, "the count finished before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:   # never leave a measuring process behind
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     res = wcetfit("count", str(victim), "--json", str(victim / "c.json"))

@@ -337,6 +337,12 @@ class _Flow:
                 entry.append(i)
             else:
                 back.append(i)
+        if not getattr(lp, "reducible", True):
+            # An irreducible loop is also entered at blocks other than its header: every
+            # edge from outside the body into it is an entry (else the bound would forbid
+            # real paths and be unsafe).
+            entry = [i for a in body for i in self.ins.get(a, ())
+                     if self.edges[i][0] == SOURCE or self.edges[i][0] not in body]
         return back, entry
 
     def conservation_matrix(self) -> np.ndarray:

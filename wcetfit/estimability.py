@@ -3,6 +3,9 @@
 Pure linear algebra on the normal matrix G = XᵀWX of the design X = [counts | config
 indicators] (one column per distinct block column and one per probe configuration's
 overhead ε).  No data passes here: :mod:`wcetfit.fit` accumulates G and hands it over.
+G is the one with integer row weights (exact); estimates under float row weights are
+solved on its row space by :func:`row_space_solver`, so the rank is never decided on a
+weighted matrix.
 
 A combination c·θ is *estimable* iff c lies in the row space of X, i.e. iff the null-space
 projector Q = I − X⁺X annihilates it.  Block k alone is estimable iff Q[k,k] = 0.  The
@@ -178,6 +181,80 @@ def analyze(gram: np.ndarray, noise_ratio: float = 0.0,
         comps.sort(key=lambda c: int(c[0]))
     return Analysis(d, lam, rank, sigma_max, sigma_tol, Vr, V0, Q, q_tol, estimable,
                     tuple(comps), (lam, vec))
+
+
+@dataclass(frozen=True)
+class RowSpaceSolver:
+    """Least squares of one normal matrix on a row space decided beforehand.
+
+    The rank and the row space come from an :class:`Analysis` of the *unweighted*
+    (exact integer) normal matrix; the estimates may come from a weighted one, XᵀWX with
+    W > 0 on the same rows.  Positive weights do not change the row space, only how the
+    rows are balanced, so the weighted problem is solved on that space alone: no rank
+    decision is ever taken on the (inexact, float) weighted matrix.
+
+    Coordinates: θ = scale·(V·y) with V [p, r] orthonormal and the weighted normal
+    matrix diagonal there (scale·G·scale restricted to V is diag(lam)).  ``scale`` is the
+    weighted matrix's own column equilibration (weights spanning orders of magnitude
+    shift the columns' norms as much), V spans the analysis's row space in those scaled
+    coordinates.  Without weights this is the analysis's own (scale, Vr, λ)."""
+
+    scale: np.ndarray          # [p]
+    V: np.ndarray              # [p, r], orthonormal columns
+    lam: np.ndarray            # [r], > 0
+    clamped: int = 0           # eigenvalues raised to the numerical floor (see below)
+
+    @property
+    def rank(self) -> int:
+        return int(self.lam.size)
+
+    def solve(self, rhs: np.ndarray) -> np.ndarray:
+        """The least-squares solution inside the row space (= the minimum-norm one in the
+        analysis's scaled coordinates), unscaled."""
+        d = self.scale
+        return d * (self.V @ ((self.V.T @ (d * rhs)) / self.lam))
+
+    def pinv_scaled(self) -> np.ndarray:
+        """(scale·G·scale)⁺ on the row space: unscaled G⁺ = scale·this·scale."""
+        return (self.V / self.lam) @ self.V.T
+
+    def coordinates(self, theta: np.ndarray) -> np.ndarray:
+        """y with θ = scale·V·y (θ's row-space part)."""
+        return self.V.T @ (theta / self.scale)
+
+
+def row_space_solver(an: Analysis, gram: np.ndarray | None = None) -> RowSpaceSolver:
+    """Solver for ``gram`` (a weighted normal matrix of the same rows, or None for the
+    analysed one itself) on ``an``'s row space.
+
+    Numerics: ``gram`` is equilibrated by its own diagonal, the row space (``an.Vr`` in
+    ``an``'s scaling) is re-expressed in that scaling and orthonormalized (QR), and the
+    r×r restriction is diagonalized.  Its eigenvalues are ≥ the weighted matrix's r-th
+    largest, which is > 0 in exact arithmetic; one below the eigensolver's error
+    (100·r·eps·λ_max) means the weights starve a direction the unweighted rows
+    determine: it is raised to that floor (counted in ``clamped``) rather than divided
+    by noise."""
+    r = an.rank
+    if gram is None or r == 0:
+        lam = an.eigvals[an.eigvals.size - r:]
+        return RowSpaceSolver(an.scale, an.Vr, lam)
+    diag = np.diag(gram).copy()
+    if np.any(diag <= 0):
+        raise ValueError("row_space_solver() needs columns with a nonzero weighted norm")
+    dw = 1.0 / np.sqrt(diag)
+    W = (an.scale / dw)[:, None] * an.Vr
+    Qw, _ = np.linalg.qr(W)
+    gs = gram * dw[:, None] * dw[None, :]
+    A = Qw.T @ gs @ Qw
+    A = 0.5 * (A + A.T)
+    lam, U = np.linalg.eigh(A)
+    floor = 100.0 * r * EPS * max(float(lam[-1]), 0.0)
+    low = lam <= floor
+    if low.any():
+        log.warning("%d direction(s) of the row space are numerically lost under the row "
+                    "weights: their eigenvalue is raised to the numerical floor", int(low.sum()))
+        lam = np.where(low, max(floor, 1e-300), lam)
+    return RowSpaceSolver(dw, Qw @ U, lam, int(low.sum()))
 
 
 def component_spaces(an: Analysis, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

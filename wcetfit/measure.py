@@ -78,6 +78,7 @@ class TimeSet:
     migrated: int                 # samples discarded because the call changed CPU
     environment: dict[str, Any] = field(default_factory=dict)
     failures: tuple[InputFailure, ...] = ()
+    done: np.ndarray | None = None   # bool [inputs, repeats]: measured (NaN may be discarded)
 
 
 def _failures_to_json(failures: Sequence[InputFailure]) -> list[dict[str, Any]]:
@@ -148,8 +149,9 @@ def save_times(store: Store, ts: TimeSet) -> None:
     meta = {"kind": "times", "function": ts.function, "seed": ts.seed, "method": ts.method,
             "tsc_hz": ts.tsc_hz, "migrated": ts.migrated, "environment": ts.environment,
             "machine": machine_fingerprint(), "failures": _failures_to_json(ts.failures)}
+    done = ts.done if ts.done is not None else np.isfinite(ts.ticks)
     store.save(times_name(ts.function, ts.seed, ts.method, ts.ticks.shape[1]), meta,
-               {"indices": ts.indices, "ticks": ts.ticks})
+               {"indices": ts.indices, "ticks": ts.ticks, "done": done})
 
 
 def load_times(store: Store, function: str, seed: int, method: str,
@@ -160,7 +162,8 @@ def load_times(store: Store, function: str, seed: int, method: str,
     meta, arrays = got
     return TimeSet(function, seed, arrays["indices"], arrays["ticks"], meta["method"],
                    float(meta["tsc_hz"]), int(meta["migrated"]), meta.get("environment", {}),
-                   tuple(_failures_from_json(meta["failures"])))
+                   tuple(_failures_from_json(meta["failures"])),
+                   arrays.get("done", np.isfinite(arrays["ticks"])))
 
 
 class _Saver:
@@ -234,13 +237,15 @@ def prototype_name(harness: Any, function: str) -> str:
 class _TimingWorker:
     """Child-process side of the timing run: the original code, pinned, restored args."""
 
-    def __init__(self, target: Target, functions: Sequence[tuple[str, int]], method: str):
+    def __init__(self, target: Target, functions: Sequence[tuple[str, int]], method: str,
+                 repeats: int | None = None):
         from wcetfit import tsc
         from wcetfit.loader import load_binary
         from wcetfit.thunk import build_harness
 
         self.target = target
         self.method = method
+        self.repeats = target.measure.repeats if repeats is None else repeats
         self.harness = build_harness(target.prototype, target.cdef)
         self.generate = load_inputs_module(target)
         binary = load_binary(target.binary)
@@ -260,7 +265,7 @@ class _TimingWorker:
             args = generate_input(self.generate, self.target, self.harness.ffi, name, index)
             pack = self.harness.pack(proto, args)
             start(describe_args(self.harness.ffi, args))
-            timed = time_input(self.harness, proto, address, pack, m.repeats, m.warmup,
+            timed = time_input(self.harness, proto, address, pack, self.repeats, m.warmup,
                                self.method)
             out[name] = (timed.ticks, timed.migrated)
         return out
@@ -278,7 +283,14 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
               progress: Progress | None = None) -> dict[str, TimeSet]:
     """Time every input of every measured function (name → link-time address).
 
-    Inputs already in the store are not measured again; results are saved as they come.
+    Repeats are taken in passes, not back to back: pass r times each input once (after
+    ``warmup`` untimed calls of that same input), then pass r+1 starts over.  On a
+    shared machine the speed drifts for seconds at a time (another process, the host):
+    with back-to-back repeats one input would get all its repeats in a slow episode and
+    look like a slow input; spread over passes, a slow episode touches one repeat of
+    many inputs, and the repeat statistic (wcetfit.robust) sets it aside as a disturbed
+    call.  Repeats already in the store are not measured again; results are saved as
+    they come.
     """
     from wcetfit import tsc
 
@@ -287,44 +299,49 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     log.info("timing method %s (%s)", method, why)
     tsc_hz = tsc.tsc_frequency().hz
     env = tsc.environment(method).to_dict()
-    wanted = np.arange(m.inputs)
-
-    rows: dict[str, dict[int, np.ndarray]] = {f: {} for f in functions}
+    n = m.inputs
+    ticks = {f: np.full((n, m.repeats), np.nan) for f in functions}
+    done = np.zeros((n, m.repeats), dtype=bool)
     migrated = {f: 0 for f in functions}
     failures: list[InputFailure] = []
     for f in functions:
         old = load_times(store, f, m.seed, method, m.repeats)
-        if old is not None:
-            rows[f].update({int(i): old.ticks[k] for k, i in enumerate(old.indices)})
-            migrated[f] = old.migrated
-            failures.extend(x for x in old.failures if x not in failures)
-    failed = {x.index for x in failures}
-    first = next(iter(functions))
-    todo = [int(i) for i in wanted if int(i) not in rows[first] and int(i) not in failed]
+        if old is None:
+            continue
+        keep = old.indices < n
+        ticks[f][old.indices[keep]] = old.ticks[keep]
+        done[old.indices[keep]] |= old.done[keep]
+        migrated[f] = old.migrated
+        failures.extend(x for x in old.failures if x not in failures)
 
     def snapshot() -> dict[str, TimeSet]:
-        out = {}
-        for f in functions:
-            idx = np.array(sorted(rows[f]), dtype=np.int64)
-            ticks = (np.stack([rows[f][i] for i in idx]) if len(idx)
-                     else np.zeros((0, m.repeats)))
-            out[f] = TimeSet(f, m.seed, idx, ticks, method, tsc_hz, migrated[f], env,
-                             tuple(failures))
-        return out
+        measured = np.flatnonzero(done.any(axis=1))
+        return {f: TimeSet(f, m.seed, measured.astype(np.int64), ticks[f][measured], method,
+                           tsc_hz, migrated[f], env, tuple(failures), done[measured])
+                for f in functions}
 
     def save() -> None:
         for ts in snapshot().values():
             save_times(store, ts)
 
-    def store_result(index: int, result: dict[str, tuple[np.ndarray, int]]) -> None:
-        for f, (ticks, mig) in result.items():
-            rows[f][index] = ticks
-            migrated[f] += mig
+    for r in range(m.repeats):
+        failed = {x.index for x in failures}
+        todo = [i for i in range(n) if not done[i, r] and i not in failed]
+        if not todo:
+            continue
 
-    _measure_saving(lambda: _TimingWorker(target, list(functions.items()), method), todo,
-                    timeout=m.timeout * (m.repeats + m.warmup + 1), store_result=store_result,
-                    failures=failures, save=save, done=lambda: len(rows[first]),
-                    wanted=len(wanted), progress=progress)
+        def store_result(index: int, result: dict[str, tuple[np.ndarray, int]],
+                         r: int = r) -> None:
+            for f, (row, mig) in result.items():
+                ticks[f][index, r] = row[0]
+                migrated[f] += mig
+            done[index, r] = True
+
+        _measure_saving(lambda: _TimingWorker(target, list(functions.items()), method,
+                                              repeats=1), todo,
+                        timeout=m.timeout * (m.warmup + 2), store_result=store_result,
+                        failures=failures, save=save, done=lambda: int(done.sum()),
+                        wanted=n * m.repeats, progress=progress)
     return snapshot()
 
 

@@ -134,8 +134,10 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     floor = max(min_quanta * (fit.quantum_ticks or 1.0),
                 long_share * float(np.nanmax(predicted, initial=0.0)))
     rows = used & np.isfinite(predicted) & (predicted >= floor)
-    if rows.sum() < 10:   # too few long calls: use every call that is not tiny
-        rows = used & np.isfinite(predicted) & (predicted >= min_quanta * (fit.quantum_ticks or 1))
+    if rows.sum() < 10:
+        # a short function: every call is "short", so take them all but the ones within
+        # two TSC steps of nothing (their relative excess is pure quantization)
+        rows = used & np.isfinite(predicted) & (predicted >= 2 * (fit.quantum_ticks or 1))
     if not rows.any():
         return 0.0
     calls = np.where(summary.keep[rows], system.ticks[rows], np.nan)

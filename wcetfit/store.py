@@ -30,20 +30,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from wcetfit.elfinfo import sha256_file
 from wcetfit.errors import StoreError
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 STORE_FILE = "store.json"
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def sha256_text(text: str) -> str:

@@ -43,8 +43,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequenc
 import numpy as np
 
 from wcetfit.errors import MeasurementError, SelfCheckError
-from wcetfit.loader import (PROT_EXEC, PROT_READ, PAGE, LoadedBinary, NearMemory, alloc_near,
-                            load_binary)
+from wcetfit.loader import (PROT_EXEC, PROT_READ, PAGE, LoadedBinary, NearMemory,
+                            WritableData, alloc_near, load_binary)
 from wcetfit.model import FunctionModel, hexaddr
 from wcetfit.relocate import CopyPlan, closure, plan_copy
 
@@ -536,27 +536,6 @@ def check_trace(models: Mapping[str, FunctionModel], plan: CopyPlan, trace: np.n
 
 # --- the per-input procedure -------------------------------------------------------------------
 
-class _WritableData:
-    """The binary's writable pages: saved before the copy runs, restored for the original."""
-
-    def __init__(self, binary: LoadedBinary) -> None:
-        lo, hi = binary.span()
-        self.ranges: list[tuple[int, int]] = []
-        with open("/proc/self/maps") as fh:
-            for line in fh:
-                parts = line.split()
-                a, b = (int(x, 16) for x in parts[0].split("-"))
-                if lo <= a and b <= hi and parts[1][1] == "w":
-                    self.ranges.append((a, b - a))
-
-    def save(self) -> list[bytes]:
-        return [ctypes.string_at(a, n) for a, n in self.ranges]
-
-    def restore(self, saved: list[bytes]) -> None:
-        for (a, n), data in zip(self.ranges, saved):
-            ctypes.memmove(a, data, n)
-
-
 def _same_value(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return a == b or (a != a and b != b)
@@ -584,7 +563,7 @@ class Counter:
         self._flow = {name: FlowStructure(copy.models[name], copy.plan.slots[name].blocks,
                                           name not in self._transfers.inexact)
                       for name in copy.plan.functions}
-        self._data = _WritableData(copy.binary)
+        self._data = WritableData(copy.binary)
 
     def count(self, index: int, pack: Any, fresh_pack: Any | None = None,
               start: Callable[[], None] | None = None) -> CountResult:

@@ -326,3 +326,26 @@ def alloc_near(lo: int, hi: int, size: int) -> NearMemory:
             return NearMemory(addr, size)
     raise MeasurementError(f"no free address range of {size} bytes within ±2 GiB of "
                            f"{lo:#x}-{hi:#x}")
+
+
+class WritableData:
+    """The binary's writable pages in this process: saved before one call and restored
+    before another, so two calls (the instrumented copy and the original, or a probed
+    call and its reference) start from the same global state."""
+
+    def __init__(self, binary: LoadedBinary) -> None:
+        lo, hi = binary.span()
+        self.ranges: list[tuple[int, int]] = []
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                parts = line.split()
+                a, b = (int(x, 16) for x in parts[0].split("-"))
+                if lo <= a and b <= hi and parts[1][1] == "w":
+                    self.ranges.append((a, b - a))
+
+    def save(self) -> list[bytes]:
+        return [ctypes.string_at(a, n) for a, n in self.ranges]
+
+    def restore(self, saved: list[bytes]) -> None:
+        for (a, n), data in zip(self.ranges, saved):
+            ctypes.memmove(a, data, n)

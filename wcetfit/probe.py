@@ -80,6 +80,7 @@ import numpy as np
 
 from wcetfit import x86enc as enc
 from wcetfit.errors import MeasurementError, NativeBuildError, RelocationError
+from wcetfit.loader import WritableData  # re-exported: probe_run imports it from here
 from wcetfit.model import FunctionModel, hexaddr
 from wcetfit.split import (KIND_START, KIND_STOP, MECH_DIRECT, MECH_EDGE, MECH_WRAPPER,
                            SITE_BLOCK, SITE_ENTRY, SITE_RETURN, Probe)
@@ -986,28 +987,6 @@ class RestoreTable:
 # =========================================================================================
 # the binary's writable data (for the differential check)
 # =========================================================================================
-
-class WritableData:
-    """The binary's writable pages: saved before a reference call, restored after, so
-    the probed call starts from the same global state (as the count run does)."""
-
-    def __init__(self, binary: Any) -> None:
-        lo, hi = binary.span()
-        self.ranges: list[tuple[int, int]] = []
-        with open("/proc/self/maps") as fh:
-            for line in fh:
-                parts = line.split()
-                a, b = (int(x, 16) for x in parts[0].split("-"))
-                if lo <= a and b <= hi and parts[1][1] == "w":
-                    self.ranges.append((a, b - a))
-
-    def save(self) -> list[bytes]:
-        return [ctypes.string_at(a, n) for a, n in self.ranges]
-
-    def restore(self, saved: list[bytes]) -> None:
-        for (a, n), data in zip(self.ranges, saved):
-            ctypes.memmove(a, data, n)
-
 
 def differential_check(probe: InstalledProbe, harness: Any, function: str, pack: Any,
                        original: int, data: WritableData | None = None,

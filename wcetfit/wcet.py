@@ -776,9 +776,9 @@ class WcetResult:
     recursion: Mapping[str, int]               # function → depth used
     warnings: tuple[str, ...] = ()
     relations: tuple[CountRelation, ...] = ()  # observed, not forced by the CFG, applied
-    # Largest relative excess of one undisturbed timed call over its predicted time in
-    # the training data (see wcetfit.pipeline.call_dispersion): the fit predicts the mean
-    # of a call, a WCET must cover single calls.
+    # Relative excess of one undisturbed timed call over its predicted time, exceeded with
+    # probability ≤ 1e-6 per call (see wcetfit.pipeline.call_dispersion): the fit predicts
+    # the mean of a call, a WCET must cover single calls.
     dispersion: float = 0.0
 
     @property

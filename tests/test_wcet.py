@@ -593,3 +593,21 @@ def test_observed_relations_exact_and_keep_ipet_in_observed_span():
     rows0 = [row + [0] for row in rows]
     rel0 = observed_relations(np.array(rows0), [0x10, 0x20, 0x30, 0x40, 0x50])
     assert all(a != 0x50 for r in rel0 for a, _ in r.coefficients)
+
+
+def test_tree_recursion_bounded_by_observed_activations_when_smaller():
+    # root m calls t once; t is a tree recursion (two self-calls per activation)
+    t = make_fn("t", 0x7000, 4, [(0, 1), (1, 2), (2, 3), (0, 3)], [3],
+                calls=[(1, CALL_INTERNAL, 0x7000, "t"), (2, CALL_INTERNAL, 0x7000, "t")])
+    m = make_fn("m", 0x1000, 2, [(0, 1)], [1], calls=[(0, CALL_INTERNAL, 0x7000, "t")])
+    fns = {"m": m, "t": t}
+    costs = {"m": costs_of(m, [5, 5]), "t": costs_of(t, [1, 1, 1, 1])}
+    by_depth = wcet_bound(fns, "m", costs, {}, {"t": 8})
+    # depth 8: 2^8 - 1 activations of t; the inputs never made more than 7
+    with_obs = wcet_bound(fns, "m", costs, {}, {"t": 8}, activation_bounds={"t": 7})
+    assert with_obs.bound_ticks == 10 + 7 * 4          # 7 activations × (1+1+1+1) own work
+    assert with_obs.bound_ticks < by_depth.bound_ticks
+    assert any("observed" in w for w in with_obs.warnings)
+    # an observed count larger than the depth allows changes nothing
+    big = wcet_bound(fns, "m", costs, {}, {"t": 8}, activation_bounds={"t": 10**6})
+    assert big.bound_ticks == by_depth.bound_ticks

@@ -110,9 +110,10 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
 
 def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
                     min_quanta: float = 40.0) -> float:
-    """Relative excess of one undisturbed timed call over its predicted time that single
-    calls exceed with probability at most ~1e-6 (:func:`gumbel_quantile`, and at least
-    the largest seen).
+    """Relative excess of one undisturbed timed call over its predicted time: the worst
+    misfit of an input's mean seen, times the call-to-call excess over an input's mean
+    that single calls pass with probability at most ~1e-6 (:func:`gumbel_quantile`, and
+    at least the largest seen).
 
     The fit predicts the mean time of a call with given counts; a single call of the
     same input runs longer or shorter (branch predictor and cache state, the core clock
@@ -142,12 +143,21 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
         rows = used & np.isfinite(predicted) & (predicted >= 2 * (fit.quantum_ticks or 1))
     if not rows.any():
         return 0.0
+    # Two different things make a call exceed its prediction, and they extrapolate
+    # differently: the model's misfit for an input (its mean over the prediction:
+    # data-dependent costs; a property of the input, bounded by the worst seen, like an
+    # observed loop bound), and the call's own noise around its input's mean (random from
+    # call to call: extrapolated to the 1e-6 quantile by extreme-value theory).
+    means = summary.value[rows]
+    misfit = means / predicted[rows]
     calls = np.where(summary.keep[rows], system.ticks[rows], np.nan)
-    ratios = (calls / predicted[rows, None]).ravel()
-    ratios = ratios[np.isfinite(ratios)]
-    if ratios.size == 0:
+    noise = (calls / means[:, None]).ravel()
+    noise = noise[np.isfinite(noise)]
+    misfit = misfit[np.isfinite(misfit)]
+    if noise.size == 0 or misfit.size == 0:
         return 0.0
-    excess = max(float(ratios.max()), gumbel_quantile(ratios)) - 1.0
+    per_call = max(float(noise.max()), gumbel_quantile(noise))
+    excess = max(1.0, float(misfit.max())) * per_call - 1.0
     return float(max(0.0, excess))
 
 

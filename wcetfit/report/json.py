@@ -37,10 +37,10 @@ Layout::
 ``ipet_ticks`` is the bound: (``point_ticks`` (Σ cost·count on the worst-case path with the
 fit's point costs, plus the overhead ε for the root) + ``margin_ticks`` (the fit's 95%
 critical value × the standard error of that path's predicted time; null without a
-covariance)) × (1 + ``dispersion``), the relative excess over its prediction that one
-undisturbed call exceeds with probability ≤ 1e-6 (a Gumbel law fitted to block maxima of
-the measured calls, at least the largest excess seen; root only); ``dispersion_ticks`` is
-what that factor adds.
+covariance)) × (1 + ``dispersion``): the worst misfit of an input's mean over its
+prediction seen, times the call-to-call excess over an input's mean passed with
+probability ≤ 1e-6 (a Gumbel law fitted to block maxima of the measured calls, at least
+the largest seen); root only.  ``dispersion_ticks`` is what that factor adds.
 ``max_observed_ticks`` is the largest per-input median over the timed repeats.
 """
 

@@ -26,3 +26,24 @@ def test_quantile_lies_beyond_what_was_seen_for_long_tails_and_falls_back_when_f
     assert q < calls.max() + 0.1    # but not absurdly so for a light (normal) tail
     few = calls[:100]
     assert gumbel_quantile(few) == few.max()
+
+
+def test_call_dispersion_is_worst_misfit_times_call_noise_quantile():
+    from types import SimpleNamespace
+
+    from wcetfit.pipeline import call_dispersion
+
+    rng = np.random.default_rng(5)
+    n, r = 400, 10
+    pred = rng.uniform(20_000, 40_000, n)
+    misfit = rng.uniform(0.95, 1.10, n)                  # per input, data-dependent
+    noise = 1 + np.abs(rng.normal(0, 0.005, (n, r)))     # per call
+    ticks = np.round(pred[:, None] * misfit[:, None] * noise / 26) * 26
+    system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)))
+    fit = SimpleNamespace(quantum_ticks=26.0, rejected=(),
+                          predict=lambda counts, unknown="zero": pred)
+    d = call_dispersion(system, fit)
+    seen = (ticks / pred[:, None]).max() - 1
+    assert d >= seen                                     # covers every call measured
+    assert d < misfit.max() * 1.06 - 1                   # misfit is not extrapolated
+    assert d > misfit.max() - 1

@@ -53,7 +53,9 @@ def emit(analyses: Sequence[Any], args: argparse.Namespace) -> None:
     from wcetfit.cli.common import write_json
     from wcetfit.report import html, json as report_json, text
 
-    console = Console(file=sys.stderr if args.json == "-" else sys.stdout)
+    out = sys.stderr if args.json == "-" else sys.stdout
+    # A file or a pipe gets lines wide enough for the block table (a terminal its own width).
+    console = Console(file=out, width=None if out.isatty() else 140)
     for a in analyses:
         text.render(a.report, console, max_blocks=args.max_blocks)
     if args.json:

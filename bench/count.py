@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.figures import fig as _fig
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ["adpcm", "crc", "isort", "bsearch", "fir", "matmul", "statemachine", "calls",
            "chain"]
@@ -37,12 +39,6 @@ REPEATS = 15
 BP_MAX_HITS = 4000
 
 
-def _fig(figure: str, value: float, unit: str, goal: str | None = None,
-         ok: bool | None = None, reference: str | None = None) -> dict:
-    fig = {"figure": figure, "value": value, "unit": unit, "goal": goal, "ok": ok}
-    if reference:
-        fig["reference"] = reference
-    return fig
 
 
 def _models(path: str, roots: list[str]) -> dict:

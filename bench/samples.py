@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.figures import fig as _fig
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ["adpcm", "crc", "isort", "bsearch", "fir", "matmul", "statemachine", "calls",
            "chain"]
@@ -42,10 +44,6 @@ FRESH_REPEATS = 5
 FRESH_SEED = 1001
 
 
-def _fig(figure, value, unit, goal=None, ok=None, **extra):  # type: ignore[no-untyped-def]
-    d = {"figure": figure, "value": value, "unit": unit, "goal": goal, "ok": ok}
-    d.update(extra)
-    return d
 
 
 def _scratch(sample: str, tmp: str) -> str:

@@ -31,19 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from bench.figures import fig as _fig
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INPUTS = 500             # per real target: the samples' own [measure] inputs
 
 
-def _fig(figure: str, value: Any, unit: str, goal: str | None = None,
-         ok: bool | None = None, **extra: Any) -> dict[str, Any]:
-    d = {"figure": figure, "value": value, "unit": unit}
-    if goal is not None:
-        d["goal"] = goal
-    if ok is not None:
-        d["ok"] = bool(ok)
-    d.update(extra)
-    return d
 
 
 # --- synthetic ---------------------------------------------------------------------------------

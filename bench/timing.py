@@ -9,13 +9,7 @@ from __future__ import annotations
 
 import json
 
-
-def _fig(figure: str, value: float, unit: str, goal: str | None = None,
-         ok: bool | None = None, reference: str | None = None) -> dict:
-    fig = {"figure": figure, "value": value, "unit": unit, "goal": goal, "ok": ok}
-    if reference:
-        fig["reference"] = reference
-    return fig
+from bench.figures import fig as _fig
 
 
 def run() -> list[dict]:

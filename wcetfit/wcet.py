@@ -832,43 +832,16 @@ def call_graph(functions: Mapping[str, FunctionModel], root: str) -> dict[str, l
 
 
 def _sccs(graph: Mapping[str, list[str]], root: str) -> list[list[str]]:
-    """Strongly connected components, callees first (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on: set[str] = set()
-    stack: list[str] = []
-    out: list[list[str]] = []
-    counter = 0
-    work: list[tuple[str, int]] = [(root, 0)]
-    while work:
-        v, i = work.pop()
-        if i == 0:
-            index[v] = low[v] = counter
-            counter += 1
-            stack.append(v)
-            on.add(v)
-        succ = graph[v]
-        if i < len(succ):
-            work.append((v, i + 1))
-            w = succ[i]
-            if w not in index:
-                work.append((w, 0))
-            elif w in on:
-                low[v] = min(low[v], index[w])
-            continue
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            out.append(sorted(comp))
-        if work:
-            parent = work[-1][0]
-            low[parent] = min(low[parent], low[v])
-    return out
+    """Strongly connected components of the call graph reachable from ``root``, callees
+    before their callers (reverse topological order of the condensation)."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_node(root)
+    g.add_edges_from((v, w) for v, ws in graph.items() for w in ws)
+    g = g.subgraph(nx.descendants(g, root) | {root})
+    cond = nx.condensation(g)
+    return [sorted(cond.nodes[c]["members"]) for c in reversed(list(nx.topological_sort(cond)))]
 
 
 def _find_cycle(graph: Mapping[str, list[str]], comp: list[str]) -> list[str]:

@@ -151,7 +151,7 @@ def _coexec_target(dest: str) -> str:
     return d
 
 
-def auto_split(target_dir: str, *, max_rounds: int = 4, max_probes: int = 40,
+def auto_split(target_dir: str, *, max_rounds: int = 6, max_probes: int = 40,
                inputs: int = INPUTS) -> dict[str, Any]:
     """count --trace, time, then split --auto, through the library."""
     from wcetfit import split as S
@@ -179,10 +179,17 @@ def auto_split(target_dir: str, *, max_rounds: int = 4, max_probes: int = 40,
         rounds += 1
         probes_now, _why = R.next_probes(st, summary, previous, max_probes=max_probes)
         previous = summary
-    cmp_total = S.compare_fits(before, summary)
+    last = st.latest
+    # the estimates whole calls determine: the final joint fit against the last round's
+    # whole calls alone (same session), and — for scale — the timing run's whole calls
+    # against those (two sessions minutes apart: the machine's drift)
+    against = last.baseline if last is not None and last.baseline else before
     return {"function": fn, "before": before, "after": summary, "rounds": rounds,
             "probes": probes, "seconds": time.monotonic() - t0,
-            "disagreements": cmp_total["disagreements"], "state": st,
+            "disagreements": S.disagreements(against, summary),
+            "round_disagreements": disagreements,
+            "drift": S.disagreements(before, against) if against is not before else [],
+            "excluded": sorted(st.excluded_keys), "state": st,
             "unprobeable": len(st.unprobeable)}
 
 
@@ -257,8 +264,17 @@ def _sample(name: str, tmp: str) -> list[dict[str, Any]]:
         _fig(f"{name}: blocks estimable alone before/after", f"{e0}/{e1} of {n}", "blocks"),
         _fig(f"{name}: rounds / probes / time",
              f"{out['rounds']}/{out['probes']}/{out['seconds']:.1f}", "rounds/probes/s"),
-        _fig(f"{name}: previously estimable quantities outside the new intervals",
-             len(out["disagreements"]), "blocks", "0", not out["disagreements"]),
+        _fig(f"{name}: estimable-before blocks outside their intervals after splitting",
+             len(out["disagreements"]), "blocks", "0", not out["disagreements"],
+             reference="final joint fit vs the same session's whole calls alone",
+             detail=[f"{d['address']}: {d['before']:.1f} → {d['after']:.1f} "
+                     f"(±{d['combined_ci95']:.1f})" for d in out["disagreements"]]),
+        _fig(f"{name}: probes left out as inconsistent with the whole calls",
+             len(out["excluded"]), "probes", reference=", ".join(out["excluded"]) or "-"),
+        _fig(f"{name}: timing run vs split session, whole calls alone: blocks outside "
+             "their intervals", len(out["drift"]), "blocks",
+             reference="the machine's drift between two sessions minutes apart, not the "
+                       "probes: for scale"),
         _fig(f"{name}: probe points that cannot be patched", out["unprobeable"], "probes"),
     ]
 

@@ -1072,6 +1072,13 @@ class Round:
     tsc_hz: float | None = None
     notes: tuple[str, ...] = ()
     failures: tuple[dict[str, Any], ...] = ()
+    # The fit of this round's whole calls alone (same session, no probe rows): what the
+    # joint fit must agree with on the quantities whole calls already determine.
+    baseline: Mapping[str, Any] | None = None
+    # Probes measured in this round whose rows disagree with that baseline (each
+    # removal brought estimates back inside their intervals): left out of the fit and
+    # not measured again.
+    excluded: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -1096,7 +1103,9 @@ class Round:
             "time_s": self.time_s, "created": self.created,
             "based_on": list(self.based_on), "notes": list(self.notes),
             "failures": list(self.failures),
+            "excluded": list(self.excluded),
             "fit": self.fit,
+            "fit_whole_calls_only": self.baseline,
         }
         if stale is not None:
             d["stale_fit"] = bool(stale)
@@ -1139,6 +1148,7 @@ def save_round(store: Any, rnd: Round) -> None:
             "based_on": list(rnd.based_on), "time_s": rnd.time_s,
             "created": rnd.created or _dt.datetime.now().isoformat(timespec="seconds"),
             "tsc_hz": rnd.tsc_hz, "notes": list(rnd.notes), "failures": list(rnd.failures),
+            "baseline": rnd.baseline, "excluded": list(rnd.excluded),
             "machine": machine_fingerprint()}
     store.save(rnd.name, meta, arrays)
 
@@ -1165,7 +1175,8 @@ def load_round(store: Any, number: int) -> Round | None:
                  fit=meta.get("fit"), based_on=tuple(meta.get("based_on", ())),
                  time_s=float(meta.get("time_s", 0.0)), created=meta.get("created", ""),
                  tsc_hz=meta.get("tsc_hz"), notes=tuple(meta.get("notes", ())),
-                 failures=tuple(meta.get("failures", ())))
+                 failures=tuple(meta.get("failures", ())), baseline=meta.get("baseline"),
+                 excluded=tuple(meta.get("excluded", ())))
 
 
 def load_rounds(store: Any, function: str | None = None, seed: int | None = None
@@ -1233,15 +1244,42 @@ def multi_block_groups(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
             if sum(1 for b in g["blocks"] if b.startswith("0x")) > 1]
 
 
-def compare_fits(before: Mapping[str, Any] | None, after: Mapping[str, Any]
-                 ) -> dict[str, Any]:
+def disagreements(reference: Mapping[str, Any], after: Mapping[str, Any]
+                  ) -> list[dict[str, Any]]:
+    """Blocks estimable alone in both fits whose estimates differ by more than the
+    combined 95 % interval (the two half-widths added in quadrature)."""
+    after_blocks = {b["address"]: b for b in after["blocks"]}
+    out = []
+    for b0 in reference["blocks"]:
+        a = b0["address"]
+        b1 = after_blocks.get(a)
+        if not b1 or not (b0["estimable"] and b1["estimable"]):
+            continue
+        if b0["cost_ticks"] is None or b1["cost_ticks"] is None:
+            continue
+        half = math.hypot(b0["ci95_ticks"] or 0.0, b1["ci95_ticks"] or 0.0)
+        diff = b1["cost_ticks"] - b0["cost_ticks"]
+        if abs(diff) > half:
+            out.append({"address": a, "before": b0["cost_ticks"], "after": b1["cost_ticks"],
+                        "difference": diff, "combined_ci95": half})
+    return out
+
+
+def compare_fits(before: Mapping[str, Any] | None, after: Mapping[str, Any],
+                 baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What changed from one fit summary to the next: groups separated, blocks newly
-    estimable, and estimable-before quantities that moved beyond their intervals."""
+    estimable, and estimable-before quantities that moved beyond their intervals.
+
+    ``baseline``: the fit of the same session's whole calls alone.  When given, the
+    disagreements are measured against it rather than against ``before``: a fit from
+    another session differs by the machine's drift between sessions (tens of percent
+    on a shared VM), which says nothing about whether the probes' rows are consistent
+    with the whole calls."""
     after_blocks = {b["address"]: b for b in after["blocks"]}
     if before is None:
         return {"separated": [], "newly_estimable": [b["address"] for b in after["blocks"]
                                                      if b["estimable"]],
-                "disagreements": []}
+                "disagreements": disagreements(baseline, after) if baseline else []}
     before_blocks = {b["address"]: b for b in before["blocks"]}
     newly = [a for a, b in after_blocks.items()
              if b["estimable"] and not before_blocks.get(a, {}).get("estimable", False)]
@@ -1256,21 +1294,11 @@ def compare_fits(before: Mapping[str, Any] | None, after: Mapping[str, Any]
         if now_alone or len(now_groups) > 1:
             separated.append({"group": g["id"], "blocks": g["blocks"],
                               "now_estimable": now_alone, "now_in_groups": now_groups})
-    disagreements = []
-    for a, b0 in before_blocks.items():
-        b1 = after_blocks.get(a)
-        if not b1 or not (b0["estimable"] and b1["estimable"]):
-            continue
-        if b0["cost_ticks"] is None or b1["cost_ticks"] is None:
-            continue
-        half = math.hypot(b0["ci95_ticks"] or 0.0, b1["ci95_ticks"] or 0.0)
-        diff = b1["cost_ticks"] - b0["cost_ticks"]
-        if abs(diff) > half:
-            disagreements.append({"address": a, "before": b0["cost_ticks"],
-                                  "after": b1["cost_ticks"], "difference": diff,
-                                  "combined_ci95": half})
     return {"separated": separated, "newly_estimable": newly,
-            "disagreements": disagreements}
+            "disagreements": disagreements(baseline if baseline is not None else before,
+                                           after),
+            "against": "same-session whole calls" if baseline is not None
+            else "previous fit"}
 
 
 def split_json(target: str, function: str, rounds: Sequence[Round],

@@ -12,12 +12,20 @@ the rows measured in round n — its whole calls and its timings of every active
 from sessions minutes apart are not mixed: on this kind of machine (a VM sharing its
 cores) the same call's time moves by tens of percent between sessions, while
 back-to-back timings agree to a few percent.
+
+Consistency.  Each round also fits its whole calls alone (the round's ``baseline``).
+Probe rows must not move what those rows determine: a probe's region (up to or from a
+first arrival) can run differently from the average call, e.g. a loop's first
+iteration with cold predictors.  A new probe whose rows pull such estimates beyond
+their intervals is left out of the fit (and recorded as excluded; it is not measured
+again), see :func:`inconsistent_probes`.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import logging
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
@@ -58,12 +66,19 @@ class SplitState:
         return self.rounds[-1] if self.rounds else None
 
     @property
+    def excluded_keys(self) -> set[str]:
+        """Probes a stored round found inconsistent with its whole calls."""
+        return {k for r in self.rounds for k in r.excluded}
+
+    @property
     def active_keys(self) -> list[str]:
-        """Probes introduced by a round still stored, in order of introduction."""
+        """Probes introduced by a round still stored and not excluded by one, in order
+        of introduction."""
         out: list[str] = []
+        gone = self.excluded_keys
         for r in self.rounds:
             for k in r.introduced:
-                if k not in out:
+                if k not in out and k not in gone:
                     out.append(k)
         return out
 
@@ -153,33 +168,90 @@ def place_all(st: SplitState) -> None:
     st.layouts, st.unprobeable = ok, bad
 
 
-def joint(st: SplitState) -> S.JointSystem:
-    """The rows of the current fit: the latest round's session, or the timing run."""
+def joint(st: SplitState, *, probes: bool = True,
+          leave_out: Sequence[str] = ()) -> S.JointSystem:
+    """The rows of the current fit: the latest round's session, or the timing run.
+
+    ``probes`` False: the whole calls alone; ``leave_out``: probe keys not to use."""
     rnd = st.latest
     if rnd is None or rnd.whole is None:
         return S.build_joint(st.columns, st.timing_indices, st.counts_of(st.timing_indices),
                              st.timing_ticks, st.traces, [])
-    active = set(st.active_keys)
+    active = set(st.active_keys) - set(leave_out)
     widx = [int(i) for i in rnd.whole.indices if int(i) in st.traces]
     keep = [k for k, i in enumerate(rnd.whole.indices) if int(i) in st.traces]
-    measured = [ct for ct in rnd.probes if ct.probe.key in active]
+    measured = [ct for ct in rnd.probes if ct.probe.key in active] if probes else []
     return S.build_joint(st.columns, np.asarray(widx, np.int64), st.counts_of(widx),
                          np.asarray(rnd.whole.ticks)[keep], st.traces, measured)
 
 
-def fit(st: SplitState) -> tuple[Any, S.JointSystem, dict[str, Any]]:
+def fit(st: SplitState, *, probes: bool = True, leave_out: Sequence[str] = (),
+        options: Any = None) -> tuple[Any, S.JointSystem, dict[str, Any]]:
     """The joint fit of the current rows (see :func:`joint`)."""
-    from wcetfit.fit import fit_function
+    from wcetfit.fit import FitOptions, fit_function
 
-    js = joint(st)
+    js = joint(st, probes=probes, leave_out=leave_out)
     res = fit_function(js.counts, js.ticks, js.addresses, config_ids=js.config_ids,
-                       tsc_hz=st.tsc_hz)
+                       tsc_hz=st.tsc_hz, options=options or FitOptions())
     return res, js, S.fit_summary(res, js)
+
+
+def _distance(reference: Mapping[str, Any], summary: Mapping[str, Any]) -> float:
+    """Sum of squared differences, in combined intervals, over the blocks estimable
+    alone in both fits: how far ``summary`` sits from ``reference`` as a whole."""
+    ref = {b["address"]: b for b in reference["blocks"]
+           if b["estimable"] and b["cost_ticks"] is not None}
+    total = 0.0
+    for b in summary["blocks"]:
+        r = ref.get(b["address"])
+        if r is None or not b["estimable"] or b["cost_ticks"] is None:
+            continue
+        half = math.hypot(r["ci95_ticks"] or 0.0, b["ci95_ticks"] or 0.0)
+        total += ((b["cost_ticks"] - r["cost_ticks"]) / max(half, 1e-9)) ** 2
+    return total
+
+
+def inconsistent_probes(st: SplitState, baseline: Mapping[str, Any],
+                        summary: Mapping[str, Any], candidates: Sequence[str], *,
+                        max_drop: int = 3) -> tuple[list[str], dict[str, Any]]:
+    """Probes whose rows pull estimates the same session's whole calls determine beyond
+    their intervals, and the fit without them.
+
+    A probe measures only up to (or from) the first arrival at its point: that part of
+    the call may run differently from the average the whole calls see (the loop's first
+    iteration with cold predictors, a rare branch taken once).  Greedily, the probe
+    whose removal leaves the least disagreement is left out, as long as that removal
+    helps, at most ``max_drop`` of them; only ``candidates`` (the probes new in this
+    round) are considered, so an earlier round's accepted probes stay."""
+    from wcetfit.fit import FitOptions
+
+    trial_options = FitOptions(folds=0, max_iterations=4)   # trials compare estimates only
+    dropped: list[str] = []
+    current = dict(summary)
+    dis = S.disagreements(baseline, current)
+    while dis and len(dropped) < max_drop:
+        best = None
+        for key in candidates:
+            if key in dropped:
+                continue
+            _r, _j, trial = fit(st, leave_out=dropped + [key], options=trial_options)
+            d = S.disagreements(baseline, trial)
+            score = (len(d), _distance(baseline, trial))
+            if best is None or score < best[0]:
+                best = (score, key, trial, d)
+        if best is None or best[0] >= (len(dis), _distance(baseline, current)):
+            break
+        _score, key, current, dis = best
+        dropped.append(key)
+        log.info("probe %s left out: its rows disagree with the whole calls", key)
+    if dropped:
+        _r, _j, current = fit(st, leave_out=dropped)      # with validation, as reported
+    return dropped, current
 
 
 def make_plan(st: SplitState, *, max_probes: int = 8, entry: bool = True,
               kinds: Sequence[str] = S.KINDS) -> S.Plan:
-    have = set(st.active_keys)
+    have = set(st.active_keys) | st.excluded_keys
     cands = [lay.probe for key, lay in st.layouts.items()
              if key not in have and lay.probe.kind in kinds
              and (entry or lay.probe.site != S.SITE_ENTRY)]
@@ -197,7 +269,7 @@ def precision_probes(st: SplitState, summary: Mapping[str, Any], *, max_probes: 
     first."""
     grouped = {int(a, 16) for g in summary.get("groups", []) if g.get("kind") != "unexecuted"
                for a in g["blocks"] if a.startswith("0x")}
-    have = set(st.active_keys)
+    have = set(st.active_keys) | st.excluded_keys
     cands = [lay.probe for key, lay in st.layouts.items()
              if key not in have and lay.probe.kind == S.KIND_STOP
              and lay.probe.site == S.SITE_BLOCK and lay.probe.address in grouped]
@@ -326,12 +398,22 @@ def apply_round(st: SplitState, new: Sequence[S.Probe], *, splits: Sequence[int]
                   created=_dt.datetime.now().isoformat(timespec="seconds"),
                   tsc_hz=st.tsc_hz, notes=tuple(notes), failures=failures)
     st.rounds.append(rnd)
+    _res, _js, baseline = fit(st, probes=False)
     _res, _js, summary = fit(st)
+    excluded: list[str] = []
+    if S.disagreements(baseline, summary):
+        excluded, summary = inconsistent_probes(st, baseline, summary, introduced)
+        for key in excluded:
+            notes.append(f"{key}: left out of the fit and not measured again — its rows "
+                         "move estimates the same session's whole calls determine beyond "
+                         "their intervals (the part of the call before its first arrival "
+                         "runs differently from the average)")
     based = tuple(r.number for r in st.rounds if r.introduced)
-    rnd = replace(rnd, fit=summary, based_on=based)
+    rnd = replace(rnd, fit=summary, based_on=based, baseline=baseline,
+                  excluded=tuple(excluded), notes=tuple(notes))
     st.rounds[-1] = rnd
     S.save_round(st.store, rnd)
-    return rnd, summary, S.compare_fits(previous, summary)
+    return rnd, summary, S.compare_fits(previous, summary, baseline)
 
 
 def drop(st: SplitState, number: int) -> bool:

@@ -196,9 +196,16 @@ def _print_round_result(rnd: Any, summary: dict[str, Any], cmp: dict[str, Any],
     for a in cmp["newly_estimable"]:
         b = by[a]
         out.write(f"  {a}: {_fmt(b['cost_ticks'], b['ci95_ticks'])} ticks\n")
+    for key in rnd.excluded:
+        out.write(f"  left out: probe {key} (its rows disagree with the whole calls)\n")
+    if rnd.baseline is not None:
+        out.write("  estimates the whole calls alone determine, against this session's "
+                  "whole calls: " + ("all agree within their intervals\n"
+                                     if not cmp["disagreements"] else "\n"))
     for d in cmp["disagreements"]:
-        out.write(f"  WARNING {d['address']}: was {d['before']:.1f}, now {d['after']:.1f} "
-                  f"ticks (beyond the combined interval ±{d['combined_ci95']:.1f})\n")
+        out.write(f"  WARNING {d['address']}: {d['before']:.1f} from the whole calls, "
+                  f"{d['after']:.1f} ticks in the joint fit (beyond the combined interval "
+                  f"±{d['combined_ci95']:.1f})\n")
     _print_fit(summary, out, "fit after the round")
 
 

@@ -171,13 +171,13 @@ def auto_split(target_dir: str, *, max_rounds: int = 6, max_probes: int = 40,
     previous = before
     disagreements = 0
     probes = 0
-    probes_now, _why = R.next_probes(st, before, None, max_probes=max_probes)
+    probes_now, why = R.next_probes(st, before, max_probes=max_probes)
     while rounds < max_rounds and probes_now:
         rnd, summary, cmp = R.apply_round(st, probes_now, previous=previous)
         disagreements += len(cmp["disagreements"])
         probes += len(probes_now)
         rounds += 1
-        probes_now, _why = R.next_probes(st, summary, previous, max_probes=max_probes)
+        probes_now, why = R.next_probes(st, summary, max_probes=max_probes)
         previous = summary
     last = st.latest
     # the estimates whole calls determine: the final joint fit against the last round's
@@ -189,7 +189,7 @@ def auto_split(target_dir: str, *, max_rounds: int = 6, max_probes: int = 40,
             "disagreements": S.disagreements(against, summary),
             "round_disagreements": disagreements,
             "drift": S.disagreements(before, against) if against is not before else [],
-            "excluded": sorted(st.excluded_keys), "state": st,
+            "excluded": sorted(st.excluded_keys), "state": st, "stopped": why,
             "unprobeable": len(st.unprobeable)}
 
 
@@ -263,7 +263,8 @@ def _sample(name: str, tmp: str) -> list[dict[str, Any]]:
              g1 == 0),
         _fig(f"{name}: blocks estimable alone before/after", f"{e0}/{e1} of {n}", "blocks"),
         _fig(f"{name}: rounds / probes / time",
-             f"{out['rounds']}/{out['probes']}/{out['seconds']:.1f}", "rounds/probes/s"),
+             f"{out['rounds']}/{out['probes']}/{out['seconds']:.1f}", "rounds/probes/s",
+             reference=f"stopped: {out['stopped']}"),
         _fig(f"{name}: estimable-before blocks outside their intervals after splitting",
              len(out["disagreements"]), "blocks", "0", not out["disagreements"],
              reference="final joint fit vs the same session's whole calls alone",

@@ -608,3 +608,27 @@ def test_consistent_probes_are_kept(seed):
     assert not S.disagreements(base, joint)
     dropped, _after = R.inconsistent_probes(st, base, joint, [c.probe.key for c in measured])
     assert dropped == []
+
+
+def test_auto_stops_after_two_rounds_that_did_not_help():
+    from wcetfit import split_run as R
+
+    def fit_with(n_estimable: int) -> dict:
+        return {"blocks": [{"address": f"{0x10 * k:#x}", "estimable": k < n_estimable}
+                           for k in range(6)]}
+
+    def state(history):
+        rounds = [S.Round(number=k + 1, function="f", seed=1, method="lfence", probes=(),
+                          fit=fit_with(n)) for k, n in enumerate(history)]
+        return R.SplitState(target=None, store=None, function="f", root_link=0, models={},
+                            columns=S.Columns((0x10,)), traces={},
+                            count_indices=np.zeros(0, np.int64),
+                            counts=np.zeros((0, 1), np.int64),
+                            timing_indices=np.zeros(0, np.int64),
+                            timing_ticks=np.zeros((0, 1)), method="lfence", tsc_hz=None,
+                            rounds=rounds)
+
+    assert R.stalled_rounds(state([2, 4])) == 0
+    assert R.stalled_rounds(state([2, 4, 4])) == 1          # one more round is allowed
+    assert R.stalled_rounds(state([2, 5, 4, 4])) == 2       # then stop
+    assert R.stalled_rounds(state([2, 5, 4, 6])) == 0

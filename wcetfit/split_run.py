@@ -291,14 +291,13 @@ def complete(summary: Mapping[str, Any]) -> bool:
                if b["address"].startswith("0x") and (b.get("executions") or 0) > 0)
 
 
-def next_probes(st: SplitState, summary: Mapping[str, Any],
-                before: Mapping[str, Any] | None, *, max_probes: int = 8,
+def next_probes(st: SplitState, summary: Mapping[str, Any], *, max_probes: int = 8,
                 entry: bool = True) -> tuple[list[S.Probe], str]:
     """What the next ``--auto`` round measures, and why (empty: stop, with the reason).
 
     Probes that add exact rank first; once the rank is complete, short probes for the
-    blocks the fit still groups (noise), as long as the previous such round made more
-    blocks estimable."""
+    blocks the fit still groups (noise), until two such rounds in a row made no more
+    blocks estimable (:func:`stalled_rounds`)."""
     if complete(summary):
         return [], "every executed block is estimable alone"
     plan = make_plan(st, max_probes=max_probes, entry=entry)
@@ -309,9 +308,24 @@ def next_probes(st: SplitState, summary: Mapping[str, Any],
         return [], ("no probe adds rank"
                     + (f" ({len(st.unprobeable)} probe points cannot be patched)"
                        if st.unprobeable else ""))
-    if before is not None and estimable_blocks(summary) <= estimable_blocks(before):
-        return [], "no probe adds rank, and more short probes stopped helping"
+    if stalled_rounds(st) >= 2:
+        return [], "no probe adds rank, and two rounds of short probes in a row did not help"
     return extra, "exact rank is complete; shorter rows for the blocks the fit still groups"
+
+
+def stalled_rounds(st: SplitState) -> int:
+    """Trailing rounds that made no more blocks estimable than the round before them.
+
+    Whether the fit resolves a weak direction depends on the session's noise (this VM's
+    varies from round to round), so one round of short probes that did not help is not
+    yet a reason to stop; two in a row are."""
+    fits = [r.fit for r in st.rounds if r.fit]
+    n = 0
+    for a, b in zip(reversed(fits[:-1]), reversed(fits[1:])):
+        if estimable_blocks(b) > estimable_blocks(a):
+            break
+        n += 1
+    return n
 
 
 def split_at(st: SplitState, address: int, kind: str = S.KIND_STOP) -> ProbeLayout:

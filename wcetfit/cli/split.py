@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             _print_round_result(rnd, summary, cmp, out)
             doc_rounds.append({"round": rnd.number, "comparison": cmp})
             rounds_left -= 1
-            probes, why = R.next_probes(st, summary, previous, max_probes=args.max_probes,
+            probes, why = R.next_probes(st, summary, max_probes=args.max_probes,
                                         entry=not args.no_entry_probe)
             previous = summary
             if not args.auto:

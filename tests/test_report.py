@@ -335,7 +335,11 @@ def test_html_renders_in_headless_browser(built, tmp_path):
     page = tmp_path / "report.html"
     page.write_text(render_html(built[-1], layout="builtin"))
     shot = tmp_path / "shot.png"
+    # no network here: without the background-networking flags chromium keeps trying
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--no-first-run", "--disable-quic",
+                    f"--user-data-dir={tmp_path / 'profile'}",
                     f"--screenshot={shot}", "--window-size=1400,2000", page.as_uri()],
                    check=True, timeout=120, capture_output=True)
     import matplotlib.image as mpimg

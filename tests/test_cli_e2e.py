@@ -239,3 +239,70 @@ def test_several_functions_each_measured_and_reported(tmp_path):
     names = {f["name"] for r in doc["reports"] for f in r["functions"]}
     assert {"first", "second"} <= names
     assert "first" in res.stdout and "second" in res.stdout
+
+
+# --- wcetfit split, end to end ---------------------------------------------------------------
+
+PAIR_C = r"""
+/* The two halves of the loop body always run together: only a probe between them tells
+ * their costs apart.  The multiplies make the second half clearly the longer one. */
+unsigned long long pair(const unsigned char *sel, int n, unsigned long long x)
+{
+    for (int i = 0; i < n; i++) {
+        x ^= sel[i];
+        if (sel[i] & 1)
+            x = x * 0x9E3779B97F4A7C15ull + 1;
+        __asm__ volatile("" ::: "memory");   /* a block boundary gcc keeps */
+        x = x * 0xBF58476D1CE4E5B9ull;
+        x = x * 0x94D049BB133111EBull;
+        x ^= x >> 29;
+    }
+    return x;
+}
+"""
+
+PAIR_INPUTS = """
+import numpy as np
+def generate(ctx):
+    n = int(ctx.rng.integers(0, 200))
+    sel = ctx.rng.integers(0, 256, max(n, 1)).astype(np.uint8)
+    return (ctx.ffi.new("unsigned char[]", sel.tolist()), n, 12345)
+"""
+
+
+@pytest.fixture()
+def pair(tmp_path):
+    (tmp_path / "pair.c").write_text(PAIR_C)
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libpair.so"),
+                    str(tmp_path / "pair.c")], check=True)
+    (tmp_path / "inputs.py").write_text(PAIR_INPUTS)
+    (tmp_path / "wcetfit.toml").write_text(
+        'binary = "libpair.so"\nfunctions = ["pair"]\n'
+        'prototype = "unsigned long long pair(const unsigned char *sel, int n, '
+        'unsigned long long x);"\ninputs = "inputs.py"\n'
+        "[measure]\ninputs = 120\nrepeats = 5\n")
+    return tmp_path
+
+
+def test_split_auto_list_drop_through_the_cli(pair):
+    d = str(pair)
+    res = wcetfit("split", d)
+    one_error_line(res)
+    assert "count" in res.stderr and "--trace" in res.stderr   # says what to run first
+    assert wcetfit("count", d, "--trace").returncode == 0
+    assert wcetfit("time", d).returncode == 0
+    res = wcetfit("split", d, "--auto", "--json", "-")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "wcetfit.split/1" and doc["rounds"]
+    assert "round 1:" in res.stderr and "time spent" in res.stderr
+    first = doc["rounds"][0]
+    assert first["fit_whole_calls_only"]["rank"] < first["fit"]["rank"]   # probes added rank
+    assert isinstance(first["excluded"], list)
+    # the rounds persist; --list shows them, --drop removes one, a missing one is an error
+    res = wcetfit("split", d, "--list")
+    assert res.returncode == 0 and "round 1 (" in res.stdout
+    res = wcetfit("split", d, "--drop", "1")
+    assert res.returncode == 0 and "dropped round 1" in res.stdout
+    one_error_line(wcetfit("split", d, "--drop", "1"))
+    one_error_line(wcetfit("split", d, "--at", "0x1"))

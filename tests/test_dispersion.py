@@ -47,3 +47,20 @@ def test_call_dispersion_is_worst_misfit_times_call_noise_quantile():
     assert d >= seen                                     # covers every call measured
     assert d < misfit.max() * 1.06 - 1                   # misfit is not extrapolated
     assert d > misfit.max() - 1
+
+
+def test_a_rarer_exceedance_gives_a_larger_dispersion():
+    from types import SimpleNamespace
+
+    from wcetfit.pipeline import call_dispersion
+
+    rng = np.random.default_rng(6)
+    n, r = 400, 10
+    pred = rng.uniform(20_000, 40_000, n)
+    ticks = pred[:, None] * (1 + np.abs(rng.normal(0, 0.01, (n, r))))
+    system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)))
+    fit = SimpleNamespace(quantum_ticks=1.0, rejected=(),
+                          predict=lambda counts, unknown="zero": pred)
+    d = [call_dispersion(system, fit, exceedance=p) for p in (1e-3, 1e-6, 1e-9)]
+    assert d[0] < d[1] < d[2]
+    assert call_dispersion(system, fit) == d[1]          # 1e-6 is the default

@@ -40,6 +40,12 @@ def test_good_target(tmp_path):
     assert t.functions == ("f",) and t.measure.inputs == 20 and t.measure.repeats == 5
     assert t.measure.seed == 7 and t.loops == {"f+0x10": 64}
     assert t.binary == str(tmp_path / "lib.so")
+    assert t.exceedance == 1e-6
+
+
+def test_wcet_exceedance(tmp_path):
+    t = tg.load_target(make(tmp_path, GOOD + "[wcet]\nexceedance = 1e-9\n"))
+    assert t.exceedance == 1e-9
 
 
 @pytest.mark.parametrize("toml, message", [
@@ -55,6 +61,10 @@ def test_good_target(tmp_path):
     (GOOD.replace("= 64", "= true"), "\\[loops\\] 'f\\+0x10': expected an integer"),
     (GOOD.replace("= 64", "= {maxi = 3}"), "unknown key 'maxi' \\(did you mean 'max'"),
     ("binary = \n", "Invalid|line 1"),
+    (GOOD + "[wcet]\nexceedance = 0.5\n", "\\[wcet\\] 'exceedance' is a probability per call"),
+    (GOOD + "[wcet]\nexceedance = 0\n", "\\[wcet\\] 'exceedance' is a probability per call"),
+    (GOOD + "[wcet]\nexceedance = \"1e-6\"\n", "\\[wcet\\] 'exceedance': expected a number"),
+    (GOOD + "[wcet]\nexcedance = 1e-6\n", "unknown key 'excedance' \\(did you mean 'exceedance'"),
 ])
 def test_bad_target_files(tmp_path, toml, message):
     with pytest.raises(TargetError, match=message):

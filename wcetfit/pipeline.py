@@ -105,15 +105,17 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     except WcetError as exc:
         log.warning("%s: no WCET bound: %s", root, exc)
         return exc
-    return replace(result, dispersion=call_dispersion(system, fit))
+    p = session.target.exceedance
+    return replace(result, dispersion=call_dispersion(system, fit, exceedance=p),
+                   exceedance=p)
 
 
 def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
-                    min_quanta: float = 40.0) -> float:
+                    min_quanta: float = 40.0, exceedance: float | None = None) -> float:
     """Relative excess of one undisturbed timed call over its predicted time: the worst
     misfit of an input's mean seen, times the call-to-call excess over an input's mean
-    that single calls pass with probability at most ~1e-6 (:func:`gumbel_quantile`, and
-    at least the largest seen).
+    that single calls pass with probability at most ``exceedance`` (default
+    :data:`EXCEEDANCE_PER_CALL`; :func:`gumbel_quantile`, and at least the largest seen).
 
     The fit predicts the mean time of a call with given counts; a single call of the
     same input runs longer or shorter (branch predictor and cache state, the core clock
@@ -156,7 +158,8 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     misfit = misfit[np.isfinite(misfit)]
     if noise.size == 0 or misfit.size == 0:
         return 0.0
-    per_call = max(float(noise.max()), gumbel_quantile(noise))
+    per_call = max(float(noise.max()), gumbel_quantile(
+        noise, exceedance=EXCEEDANCE_PER_CALL if exceedance is None else exceedance))
     excess = max(1.0, float(misfit.max())) * per_call - 1.0
     return float(max(0.0, excess))
 
@@ -166,6 +169,7 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
 # alone is exceeded by a fresh run of the same size about half the time (measured:
 # crc and chain, 3–4% above every training call).  1e-6 per call is the order of
 # exceedance probability measurement-based probabilistic timing analysis works with.
+# A target sets its own with [wcet] exceedance (wcetfit.target).
 EXCEEDANCE_PER_CALL = 1e-6
 
 

@@ -16,7 +16,7 @@ back-to-back timings agree to a few percent.
 Consistency.  Each round also fits its whole calls alone (the round's ``baseline``).
 Probe rows must not move what those rows determine: a probe's region (up to or from a
 first arrival) can run differently from the average call, e.g. a loop's first
-iteration with cold predictors.  A new probe whose rows pull such estimates beyond
+iteration with cold predictors.  A probe whose rows pull such estimates beyond
 their intervals is left out of the fit (and recorded as excluded; it is not measured
 again), see :func:`inconsistent_probes`.
 """
@@ -221,8 +221,8 @@ def inconsistent_probes(st: SplitState, baseline: Mapping[str, Any],
     the call may run differently from the average the whole calls see (the loop's first
     iteration with cold predictors, a rare branch taken once).  Greedily, the probe
     whose removal leaves the least disagreement is left out, as long as that removal
-    helps, at most ``max_drop`` of them; only ``candidates`` (the probes new in this
-    round) are considered, so an earlier round's accepted probes stay."""
+    helps, at most ``max_drop`` of them, among ``candidates`` (every probe measured in
+    the round: each round measures all of them again, in a session of its own)."""
     from wcetfit.fit import FitOptions
 
     trial_options = FitOptions(folds=0, max_iterations=4)   # trials compare estimates only
@@ -266,13 +266,22 @@ def precision_probes(st: SplitState, summary: Mapping[str, Any], *, max_probes: 
     The planner's ranks are exact; the fit declares a direction undetermined when its
     standard error exceeds the signal (noise).  Then more rows help, and the short ones
     help most: stop probes at the grouped blocks not measured yet, shortest regions
-    first."""
+    first.  Where the stop probe at a block was left out as inconsistent (or cannot be
+    placed), the start probe there instead: it measures the rest of the call rather than
+    its first part.  (Start probes everywhere would add long rows, which carry the
+    data-dependent misfit of whole calls and measured to hide more than they reveal.)"""
     grouped = {int(a, 16) for g in summary.get("groups", []) if g.get("kind") != "unexecuted"
                for a in g["blocks"] if a.startswith("0x")}
     have = set(st.active_keys) | st.excluded_keys
+    stop_ok = {lay.probe.address for key, lay in st.layouts.items()
+               if lay.probe.kind == S.KIND_STOP and key not in st.excluded_keys}
+
+    def wanted(p: S.Probe) -> bool:
+        return p.kind == S.KIND_STOP or p.address not in stop_ok
+
     cands = [lay.probe for key, lay in st.layouts.items()
-             if key not in have and lay.probe.kind == S.KIND_STOP
-             and lay.probe.site == S.SITE_BLOCK and lay.probe.address in grouped]
+             if key not in have and lay.probe.site == S.SITE_BLOCK
+             and lay.probe.address in grouped and wanted(lay.probe)]
     if not cands:
         return []
     rows = S.probe_rows_many(cands, st.columns, st.traces)
@@ -416,7 +425,7 @@ def apply_round(st: SplitState, new: Sequence[S.Probe], *, splits: Sequence[int]
     _res, _js, summary = fit(st)
     excluded: list[str] = []
     if S.disagreements(baseline, summary):
-        excluded, summary = inconsistent_probes(st, baseline, summary, introduced)
+        excluded, summary = inconsistent_probes(st, baseline, summary, st.active_keys)
         for key in excluded:
             notes.append(f"{key}: left out of the fit and not measured again — its rows "
                          "move estimates the same session's whole calls determine beyond "

@@ -57,6 +57,9 @@ class Target:
     # "fn+0xOFF"/"0xADDR" -> back-edge traversals per entry, or {max = N, total = T}
     loops: Mapping[str, Any] = field(default_factory=dict)
     recursion: Mapping[str, int] = field(default_factory=dict)   # function -> max depth
+    # [wcet] exceedance: the probability per call with which a single undisturbed call may
+    # exceed the bound's call-dispersion factor (see wcetfit.pipeline.call_dispersion)
+    exceedance: float = 1e-6
 
     @property
     def store_dir(self) -> str:
@@ -66,8 +69,10 @@ class Target:
 _TOP_KEYS: dict[str, tuple[type, ...]] = {
     "binary": (str,), "functions": (list,), "prototype": (str,), "cdef": (str,),
     "inputs": (str,), "measure": (dict,), "loops": (dict,), "recursion": (dict,),
+    "wcet": (dict,),
 }
 _REQUIRED = ("binary", "functions", "prototype", "inputs")
+_WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int)}
 _MEASURE_KEYS: dict[str, tuple[type, ...]] = {
     "inputs": (int,), "repeats": (int,), "seed": (int,), "warmup": (int,),
     "timeout": (int, float), "method": (str,), "trace_cap": (int,),
@@ -189,10 +194,20 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         if value < 1:
             raise TargetError(f"{path}: [recursion] '{key}': a recursion depth must be >= 1")
 
+    wcet = raw.get("wcet", {})
+    for key, value in wcet.items():
+        if key not in _WCET_KEYS:
+            raise _unknown_key(f"{path}: [wcet]", key, _WCET_KEYS)
+        _check_type(f"{path}: [wcet] '{key}'", value, _WCET_KEYS[key])
+    exceedance = float(wcet.get("exceedance", 1e-6))
+    if not 0.0 < exceedance < 0.01:
+        raise TargetError(f"{path}: [wcet] 'exceedance' is a probability per call, "
+                          f"0 < p < 0.01, found {wcet['exceedance']!r}")
+
     return Target(directory=directory, path=path, binary=os.path.abspath(binary),
                   functions=tuple(functions), prototype=raw["prototype"],
                   cdef=raw.get("cdef", ""), inputs_module=inputs_module, measure=measure,
-                  loops=dict(loops), recursion=dict(recursion))
+                  loops=dict(loops), recursion=dict(recursion), exceedance=exceedance)
 
 
 # --- the inputs module ---------------------------------------------------------------

@@ -777,9 +777,10 @@ class WcetResult:
     warnings: tuple[str, ...] = ()
     relations: tuple[CountRelation, ...] = ()  # observed, not forced by the CFG, applied
     # Relative excess of one undisturbed timed call over its predicted time, exceeded with
-    # probability ≤ 1e-6 per call (see wcetfit.pipeline.call_dispersion): the fit predicts
+    # probability ≤ ``exceedance`` per call (see wcetfit.pipeline.call_dispersion): the fit predicts
     # the mean of a call, a WCET must cover single calls.
     dispersion: float = 0.0
+    exceedance: float = 1e-6                   # the probability per call it is set for
 
     @property
     def upper_ticks(self) -> float:

@@ -297,6 +297,7 @@ class WcetSummary:
     ipet_ticks: float | None         # the bound: (point + margin) × (1 + dispersion)
     dispersion_ticks: float | None   # what the per-call dispersion adds (root only)
     dispersion: float | None         # relative excess of single calls over the mean model
+    exceedance: float | None         # the probability per call the dispersion is set for
     point_ticks: float | None        # with the point costs
     margin_ticks: float | None       # z · standard error of the worst path (None: no covariance)
     max_observed_ticks: float | None     # max over inputs of the median of its repeats
@@ -594,6 +595,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                     ires.bound_ticks + (ires.margin_ticks or 0.0)) if ires else None,
         dispersion_ticks=wres.dispersion_ticks if (ires and is_root) else None,
         dispersion=wres.dispersion if (ires and is_root) else None,
+        exceedance=wres.exceedance if (ires and is_root) else None,
         point_ticks=ires.bound_ticks if ires else None,
         margin_ticks=(wres.margin_ticks if is_root else ires.margin_ticks) if ires else None,
         max_observed_ticks=max_obs, max_observed_input=max_obs_i,

@@ -39,8 +39,9 @@ fit's point costs, plus the overhead ε for the root) + ``margin_ticks`` (the fi
 critical value × the standard error of that path's predicted time; null without a
 covariance)) × (1 + ``dispersion``): the worst misfit of an input's mean over its
 prediction seen, times the call-to-call excess over an input's mean passed with
-probability ≤ 1e-6 (a Gumbel law fitted to block maxima of the measured calls, at least
-the largest seen); root only.  ``dispersion_ticks`` is what that factor adds.
+probability ≤ ``exceedance_per_call`` (the target's ``[wcet] exceedance``, default 1e-6; a
+Gumbel law fitted to block maxima of the measured calls, at least the largest seen); root
+only.  ``dispersion_ticks`` is what that factor adds.
 ``max_observed_ticks`` is the largest per-input median over the timed repeats.
 """
 
@@ -127,6 +128,7 @@ def _function(fr: FunctionReport, hz: float | None) -> dict[str, Any]:
         "margin_ticks": _f(w.margin_ticks), "margin_ns": _ns(w.margin_ticks, hz),
         "dispersion": _f(w.dispersion), "dispersion_ticks": _f(w.dispersion_ticks),
         "dispersion_ns": _ns(w.dispersion_ticks, hz),
+        "exceedance_per_call": _f(w.exceedance),
         "max_observed_ticks": _f(w.max_observed_ticks),
         "max_observed_ns": _ns(w.max_observed_ticks, hz),
         "max_observed_input": w.max_observed_input,

@@ -97,8 +97,8 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
             t.add_row("  call dispersion", F.num(w.dispersion_ticks),
                       F.num(report.ns(w.dispersion_ticks)),
                       f"+{100 * (w.dispersion or 0):.1f}%: worst misfit of an input seen × "
-                      "call-to-call excess passed with probability ≤ 1e-6 (extreme-value "
-                      "fit to the measured calls)")
+                      f"call-to-call excess passed with probability ≤ {w.exceedance:.0e} "
+                      "per call (extreme-value fit to the measured calls; [wcet] exceedance)")
         if w.recursion_depth:
             t.add_row("  recursion depth", str(w.recursion_depth), "", "from [recursion]")
     if fr.is_root:

@@ -13,9 +13,11 @@ samples' own stores are left alone.  Figures:
   multiplies; the 8- and 32-chain always run together, the 64-chain once per call with
   the entry): splitting must separate them, and the fitted costs must come out in the
   chains' ratios (goal: within 5 %);
-* adpcm and statemachine: rounds taken, groups of more than one block before/after,
-  blocks estimable alone before/after, previously estimable quantities that moved beyond
-  their intervals, time spent.
+* adpcm and statemachine, ``split --auto`` three times each on 1,000 inputs (every round
+  is a session of its own, and the outcome varies with the machine's noise): how many runs end with no
+  group of more than one block and with the estimates the whole calls determine agreeing
+  with the joint fit; per run the rounds taken, groups and blocks estimable alone
+  before/after, probes left out as inconsistent, time spent.
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ from bench.figures import fig as _fig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INPUTS = 500             # per real target: the samples' own [measure] inputs
+# adpcm and statemachine are split with more inputs than their whole-call fit uses: once
+# the probes complete the exact rank, what keeps blocks together is the noise gate of the
+# fit (a direction whose standard error exceeds the signal), and with data-dependent costs
+# 500 inputs leave a weak direction in some sessions and not in others (measured: adpcm
+# 2 of 3 runs complete, statemachine 0 of 3; with 1,000 inputs 2 of 2 each).  The report
+# of such a stop says so ("more inputs help").
+SPLIT_INPUTS = 1000
 
 
 
@@ -252,9 +261,30 @@ def _coexec(tmp: str) -> list[dict[str, Any]]:
     return figs
 
 
+SAMPLE_RUNS = 3    # split --auto is repeated: each round is a session of its own, and
+                   # whether the noise lets every block through differs between them
+
+
 def _sample(name: str, tmp: str) -> list[dict[str, Any]]:
+    figs: list[dict[str, Any]] = []
+    done = agreed = 0
+    for run in range(SAMPLE_RUNS):
+        sub = os.path.join(tmp, f"{name}-run{run}")
+        os.makedirs(sub)
+        f = _sample_once(name, sub)
+        done += bool(f[0]["ok"])
+        agreed += bool(f[3]["ok"])
+        figs += [dict(x, figure=f"{x['figure']} (run {run + 1})") for x in f]
+    return [_fig(f"{name}: split --auto runs ending with no group of >1 block", done,
+                 f"of {SAMPLE_RUNS}", f"{SAMPLE_RUNS}", done == SAMPLE_RUNS,
+                 reference=f"{SPLIT_INPUTS} inputs with block traces"),
+            _fig(f"{name}: split --auto runs whose estimates agree with the whole calls",
+                 agreed, f"of {SAMPLE_RUNS}", f"{SAMPLE_RUNS}", agreed == SAMPLE_RUNS)] + figs
+
+
+def _sample_once(name: str, tmp: str) -> list[dict[str, Any]]:
     d = _copy_sample(name, tmp)
-    out = auto_split(d)
+    out = auto_split(d, inputs=SPLIT_INPUTS)
     g0, e0 = _groups(out["before"])
     g1, e1 = _groups(out["after"])
     n = len([b for b in out["after"]["blocks"] if b["address"].startswith("0x")])

@@ -50,6 +50,17 @@ timeout = 0.5
 """
 
 
+def make_target(directory, name, c_source, inputs, toml):
+    """A target folder: lib<name>.so built from ``c_source`` with gcc -O2, the inputs
+    module and wcetfit.toml."""
+    (directory / f"{name}.c").write_text(c_source)
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(directory / f"lib{name}.so"),
+                    str(directory / f"{name}.c")], check=True)
+    (directory / "inputs.py").write_text(inputs)
+    (directory / "wcetfit.toml").write_text(toml)
+    return directory
+
+
 def wcetfit(*args, cwd=None, timeout=300):
     return subprocess.run([sys.executable, "-m", "wcetfit", *args], capture_output=True,
                           text=True, cwd=cwd, timeout=timeout)
@@ -57,12 +68,8 @@ def wcetfit(*args, cwd=None, timeout=300):
 
 @pytest.fixture()
 def victim(tmp_path):
-    (tmp_path / "victim.c").write_text(VICTIM_C)
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libvictim.so"),
-                    str(tmp_path / "victim.c")], check=True)
-    (tmp_path / "inputs.py").write_text(INPUTS)
-    (tmp_path / "wcetfit.toml").write_text(TOML.replace('"victim+0x0" = 1\n', ""))
-    return tmp_path
+    return make_target(tmp_path, "victim", VICTIM_C, INPUTS,
+                       TOML.replace('"victim+0x0" = 1\n', ""))
 
 
 def one_error_line(res):
@@ -221,14 +228,10 @@ def generate(ctx):
 
 
 def test_several_functions_each_measured_and_reported(tmp_path):
-    (tmp_path / "two.c").write_text(TWO_C)
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libtwo.so"),
-                    str(tmp_path / "two.c")], check=True)
-    (tmp_path / "inputs.py").write_text(TWO_INPUTS)
-    (tmp_path / "wcetfit.toml").write_text(
-        'binary = "libtwo.so"\nfunctions = ["first", "second"]\n'
-        'prototype = "int first(int *a, int n); long second(const short *x, int n);"\n'
-        'inputs = "inputs.py"\n[measure]\ninputs = 60\nrepeats = 3\n')
+    make_target(tmp_path, "two", TWO_C, TWO_INPUTS,
+                'binary = "libtwo.so"\nfunctions = ["first", "second"]\n'
+                'prototype = "int first(int *a, int n); long second(const short *x, int n);"\n'
+                'inputs = "inputs.py"\n[measure]\ninputs = 60\nrepeats = 3\n')
     res = wcetfit("analyze", str(tmp_path), "--json", str(tmp_path / "r.json"))
     assert res.returncode == 0, res.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
@@ -272,16 +275,11 @@ def generate(ctx):
 
 @pytest.fixture()
 def pair(tmp_path):
-    (tmp_path / "pair.c").write_text(PAIR_C)
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libpair.so"),
-                    str(tmp_path / "pair.c")], check=True)
-    (tmp_path / "inputs.py").write_text(PAIR_INPUTS)
-    (tmp_path / "wcetfit.toml").write_text(
-        'binary = "libpair.so"\nfunctions = ["pair"]\n'
-        'prototype = "unsigned long long pair(const unsigned char *sel, int n, '
-        'unsigned long long x);"\ninputs = "inputs.py"\n'
-        "[measure]\ninputs = 120\nrepeats = 5\n")
-    return tmp_path
+    return make_target(tmp_path, "pair", PAIR_C, PAIR_INPUTS,
+                       'binary = "libpair.so"\nfunctions = ["pair"]\n'
+                       'prototype = "unsigned long long pair(const unsigned char *sel, '
+                       'int n, unsigned long long x);"\ninputs = "inputs.py"\n'
+                       "[measure]\ninputs = 120\nrepeats = 5\n")
 
 
 def test_split_auto_list_drop_through_the_cli(pair):

@@ -312,13 +312,17 @@ def next_probes(st: SplitState, summary: Mapping[str, Any], *, max_probes: int =
     plan = make_plan(st, max_probes=max_probes, entry=entry)
     if plan.proposals:
         return [p.probe for p in plan.proposals], "they add rank"
+    noise = ("; the groups left are directions these inputs determine too weakly for "
+             "their noise (data-dependent costs): more inputs help ([measure] inputs, then "
+             "`wcetfit count --trace` and `wcetfit time` again)")
     extra = precision_probes(st, summary, max_probes=max_probes)
     if not extra:
         return [], ("no probe adds rank"
                     + (f" ({len(st.unprobeable)} probe points cannot be patched)"
-                       if st.unprobeable else ""))
+                       if st.unprobeable else "") + noise)
     if stalled_rounds(st) >= 2:
-        return [], "no probe adds rank, and two rounds of short probes in a row did not help"
+        return [], ("no probe adds rank, and two rounds of short probes in a row did not help"
+                    + noise)
     return extra, "exact rank is complete; shorter rows for the blocks the fit still groups"
 
 

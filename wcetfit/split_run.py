@@ -268,8 +268,9 @@ def precision_probes(st: SplitState, summary: Mapping[str, Any], *, max_probes: 
     help most: stop probes at the grouped blocks not measured yet, shortest regions
     first.  Where the stop probe at a block was left out as inconsistent (or cannot be
     placed), the start probe there instead: it measures the rest of the call rather than
-    its first part.  (Start probes everywhere would add long rows, which carry the
-    data-dependent misfit of whole calls and measured to hide more than they reveal.)"""
+    its first part.  (Start probes everywhere add long rows, which carry the
+    data-dependent misfit of whole calls: on statemachine they left more blocks grouped,
+    not fewer.)"""
     grouped = {int(a, 16) for g in summary.get("groups", []) if g.get("kind") != "unexecuted"
                for a in g["blocks"] if a.startswith("0x")}
     have = set(st.active_keys) | st.excluded_keys
@@ -433,8 +434,8 @@ def apply_round(st: SplitState, new: Sequence[S.Probe], *, splits: Sequence[int]
         for key in excluded:
             notes.append(f"{key}: left out of the fit and not measured again — its rows "
                          "move estimates the same session's whole calls determine beyond "
-                         "their intervals (the part of the call before its first arrival "
-                         "runs differently from the average)")
+                         "their intervals (the part of the call it times runs differently "
+                         "from the average call)")
     based = tuple(r.number for r in st.rounds if r.introduced)
     rnd = replace(rnd, fit=summary, based_on=based, baseline=baseline,
                   excluded=tuple(excluded), notes=tuple(notes))

@@ -21,7 +21,6 @@ import os
 import shutil
 import signal
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -29,11 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.figures import ROOT, SAMPLES
 from bench.figures import fig as _fig
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = ["adpcm", "crc", "isort", "bsearch", "fir", "matmul", "statemachine", "calls",
-           "chain"]
 N_INPUTS = 30
 REPEATS = 15
 BP_MAX_HITS = 4000
@@ -42,14 +39,8 @@ BP_MAX_HITS = 4000
 
 
 def _models(path: str, roots: list[str]) -> dict:
-    """Static models from wcetfit.binary; until it exists, the tests' capstone builder."""
-    try:
-        from wcetfit import binary
-        return dict(binary.load_model(path, roots, with_callees=True).functions)
-    except (ImportError, AttributeError):
-        sys.path.insert(0, str(ROOT / "tests"))
-        from test_relocate import models_for
-        return models_for(path, roots)
+    from wcetfit import binary
+    return dict(binary.load_model(path, roots, with_callees=True).functions)
 
 
 # --- a native C driver: the same calls without Python, for valgrind and ptrace -------------
@@ -105,23 +96,6 @@ def _driver_source(prototype: str, cdef: str, function: str) -> str:
           "        ns[i] += now() - t0;", "    }",
           '    for (uint32_t i = 0; i < n; i++) printf("%lld\\n", ns[i]);', "    return 0;", "}"]
     return "\n".join(L) + "\n"
-
-
-def _write_inputs(path: Path, harness, function: str, packs: list) -> None:
-    ffi = harness.ffi
-    sig = harness.signature(function)
-    out = bytearray(struct.pack("<I", len(packs)))
-    for pack in packs:
-        harness.restore(pack)
-        initial = dict(zip((b.arg for b in pack.buffers), harness.snapshot(pack)))
-        for k, (value, cname) in enumerate(zip(pack.args, sig.arg_types)):
-            if k in initial:
-                out += b"\x01" + struct.pack("<Q", len(initial[k])) + initial[k]
-            else:
-                if isinstance(value, ffi.CData):
-                    value = ffi.NULL if value == ffi.NULL else value
-                out += b"\x00" + bytes(ffi.buffer(ffi.new(f"{cname} *", value)))
-    path.write_bytes(bytes(out))
 
 
 def _driver_times(out: str) -> list[int]:
@@ -247,8 +221,10 @@ def _sample_figures(name: str, tmp: Path) -> list[dict]:
     exe = tmp / f"{name}-driver"
     subprocess.run(["gcc", "-O1", "-o", str(exe), str(src), "-ldl"], check=True,
                    capture_output=True)
+    sys.path.insert(0, str(ROOT / "tests"))
+    from driver_inputs import write_inputs  # the oracle test's encoding of the arguments
     inputs = tmp / f"{name}.in"
-    _write_inputs(inputs, h, fn, packs)
+    write_inputs(inputs, h, fn, packs)
     base = [str(exe), tg.binary, str(inputs), f"{models[fn].entry:x}"]
     native = subprocess.run(base + ["3"], check=True, capture_output=True, text=True)
     native_ns = sum(_driver_times(native.stdout)) / 3
@@ -264,7 +240,7 @@ def _sample_figures(name: str, tmp: Path) -> list[dict]:
     fits = [i for i, t in enumerate(totals) if t <= BP_MAX_HITS]
     pick = max(fits, key=lambda i: totals[i]) if fits else int(np.argmin(totals))
     one = tmp / f"{name}-one.in"
-    _write_inputs(one, h, fn, [packs[pick]])
+    write_inputs(one, h, fn, [packs[pick]])
     base1 = [str(exe), tg.binary, str(one), f"{models[fn].entry:x}"]
     nat1 = subprocess.run(base1 + ["200"], check=True, capture_output=True, text=True)
     nat1_ns = _driver_times(nat1.stdout)[0] / 200

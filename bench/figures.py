@@ -1,8 +1,14 @@
-"""The one shape every benchmark figure has (see bench/run.py)."""
+"""What the benchmark modules share: the shape of a figure (see bench/run.py), the
+repository root and the samples measured."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ["adpcm", "crc", "isort", "bsearch", "fir", "matmul", "statemachine", "calls",
+           "chain"]
 
 
 def fig(figure: str, value: Any, unit: str, goal: str | None = None, ok: bool | None = None,

@@ -34,11 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.figures import ROOT, SAMPLES
 from bench.figures import fig as _fig
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = ["adpcm", "crc", "isort", "bsearch", "fir", "matmul", "statemachine", "calls",
-           "chain"]
 FRESH_INPUTS = 2000
 FRESH_REPEATS = 5
 FRESH_SEED = 1001
@@ -117,8 +115,6 @@ def sample_figures(sample: str, tmp: str) -> list[dict]:
 
 def _chain_ratios(fit) -> list[dict]:  # type: ignore[no-untyped-def]
     """Path costs through each chain block, from the fit's estimable combinations."""
-    import re
-
     from wcetfit.binary import load_model
 
     path = str(ROOT / "samples" / "chain" / "build" / "libchain.so")

@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from bench.figures import ROOT
 from bench.figures import fig as _fig
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INPUTS = 500             # per real target: the samples' own [measure] inputs
 # adpcm and statemachine are split with more inputs than their whole-call fit uses: once
 # the probes complete the exact rank, what keeps blocks together is the noise gate of the

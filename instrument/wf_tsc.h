@@ -118,12 +118,12 @@ static inline uint64_t wf_tsc_stop_lfence(uint32_t *aux)
 
 /* ---- WF_TSC_CPUID (Paoloni) ------------------------------------------------------- */
 
-static inline uint64_t wf_tsc_start_cpuid(uint32_t *aux)
+/* CPUID then RDTSC: the reading waits for every earlier instruction.  CPUID takes the
+ * leaf in EAX (sub-leaf ECX) and overwrites EAX..EDX; RDTSC then rewrites EDX:EAX with the
+ * counter.  All four are operands, none is left unnamed. */
+static inline uint64_t wf_tsc_cpuid_rdtsc(void)
 {
     uint32_t a = WF_TSC_CPUID_LEAF, b, c = 0, d;
-    *aux = wf_tsc_aux();
-    /* CPUID takes the leaf in EAX (sub-leaf ECX) and overwrites EAX..EDX; RDTSC then
-     * rewrites EDX:EAX with the counter.  All four are operands, none is left unnamed. */
     __asm__ __volatile__("cpuid\n\t"
                          "rdtsc"
                          : "+a"(a), "=b"(b), "+c"(c), "=d"(d)
@@ -132,6 +132,12 @@ static inline uint64_t wf_tsc_start_cpuid(uint32_t *aux)
     (void)b;
     (void)c;
     return ((uint64_t)d << 32) | a;
+}
+
+static inline uint64_t wf_tsc_start_cpuid(uint32_t *aux)
+{
+    *aux = wf_tsc_aux();
+    return wf_tsc_cpuid_rdtsc();
 }
 
 static inline uint64_t wf_tsc_stop_cpuid(uint32_t *aux)
@@ -209,16 +215,9 @@ static inline uint64_t wf_tsc_start_cpuid_inside(uint32_t *aux)
 
 static inline uint64_t wf_tsc_stop_cpuid_inside(uint32_t *aux)
 {
-    uint32_t a = WF_TSC_CPUID_LEAF, b, c = 0, d;
-    __asm__ __volatile__("cpuid\n\t"
-                         "rdtsc"
-                         : "+a"(a), "=b"(b), "+c"(c), "=d"(d)
-                         :
-                         : "memory");
-    (void)b;
-    (void)c;
+    uint64_t t = wf_tsc_cpuid_rdtsc();
     *aux = wf_tsc_aux(); /* after the reading: outside the region */
-    return ((uint64_t)d << 32) | a;
+    return t;
 }
 
 /* ---- back-to-back readings (quantum) ---------------------------------------------- */

@@ -52,6 +52,18 @@ def spanning_counts(cfg, rng, n_inputs=200, **kw):
     pytest.fail("could not simulate spanning inputs")
 
 
+def group_sets(res, addrs) -> list[list[int]]:
+    """The fit's groups as sorted lists of block indices, -1 standing for the overhead ε,
+    in the order of :func:`expected_structure`'s comparison."""
+    got = []
+    for g in res.groups:
+        s = {addrs.index(a) for a in g.blocks}
+        if g.configs:
+            s.add(-1)
+        got.append(sorted(s))
+    return sorted(got)
+
+
 def expected_structure(cfg):
     """From the CFG alone: rank, blocks estimable alone, and groups (sets of block
     indices, with -1 standing for ε) — components of the structural null projector."""
@@ -131,16 +143,11 @@ def test_rank_and_groups_match_the_cfg(seed):
     rank, alone, groups = expected_structure(cfg)
     assert res.rank == rank == res.max_rank
     assert {k for k, b in enumerate(res.blocks) if b.estimable} == alone
-    got = []
     for g in res.groups:
-        s = {addrs.index(a) for a in g.blocks}
-        if g.configs:
-            s.add(-1)
-        got.append(s)
         assert g.kind in (KIND_STRUCTURAL, KIND_OVERHEAD)
         assert (g.kind == KIND_OVERHEAD) == bool(g.configs)
         assert g.observed_deficiency == 0
-    assert sorted(map(sorted, got)) == sorted(map(sorted, groups))
+    assert group_sets(res, addrs) == sorted(map(sorted, groups))
     # the combinations of each group span exactly the structural row space on it
     R = cfg.structural_row_space()
     allc = [combo_vector(c, addrs) for g in res.groups for c in g.combinations]
@@ -762,13 +769,7 @@ def test_weights_do_not_change_rank_or_groups(seed):
                            options=FitOptions(folds=0, weights=w))
         assert res.rank == rank == res.max_rank
         assert {k for k, b in enumerate(res.blocks) if b.estimable} == alone
-        got = []
-        for g in res.groups:
-            s = {addrs.index(a) for a in g.blocks}
-            if g.configs:
-                s.add(-1)
-            got.append(s)
-        assert sorted(map(sorted, got)) == sorted(map(sorted, groups))
+        assert group_sets(res, addrs) == sorted(map(sorted, groups))
 
 
 def test_weighted_validation_folds_and_json():

@@ -15,16 +15,15 @@ only the inputs that are still missing.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from wcetfit.errors import MeasurementError, StoreError
+from wcetfit.errors import MeasurementError
 from wcetfit.isolate import InputFailure, run_isolated
-from wcetfit.model import FunctionModel, hexaddr
+from wcetfit.model import hexaddr
 from wcetfit.store import Store, StoreIdentity, machine_fingerprint
 from wcetfit.target import Target, describe_args, generate_input, load_inputs_module
 

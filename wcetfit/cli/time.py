@@ -32,7 +32,6 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.common import check_output_path, measure_overrides, write_json
     from wcetfit.cli.progress import progress_bars
     from wcetfit.measure import run_times
-    from wcetfit.model import hexaddr
     from wcetfit.pipeline import open_session
     from wcetfit.tsc import ticks_to_ns
 

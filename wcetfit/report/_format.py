@@ -50,6 +50,26 @@ def pct(v: float | None) -> str:
     return "—" if v is None else f"{100 * v:.1f} %"
 
 
+def block_share(row: BlockRow) -> str:
+    """The block's share of the time; '≈' where it is not estimable alone (the share then
+    depends on the particular solution)."""
+    if row.share is None:
+        return "—"
+    return ("" if row.estimable else "≈") + pct(row.share)
+
+
+def block_notes(row: BlockRow, entry: int) -> list[str]:
+    """What the block table's note column says of a block."""
+    notes = []
+    if row.count_max == 0:
+        notes.append("never executed")
+    if row.call:
+        notes.append(row.call)
+    if row.address == entry:
+        notes.append("entry")
+    return notes
+
+
 def count_range(row: BlockRow) -> str:
     if row.count_min is None:
         return "—"

@@ -430,7 +430,6 @@ def _td(text: str, value: float | None = None, num: bool = False) -> str:
 
 def _wcet_table(report: Report, fr: FunctionReport) -> str:
     w = fr.wcet
-    hz = report.tsc_hz
     rows = []
 
     def row(label: str, ticks: float | None, note: str = "") -> None:
@@ -479,15 +478,9 @@ def _blocks_table(report: Report, fr: FunctionReport) -> str:
     body = []
     for r in fr.blocks:
         h = F.half_width(r.ci95_ticks)
-        notes = []
-        if r.count_max == 0:
-            notes.append("never executed")
-        if r.call:
-            notes.append(r.call)
-        if r.address == fr.entry:
-            notes.append("entry")
+        notes = F.block_notes(r, fr.entry)
         cls = "never" if r.count_max == 0 else ("onpath" if r.wcet_count else "")
-        share = (("≈" if not r.estimable else "") + F.pct(r.share)) if r.share is not None else "—"
+        share = F.block_share(r)
         body.append(
             f'<tr class="{cls}"><td data-v="{r.address}">{hexaddr(r.address)}</td>'
             f'<td data-v="{r.offset}">+{r.offset:#x}</td>'
@@ -609,7 +602,7 @@ def render_html(report: Report, *, layout: str = "auto") -> str:
         w = fr.wcet
         big = (f'<p class="big">WCET bound: {E(F.both(w.ipet_ticks, hz))}</p>'
                if w.ipet_ticks is not None else
-               f'<p class="big">WCET bound: not computed</p>')
+               '<p class="big">WCET bound: not computed</p>')
         parts += [f'<h2 id="fn-{_ident(fr.name)}">{E(fr.name)} <span class="note">'
                   f'{hexaddr(fr.address)} — {E(role)}</span></h2>', big,
                   _wcet_table(report, fr)]

@@ -171,18 +171,10 @@ def _blocks(report: Report, fr: FunctionReport, max_blocks: int | None) -> Table
         t.add_column(c, justify=j)  # type: ignore[arg-type]
     scale = 1e9 / hz if hz else None
     for r in rows:
-        notes = []
-        if not r.estimable:
-            notes.append(f"group {r.group}" if r.group is not None else "not estimable alone")
-        if r.count_max == 0:
-            notes.append("never executed")
-        if r.call:
-            notes.append(r.call)
-        if r.address == fr.entry:
-            notes.append("entry")
-        share = F.pct(r.share)
-        if r.share is not None and not r.estimable:
-            share = "≈" + share          # depends on the particular solution
+        notes = [] if r.estimable else [f"group {r.group}" if r.group is not None
+                                        else "not estimable alone"]
+        notes += F.block_notes(r, fr.entry)
+        share = F.block_share(r)
         t.add_row(hexaddr(r.address), f"+{r.offset:#x}", str(r.size), str(r.instructions),
                   F.count_range(r), F.cost_pm(r), F.cost_pm(r, scale) if scale else "—",
                   share, "" if r.wcet_count is None else f"{r.wcet_count:,}", "; ".join(notes))

@@ -12,7 +12,8 @@ repository's samples keep no store):
   once preempted calls are rejected.  A call counts as preempted by the rule the fit
   itself uses to drop interrupted repeats (wcetfit.robust: modified z-score above 3.5
   against the input's median, with the spread pooled over inputs of similar length and
-  never below two TSC steps), and only above the median.  How many were rejected is
+  never below two TSC steps, on the calls with the machine's speed over the fresh run
+  divided out, wcetfit.speed), and only above the median.  How many were rejected is
   reported.
 * ``fit.chain.ratio_*``: the chain sample's blocks hold 8, 16, 32 and 64 dependent
   multiplies.  Single chain blocks are not estimable (each is tied to the loop by flow
@@ -55,12 +56,16 @@ def _scratch(sample: str, tmp: str) -> str:
 
 def _preempted(ticks: np.ndarray, quantum: float) -> np.ndarray:
     """Calls the fit's repeat statistic treats as interrupted (wcetfit.robust): far above
-    the input's median relative to the spread of undisturbed repeats."""
+    the input's median relative to the spread of undisturbed repeats, once the machine's
+    speed over the run is divided out as the fit does (wcetfit.speed): a call in a slow
+    period of the machine is not an interrupted call, and the bound must cover it."""
     from wcetfit.robust import summarize_repeats
+    from wcetfit.speed import speed_profile
 
-    keep = summarize_repeats(ticks, quantum=quantum).keep
-    med = np.nanmedian(ticks, axis=1, keepdims=True)
-    return np.isfinite(ticks) & ~keep & (ticks > med)
+    t = ticks / speed_profile(ticks, quantum).factors
+    keep = summarize_repeats(t, quantum=quantum).keep
+    med = np.nanmedian(t, axis=1, keepdims=True)
+    return np.isfinite(t) & ~keep & (t > med)
 
 
 def sample_figures(sample: str, tmp: str) -> list[dict]:
@@ -101,7 +106,9 @@ def sample_figures(sample: str, tmp: str) -> list[dict]:
         max_obs = float(np.nanmax(kept))
         figs += [
             _fig(f"wcet.{sample}.ipet_bound", bound, "ticks", None, None,
-                 point=float(a.wcet.bound_ticks), margin=a.wcet.margin_ticks),
+                 point=float(a.wcet.bound_ticks), margin=a.wcet.margin_ticks,
+                 dispersion_factors=dict(a.wcet.dispersion_factors),
+                 machine_speed=(a.fit.machine_speed or {}).get("factor_max")),
             _fig(f"wcet.{sample}.max_observed_fresh", max_obs, "ticks", None, None,
                  inputs=int(ticks.shape[0]), calls=int(np.isfinite(ticks).sum()),
                  preempted_rejected=int(pre.sum()), failures=len(ft.failures)),

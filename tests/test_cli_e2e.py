@@ -110,6 +110,12 @@ def test_analyze_then_reuse_and_report(victim):
     fn = report["functions"][0]
     assert fn["name"] == "victim"
     assert "TSC ticks" in res.stdout and "ns" in res.stdout
+    # the machine's speed: followed or not (the victim's calls are short), always said
+    speed = fn["machine_speed"]
+    assert isinstance(speed["followed"], bool) and (speed["followed"] or speed["reason"])
+    assert "machine speed" in res.stdout
+    # no bound: the hang's loop never completes, so nothing bounds it
+    assert fn["wcet"]["ipet_ticks"] is None and "no bound for loop" in fn["wcet"]["error"]
     assert (victim / "r.html").read_text().count("<svg") >= 1
     # The second run measures nothing new: it is served from the store.
     before = {n: os.stat(victim / ".wcetfit" / n).st_mtime_ns
@@ -240,6 +246,15 @@ def test_several_functions_each_measured_and_reported(tmp_path):
     # every function the measured call reached has its own section
     names = {f["name"] for r in doc["reports"] for f in r["functions"]}
     assert {"first", "second"} <= names
+    # each root's bound: (point + margin) × the product of its three dispersion factors
+    for r in doc["reports"]:
+        w = r["functions"][0]["wcet"]
+        f = w["dispersion_factors"]
+        assert set(f) == {"misfit", "call", "machine_speed"}
+        assert 1 + w["dispersion"] == pytest.approx(
+            max(1.0, f["misfit"] * f["call"] * f["machine_speed"]))
+        assert w["ipet_ticks"] == pytest.approx(
+            (w["point_ticks"] + w["margin_ticks"]) * (1 + w["dispersion"]))
     assert "first" in res.stdout and "second" in res.stdout
 
 

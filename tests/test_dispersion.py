@@ -42,7 +42,7 @@ def test_call_dispersion_is_worst_misfit_times_call_noise_quantile():
     system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)))
     fit = SimpleNamespace(quantum_ticks=26.0, rejected=(),
                           predict=lambda counts, unknown="zero": pred)
-    d = call_dispersion(system, fit)
+    d = call_dispersion(system, fit).excess
     seen = (ticks / pred[:, None]).max() - 1
     assert d >= seen                                     # covers every call measured
     assert d < misfit.max() * 1.06 - 1                   # misfit is not extrapolated
@@ -61,6 +61,43 @@ def test_a_rarer_exceedance_gives_a_larger_dispersion():
     system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)))
     fit = SimpleNamespace(quantum_ticks=1.0, rejected=(),
                           predict=lambda counts, unknown="zero": pred)
-    d = [call_dispersion(system, fit, exceedance=p) for p in (1e-3, 1e-6, 1e-9)]
+    d = [call_dispersion(system, fit, exceedance=p).excess for p in (1e-3, 1e-6, 1e-9)]
     assert d[0] < d[1] < d[2]
-    assert call_dispersion(system, fit) == d[1]          # 1e-6 is the default
+    assert call_dispersion(system, fit).excess == d[1]   # 1e-6 is the default
+
+
+def _slow_period_system(seed: int = 7):
+    """Calls of known means with the machine 1.6× slower for a stretch of the run (in the
+    timing run's order: repeat by repeat, inputs in order), as fit and system stand-ins."""
+    from types import SimpleNamespace
+
+    from wcetfit.speed import speed_profile
+
+    rng = np.random.default_rng(seed)
+    n, r = 400, 10
+    pred = rng.uniform(20_000, 40_000, n)
+    noise = 1 + np.abs(rng.normal(0, 0.005, (n, r)))
+    speed = np.ones((n, r))
+    speed[150:, 3] = speed[:, 4] = speed[:80, 5] = 1.6        # 2.5 passes' worth
+    ticks = np.round(pred[:, None] * noise * speed / 26) * 26
+    profile = speed_profile(ticks, 26.0)
+    system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)), speed=profile,
+                             ticks_at_reference=ticks / profile.factors)
+    fit = SimpleNamespace(quantum_ticks=26.0, rejected=(),
+                          predict=lambda counts, unknown="zero": pred)
+    return system, fit, ticks, pred
+
+
+def test_a_slow_period_of_the_machine_enters_as_its_own_factor():
+    from wcetfit.pipeline import call_dispersion
+
+    system, fit, ticks, pred = _slow_period_system()
+    d = call_dispersion(system, fit)
+    assert abs(d.machine_speed - 1.6) < 0.03             # the slow period, found
+    assert d.call < 1.05                                  # single calls: their own noise only
+    assert d.excess >= (ticks / pred[:, None]).max() - 1  # still covers every call measured
+    # without the profile the slow calls are noise of single calls, and the interrupted-
+    # call rule drops the minority period of each input: the factor says less
+    from types import SimpleNamespace
+    flat = call_dispersion(SimpleNamespace(ticks=ticks, counts=system.counts), fit)
+    assert flat.machine_speed == 1.0

@@ -41,6 +41,12 @@ def test_good_target(tmp_path):
     assert t.measure.seed == 7 and t.loops == {"f+0x10": 64}
     assert t.binary == str(tmp_path / "lib.so")
     assert t.exceedance == 1e-6
+    assert t.follow_speed is True
+
+
+def test_fit_follow_speed(tmp_path):
+    t = tg.load_target(make(tmp_path, GOOD + "[fit]\nfollow_speed = false\n"))
+    assert t.follow_speed is False
 
 
 def test_wcet_exceedance(tmp_path):
@@ -65,6 +71,8 @@ def test_wcet_exceedance(tmp_path):
     (GOOD + "[wcet]\nexceedance = 0\n", "\\[wcet\\] 'exceedance' is a probability per call"),
     (GOOD + "[wcet]\nexceedance = \"1e-6\"\n", "\\[wcet\\] 'exceedance': expected a number"),
     (GOOD + "[wcet]\nexcedance = 1e-6\n", "unknown key 'excedance' \\(did you mean 'exceedance'"),
+    (GOOD + "[fit]\nfollow_speed = 1\n", "\\[fit\\] 'follow_speed': expected true or false"),
+    (GOOD + "[fit]\nfollow = true\n", "unknown key 'follow' \\(did you mean 'follow_speed'"),
 ])
 def test_bad_target_files(tmp_path, toml, message):
     with pytest.raises(TargetError, match=message):

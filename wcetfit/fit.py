@@ -333,6 +333,9 @@ class FitResult:
     weights: str = "none"                   # row weighting of the estimates (FitOptions)
     weight_floor_ticks: float | None = None  # "relative": weights 1/max(pred, this)²
     weight_iterations: int = 0              # reweighting rounds that changed weights
+    # The machine's speed during the timing run (wcetfit.speed.SpeedProfile.to_dict()), when
+    # the fit divided it out: costs and predictions are then at its reference speed.
+    machine_speed: Mapping[str, Any] | None = None
 
     # -- use ------------------------------------------------------------------------------
     def _aug(self, counts: np.ndarray, config_id: int | np.ndarray) -> np.ndarray:
@@ -496,6 +499,7 @@ class FitResult:
             "interval_method": self.interval_method,
             "quantum_ticks": self.quantum_ticks,
             "tsc_hz": self.tsc_hz,
+            **({"machine_speed": dict(self.machine_speed)} if self.machine_speed else {}),
             "nonneg_active": self.nonneg_active,
             "solution_note": ("minimum Σ solution² over blocks with ε free: always-once blocks "
                               "get 0 (their time is in overhead_ticks), identical blocks share "
@@ -667,23 +671,27 @@ def fit_function(counts: np.ndarray, ticks: np.ndarray, block_addresses: Sequenc
                  structural_basis: np.ndarray | Mapping[int, np.ndarray] | None = None,
                  config_ids: np.ndarray | None = None,
                  tsc_hz: float | None = None,
+                 speed: Any = None,
                  options: FitOptions = FitOptions()) -> FitResult:
     """Fit per-block costs to the timings; see the module docstring.
 
     ``counts`` int [n_inputs, n_blocks]; ``ticks`` [n_inputs, n_repeats] (NaN = missing);
     ``structural_basis`` [dim, n_blocks] spanning the CFG's count space (or a mapping
     config id → basis, spanning each configuration's space); ``config_ids`` int
-    [n_inputs] (default all 0)."""
+    [n_inputs] (default all 0); ``speed``: a :class:`wcetfit.speed.SpeedProfile` of the
+    ticks, whose factors are divided out of every call before anything else (the costs
+    are then at the profile's reference speed; the TSC step is detected on the raw
+    ticks)."""
     from wcetfit.blasthreads import limited
 
     with limited(options.blas_threads):
         return _Fitter(counts, ticks, block_addresses, structural_basis, config_ids, tsc_hz,
-                       options).run()
+                       options, speed).run()
 
 
 class _Fitter:
     def __init__(self, counts, ticks, block_addresses, structural_basis, config_ids, tsc_hz,
-                 opts: FitOptions) -> None:
+                 opts: FitOptions, speed: Any = None) -> None:
         self.opts = opts
         self.warnings: list[str] = []
         counts = np.asarray(counts)
@@ -713,6 +721,14 @@ class _Fitter:
         if tsc_hz is not None and not (tsc_hz > 0):
             raise FitError(f"tsc_hz must be positive, got {tsc_hz}")
         self.counts = counts
+        self.raw_ticks = t
+        self.speed = speed
+        if speed is not None:
+            f = np.asarray(speed.factors, dtype=np.float64)
+            if f.shape != t.shape:
+                raise FitError(f"speed factors have shape {f.shape}, the ticks {t.shape}")
+            with np.errstate(invalid="ignore", divide="ignore"):
+                t = t / np.where(np.isfinite(f) & (f > 0), f, 1.0)
         self.ticks = t
         self.addrs = addrs
         self.n, self.nb = n, nb
@@ -734,7 +750,8 @@ class _Fitter:
     def _build_rows(self) -> None:
         o = self.opts
         t = self.ticks
-        self.quantum = (robust.detect_quantum(t) if o.quantum_ticks is None
+        # the step is a property of the clock: detect it before any speed correction
+        self.quantum = (robust.detect_quantum(self.raw_ticks) if o.quantum_ticks is None
                         else float(o.quantum_ticks))
         self.valid_calls = np.isfinite(t)
         self.repeats_total = int(self.valid_calls.sum())
@@ -1666,7 +1683,8 @@ class _Fitter:
             nonneg_active=nonneg_active, warnings=tuple(self.warnings), configs=self.configs,
             solution=solution, overhead_solution=overhead_solution, covariance=covariance,
             row_space=row_space, weights=self.opts.weights,
-            weight_floor_ticks=self.weight_floor, weight_iterations=self.weight_iterations)
+            weight_floor_ticks=self.weight_floor, weight_iterations=self.weight_iterations,
+            machine_speed=self.speed.to_dict() if self.speed is not None else None)
 
     def _warn_clustered_rejections(self) -> None:
         """Rejected inputs crowding the start of the run point at the measurement (warm-up,

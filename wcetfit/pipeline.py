@@ -77,14 +77,26 @@ class Analysis:
 def fit_stage(session: Session, root: str, counts: Any, times: Any,
               options: Any = None) -> tuple[Any, Any]:
     """(LinearSystem, FitResult) of one measured function."""
+    from dataclasses import replace
+
     from wcetfit.fit import FitOptions, fit_function
+    from wcetfit.robust import detect_quantum
+    from wcetfit.speed import flat_profile, speed_profile
     from wcetfit.system import build_system
 
+    options = options or FitOptions()
     functions = session.functions_of(root)
     system = build_system(functions, counts, times)
+    if session.target.follow_speed:
+        quantum = (detect_quantum(system.ticks) if options.quantum_ticks is None
+                   else options.quantum_ticks)
+        speed = speed_profile(system.ticks, quantum)
+    else:
+        speed = flat_profile(system.ticks, "not followed: [fit] follow_speed = false")
+    system = replace(system, speed=speed)
     fit = fit_function(system.counts, system.ticks, system.addresses,
                        structural_basis=system.structural_basis, tsc_hz=system.tsc_hz,
-                       options=options or FitOptions())
+                       speed=speed, options=options)
     return system, fit
 
 
@@ -106,21 +118,41 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
         log.warning("%s: no WCET bound: %s", root, exc)
         return exc
     p = session.target.exceedance
-    return replace(result, dispersion=call_dispersion(system, fit, exceedance=p),
-                   exceedance=p)
+    d = call_dispersion(system, fit, exceedance=p)
+    return replace(result, dispersion=d.excess, dispersion_factors=d.to_dict(), exceedance=p)
+
+
+@dataclass(frozen=True)
+class Dispersion:
+    """How much one undisturbed call may exceed its predicted time, as factors that
+    multiply: ``excess`` = misfit × call × machine_speed − 1 (≥ 0)."""
+
+    misfit: float = 1.0          # worst input mean over its prediction seen (≥ 1)
+    call: float = 1.0            # one call over its input's mean, at the exceedance
+    machine_speed: float = 1.0   # slowest sustained speed of the run over its fast end
+
+    @property
+    def excess(self) -> float:
+        return max(0.0, self.misfit * self.call * self.machine_speed - 1.0)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"misfit": self.misfit, "call": self.call, "machine_speed": self.machine_speed}
 
 
 def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
-                    min_quanta: float = 40.0, exceedance: float | None = None) -> float:
-    """Relative excess of one undisturbed timed call over its predicted time: the worst
-    misfit of an input's mean seen, times the call-to-call excess over an input's mean
-    that single calls pass with probability at most ``exceedance`` (default
-    :data:`EXCEEDANCE_PER_CALL`; :func:`gumbel_quantile`, and at least the largest seen).
+                    min_quanta: float = 40.0, exceedance: float | None = None) -> Dispersion:
+    """Relative excess of one undisturbed timed call over its predicted time, in three
+    factors (:class:`Dispersion`): the worst misfit of an input's mean seen; the
+    call-to-call excess over an input's mean that single calls pass with probability at
+    most ``exceedance`` (default :data:`EXCEEDANCE_PER_CALL`; :func:`gumbel_quantile`,
+    and at least the largest seen); and the slowest sustained speed of the machine seen
+    in the timing run (wcetfit.speed; 1 when the speed was not followed).
 
-    The fit predicts the mean time of a call with given counts; a single call of the
-    same input runs longer or shorter (branch predictor and cache state, the core clock
-    of a shared VM).  A WCET bound must cover single calls, so the IPET bound is scaled
-    by the worst excess seen in the measurements.  Calls the repeat statistic treats as
+    The fit predicts the mean time of a call with given counts at the run's fast end; a
+    single call of the same input runs longer or shorter (branch predictor and cache
+    state) and the whole machine slows for seconds at a time (a co-runner on the same
+    core).  A WCET bound must cover single calls, so the IPET bound is scaled by the
+    worst of each seen in the measurements.  Calls the repeat statistic treats as
     interrupted (the same rule as the fit's: far from the input's median) and inputs
     the fit rejected are left out; so are short calls (below ``long_share`` of the
     longest prediction, and below ``min_quanta`` TSC steps) where one quantum alone is
@@ -130,7 +162,10 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
 
     from wcetfit.robust import summarize_repeats
 
-    summary = summarize_repeats(system.ticks, quantum=fit.quantum_ticks)
+    speed = getattr(system, "speed", None)
+    machine = float(speed.max_factor) if speed is not None and speed.followed else 1.0
+    ticks = system.ticks_at_reference if speed is not None else system.ticks
+    summary = summarize_repeats(ticks, quantum=fit.quantum_ticks)
     predicted = np.asarray(fit.predict(system.counts, unknown="zero"), dtype=float)
     used = np.ones(len(predicted), dtype=bool)
     for r in fit.rejected:
@@ -144,7 +179,7 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
         # two TSC steps of nothing (their relative excess is pure quantization)
         rows = used & np.isfinite(predicted) & (predicted >= 2 * (fit.quantum_ticks or 1))
     if not rows.any():
-        return 0.0
+        return Dispersion(machine_speed=machine)
     # Two different things make a call exceed its prediction, and they extrapolate
     # differently: the model's misfit for an input (its mean over the prediction:
     # data-dependent costs; a property of the input, bounded by the worst seen, like an
@@ -152,16 +187,16 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     # call to call: extrapolated to the 1e-6 quantile by extreme-value theory).
     means = summary.value[rows]
     misfit = means / predicted[rows]
-    calls = np.where(summary.keep[rows], system.ticks[rows], np.nan)
+    calls = np.where(summary.keep[rows], ticks[rows], np.nan)
     noise = (calls / means[:, None]).ravel()
     noise = noise[np.isfinite(noise)]
     misfit = misfit[np.isfinite(misfit)]
     if noise.size == 0 or misfit.size == 0:
-        return 0.0
+        return Dispersion(machine_speed=machine)
     per_call = max(float(noise.max()), gumbel_quantile(
         noise, exceedance=EXCEEDANCE_PER_CALL if exceedance is None else exceedance))
-    excess = max(1.0, float(misfit.max())) * per_call - 1.0
-    return float(max(0.0, excess))
+    return Dispersion(misfit=max(1.0, float(misfit.max())), call=max(1.0, per_call),
+                      machine_speed=machine)
 
 
 # Exceedance probability per call that the dispersion is set for.  The training data
@@ -206,7 +241,9 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any) -> Analy
     wcet = wcet_stage(session, root, system, fit)
     functions = session.functions_of(root)
     report = build_report(functions, session.root_model(root).name, fit, system.counts,
-                          system.columns, system.ticks, wcet, system.tsc_hz)
+                          system.columns, system.ticks, wcet, system.tsc_hz,
+                          speed_factors=system.speed.factors if system.speed is not None
+                          else None)
     return Analysis(root, functions, system, fit, wcet, report)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -37,6 +37,17 @@ class LinearSystem:
     ticks: np.ndarray                      # float64 [rows, repeats], NaN = discarded
     structural_basis: np.ndarray           # [dim, columns]
     tsc_hz: float
+    # the machine's speed over the timing run (wcetfit.speed), once the fit stage has
+    # followed it; None before
+    speed: Any = None
+
+    @property
+    def ticks_at_reference(self) -> np.ndarray:
+        """The ticks with the machine's speed divided out (as they are without a profile)."""
+        if self.speed is None:
+            return self.ticks
+        with np.errstate(invalid="ignore"):
+            return self.ticks / self.speed.factors
 
     @property
     def addresses(self) -> tuple[int, ...]:

@@ -60,6 +60,9 @@ class Target:
     # [wcet] exceedance: the probability per call with which a single undisturbed call may
     # exceed the bound's call-dispersion factor (see wcetfit.pipeline.call_dispersion)
     exceedance: float = 1e-6
+    # [fit] follow_speed: divide the machine's speed over the timing run out of the calls
+    # before fitting (wcetfit.speed); off, the fit takes the calls as measured
+    follow_speed: bool = True
 
     @property
     def store_dir(self) -> str:
@@ -69,10 +72,11 @@ class Target:
 _TOP_KEYS: dict[str, tuple[type, ...]] = {
     "binary": (str,), "functions": (list,), "prototype": (str,), "cdef": (str,),
     "inputs": (str,), "measure": (dict,), "loops": (dict,), "recursion": (dict,),
-    "wcet": (dict,),
+    "wcet": (dict,), "fit": (dict,),
 }
 _REQUIRED = ("binary", "functions", "prototype", "inputs")
 _WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int)}
+_FIT_KEYS: dict[str, tuple[type, ...]] = {"follow_speed": (bool,)}
 _MEASURE_KEYS: dict[str, tuple[type, ...]] = {
     "inputs": (int,), "repeats": (int,), "seed": (int,), "warmup": (int,),
     "timeout": (int, float), "method": (str,), "trace_cap": (int,),
@@ -81,13 +85,13 @@ _MEASURE_KEYS: dict[str, tuple[type, ...]] = {
 
 def _typename(types_: tuple[type, ...]) -> str:
     names = {str: "a string", list: "a list", dict: "a table", int: "an integer",
-             float: "a number"}
+             float: "a number", bool: "true or false"}
     return " or ".join(names.get(t, t.__name__) for t in types_)
 
 
 def _check_type(where: str, value: Any, types_: tuple[type, ...]) -> None:
     # bool is an int subclass in Python; in a target file it is never meant as a number.
-    if isinstance(value, bool) or not isinstance(value, types_):
+    if (isinstance(value, bool) and bool not in types_) or not isinstance(value, types_):
         raise TargetError(f"{where}: expected {_typename(types_)}, found "
                           f"{type(value).__name__} {value!r}")
 
@@ -203,11 +207,17 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
     if not 0.0 < exceedance < 0.01:
         raise TargetError(f"{path}: [wcet] 'exceedance' is a probability per call, "
                           f"0 < p < 0.01, found {wcet['exceedance']!r}")
+    fit = raw.get("fit", {})
+    for key, value in fit.items():
+        if key not in _FIT_KEYS:
+            raise _unknown_key(f"{path}: [fit]", key, _FIT_KEYS)
+        _check_type(f"{path}: [fit] '{key}'", value, _FIT_KEYS[key])
 
     return Target(directory=directory, path=path, binary=os.path.abspath(binary),
                   functions=tuple(functions), prototype=raw["prototype"],
                   cdef=raw.get("cdef", ""), inputs_module=inputs_module, measure=measure,
-                  loops=dict(loops), recursion=dict(recursion), exceedance=exceedance)
+                  loops=dict(loops), recursion=dict(recursion), exceedance=exceedance,
+                  follow_speed=bool(fit.get("follow_speed", True)))
 
 
 # --- the inputs module ---------------------------------------------------------------

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -781,6 +781,8 @@ class WcetResult:
     # the mean of a call, a WCET must cover single calls.
     dispersion: float = 0.0
     exceedance: float = 1e-6                   # the probability per call it is set for
+    # its factors (wcetfit.pipeline.Dispersion): misfit, call, machine_speed
+    dispersion_factors: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def upper_ticks(self) -> float:

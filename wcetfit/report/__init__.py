@@ -298,6 +298,7 @@ class WcetSummary:
     dispersion_ticks: float | None   # what the per-call dispersion adds (root only)
     dispersion: float | None         # relative excess of single calls over the mean model
     exceedance: float | None         # the probability per call the dispersion is set for
+    dispersion_factors: Mapping[str, float]   # misfit, call, machine_speed (root only)
     point_ticks: float | None        # with the point costs
     margin_ticks: float | None       # z · standard error of the worst path (None: no covariance)
     max_observed_ticks: float | None     # max over inputs of the median of its repeats
@@ -351,7 +352,8 @@ class Report:
     n_inputs: int
     n_repeats: int
     functions: tuple[FunctionReport, ...]
-    measured_ticks: tuple[float, ...]    # per input: median of its repeats (root calls)
+    measured_ticks: tuple[float, ...]    # per input: median of its repeats (root calls), at
+                                         # the fit's reference speed when it followed one
     predicted_ticks: tuple[float, ...]   # per input: Σ count · solution + overhead
     warnings: tuple[Finding, ...]
 
@@ -408,13 +410,17 @@ def _call_label(fn: FunctionModel) -> dict[int, str]:
 
 def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
                  counts: np.ndarray, columns: Sequence[Any], times: np.ndarray | None,
-                 wcet: WcetResult | BaseException | None, tsc_hz: float | None) -> Report:
+                 wcet: WcetResult | BaseException | None, tsc_hz: float | None, *,
+                 speed_factors: np.ndarray | None = None) -> Report:
     """Gather everything into a :class:`Report`.
 
     ``counts[input, column]`` with ``columns`` naming each column as (function, address)
     (or a bare address); ``times[input, repeat]`` in ticks (NaN for a missing repeat) or
     None; ``wcet``: the :func:`wcetfit.wcet.wcet_bound` result, or the error that prevented
     it (its message is shown), or None.  ``tsc_hz``: ticks per second, for ns.
+    ``speed_factors[input, repeat]``: the machine's speed the fit divided out
+    (wcetfit.speed); the measured-vs-predicted comparison is then made at the fit's
+    reference speed, while "max observed" stays the time as measured.
     """
     if root not in functions:
         raise WcetfitError(f"no model of the root function {root!r}")
@@ -448,7 +454,8 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
 
     # Measured: median of the repeats of each input (robust to a preempted repeat).
     n_repeats = 0
-    measured = np.full(n_inputs, np.nan)
+    measured = np.full(n_inputs, np.nan)          # as timed
+    at_reference = measured                       # with the machine's speed divided out
     raw_max = None
     if times is not None:
         t = np.asarray(times, dtype=float)
@@ -461,6 +468,13 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
             ok = np.isfinite(t).any(axis=1)
             measured[ok] = np.nanmedian(t[ok], axis=1)
         raw_max = float(np.nanmax(t)) if np.isfinite(t).any() else None
+        if speed_factors is not None:
+            f = np.asarray(speed_factors, dtype=float)
+            if f.shape != t.shape:
+                raise WcetfitError(f"speed factors have shape {f.shape}, the times {t.shape}")
+            at_reference = np.full(n_inputs, np.nan)
+            with np.errstate(all="ignore"):
+                at_reference[ok] = np.nanmedian(t[ok] / f[ok], axis=1)
 
     space = ObservedRowSpace(counts) if n_inputs else None
     global_warn: list[Finding] = []
@@ -498,7 +512,8 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
             mean_pred, space, wres, werr, path_residual, overhead if name == root else None,
             measured, predicted, raw_max))
     return Report(root=root, tsc_hz=tsc_hz, n_inputs=n_inputs, n_repeats=n_repeats,
-                  functions=tuple(reports), measured_ticks=tuple(float(v) for v in measured),
+                  functions=tuple(reports),
+                  measured_ticks=tuple(float(v) for v in at_reference),
                   predicted_ticks=tuple(float(v) for v in predicted),
                   warnings=tuple(global_warn))
 
@@ -596,6 +611,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         dispersion_ticks=wres.dispersion_ticks if (ires and is_root) else None,
         dispersion=wres.dispersion if (ires and is_root) else None,
         exceedance=wres.exceedance if (ires and is_root) else None,
+        dispersion_factors=dict(wres.dispersion_factors) if (ires and is_root) else {},
         point_ticks=ires.bound_ticks if ires else None,
         margin_ticks=(wres.margin_ticks if is_root else ires.margin_ticks) if ires else None,
         max_observed_ticks=max_obs, max_observed_input=max_obs_i,

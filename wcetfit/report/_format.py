@@ -76,3 +76,37 @@ def count_range(row: BlockRow) -> str:
     if row.count_min == row.count_max:
         return f"{row.count_min:,}"
     return f"{row.count_min:,}–{row.count_max:,}"
+
+
+def bound_note(w) -> str:  # type: ignore[no-untyped-def]
+    """What the IPET bound is made of (a WcetSummary)."""
+    if w.margin_ticks is None:
+        return "point estimate (no covariance: no margin)"
+    if w.dispersion_ticks is not None:
+        return "(point estimate + 95% margin of the worst path) × call dispersion"
+    return "point estimate + 95% margin of the worst path"
+
+
+def dispersion_note(w) -> str:  # type: ignore[no-untyped-def]
+    """The call dispersion's factors, each with where it comes from."""
+    f = w.dispersion_factors or {}
+    parts = [f"+{100 * (w.dispersion or 0):.1f}% = "
+             f"worst misfit of an input seen ×{f.get('misfit', 1.0):.3f}",
+             f"call-to-call excess passed with probability ≤ {w.exceedance:.0e} per call "
+             f"×{f.get('call', 1.0):.3f} (extreme-value fit; [wcet] exceedance)"]
+    if f.get("machine_speed", 1.0) != 1.0:
+        parts.append(f"slowest sustained machine speed seen ×{f['machine_speed']:.3f} "
+                     "(costs are at the timing run's fast end)")
+    return " × ".join(parts) + " − 1"
+
+
+def machine_speed(extra) -> str | None:  # type: ignore[no-untyped-def]
+    """One line on the machine's speed during the timing run (the fit's machine_speed)."""
+    m = extra.get("machine_speed") if hasattr(extra, "get") else None
+    if not isinstance(m, dict):
+        return None
+    if not m.get("followed"):
+        return f"not followed: {m.get('reason', '')}".rstrip(": ")
+    return (f"calls ran at ×{m.get('factor_median', 1):.2f} (median), ×{m.get('factor_p95', 1):.2f} "
+            f"(p95), ×{m.get('factor_max', 1):.2f} (slowest) of the run's fast end; divided out "
+            f"before the fit (costs are at the fast end)")

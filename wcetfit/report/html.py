@@ -439,11 +439,12 @@ def _wcet_table(report: Report, fr: FunctionReport) -> str:
     if w.error:
         rows.append(f"<tr><th>IPET bound</th><td colspan=3>not computed: {E(w.error)}</td></tr>")
     elif w.ipet_ticks is not None:
-        row("IPET bound", w.ipet_ticks, "point estimate + 95% margin of the worst path"
-            if w.margin_ticks is not None else "point estimate (no covariance: no margin)")
+        row("IPET bound", w.ipet_ticks, F.bound_note(w))
         row("with point costs", w.point_ticks, "Σ cost · count on the worst-case path")
         row("margin", w.margin_ticks,
             "95% critical value × standard error of the path's predicted time")
+        if w.dispersion_ticks is not None:
+            row("call dispersion", w.dispersion_ticks, F.dispersion_note(w))
     if fr.is_root:
         row("max observed", w.max_observed_ticks,
             f"median of the repeats of input {w.max_observed_input}")
@@ -571,6 +572,9 @@ def _quality_html(report: Report, fr: FunctionReport) -> str:
             f"{w.get('input')} ({100 * float(w.get('rel_error') or 0):.1f} %)"
             for w in worst[:5] if isinstance(w, dict))) + "</td></tr>")
     extra = fr.fit_extra
+    speed = F.machine_speed(extra)
+    if speed:
+        items.append(f"<tr><th>machine speed</th><td>{E(speed)}</td></tr>")
     if extra.get("interval_method"):
         items.append(f"<tr><th>intervals</th><td>{E(str(extra['interval_method']))}</td></tr>")
     rows = extra.get("rows")

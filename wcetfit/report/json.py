@@ -20,7 +20,8 @@ Layout::
         "overhead_ticks", "overhead_ns", "validation": {...fit's...},
         "coverage": {blocks, executed, never_executed: [address]},
         "wcet": {ipet_ticks, ipet_ns, point_ticks, point_ns, margin_ticks, margin_ns,
-                 dispersion, dispersion_ticks, dispersion_ns,
+                 dispersion, dispersion_ticks, dispersion_ns, exceedance_per_call,
+                 dispersion_factors: {misfit, call, machine_speed},
                  max_observed_ticks, max_observed_ns, max_observed_input,
                  max_observed_raw_ticks, max_observed_raw_ns,
                  max_predicted_ticks, max_predicted_ns, max_predicted_input,
@@ -41,7 +42,10 @@ covariance)) × (1 + ``dispersion``): the worst misfit of an input's mean over i
 prediction seen, times the call-to-call excess over an input's mean passed with
 probability ≤ ``exceedance_per_call`` (the target's ``[wcet] exceedance``, default 1e-6; a
 Gumbel law fitted to block maxima of the measured calls, at least the largest seen); root
-only.  ``dispersion_ticks`` is what that factor adds.
+only, and the slowest sustained speed of the machine during the timing run over its fast
+end (``machine_speed``; the fit's costs are at the fast end, see the fit's
+``machine_speed``); ``dispersion_factors`` gives the three, 1 + ``dispersion`` is their
+product.  ``dispersion_ticks`` is what that factor adds.
 ``max_observed_ticks`` is the largest per-input median over the timed repeats.
 """
 
@@ -129,6 +133,7 @@ def _function(fr: FunctionReport, hz: float | None) -> dict[str, Any]:
         "dispersion": _f(w.dispersion), "dispersion_ticks": _f(w.dispersion_ticks),
         "dispersion_ns": _ns(w.dispersion_ticks, hz),
         "exceedance_per_call": _f(w.exceedance),
+        "dispersion_factors": {k: _f(v) for k, v in w.dispersion_factors.items()},
         "max_observed_ticks": _f(w.max_observed_ticks),
         "max_observed_ns": _ns(w.max_observed_ticks, hz),
         "max_observed_input": w.max_observed_input,

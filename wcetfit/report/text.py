@@ -84,11 +84,8 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
     if w.error:
         t.add_row("IPET bound", "—", "—", f"not computed: {w.error}")
     elif w.ipet_ticks is not None:
-        margin_note = ("(point estimate + 95% margin of the worst path) × call dispersion"
-                       if w.margin_ticks is not None
-                       else "point estimate (no covariance: no margin)")
         t.add_row("[bold]IPET bound[/bold]", F.num(w.ipet_ticks), F.num(report.ns(w.ipet_ticks)),
-                  margin_note)
+                  F.bound_note(w))
         t.add_row("  with point costs", F.num(w.point_ticks), F.num(report.ns(w.point_ticks)),
                   "Σ cost · count on the worst-case path")
         t.add_row("  margin", F.num(w.margin_ticks), F.num(report.ns(w.margin_ticks)),
@@ -96,9 +93,7 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
         if w.dispersion_ticks is not None:
             t.add_row("  call dispersion", F.num(w.dispersion_ticks),
                       F.num(report.ns(w.dispersion_ticks)),
-                      f"+{100 * (w.dispersion or 0):.1f}%: worst misfit of an input seen × "
-                      f"call-to-call excess passed with probability ≤ {w.exceedance:.0e} "
-                      "per call (extreme-value fit to the measured calls; [wcet] exceedance)")
+                      _escape(F.dispersion_note(w)))
         if w.recursion_depth:
             t.add_row("  recursion depth", str(w.recursion_depth), "", "from [recursion]")
     if fr.is_root:
@@ -220,6 +215,9 @@ def _quality(report: Report, fr: FunctionReport) -> Table:
             f"{w.get('input')} ({100 * float(w.get('rel_error') or 0):.1f} %)"
             for w in worst[:5] if isinstance(w, dict)))
     extra = fr.fit_extra
+    speed = F.machine_speed(extra)
+    if speed:
+        t.add_row("machine speed", speed)
     if extra.get("interval_method"):
         t.add_row("intervals", str(extra["interval_method"]))
     rows = extra.get("rows")

@@ -1,0 +1,139 @@
+"""The machine's speed over a timing run, followed from the timings themselves.
+
+On the shared VMs this project runs on, the same call of the same input takes up to
+twice as long for seconds at a time, then returns to its old time.  Measured
+(2026-11-22, one process pinned to one CPU, one fixed input, 30,000 calls): isort's
+call ran at 18.4k ticks in some periods and 26–34k in others while a dependent
+``imul`` chain timed just before each call did not move (2,158–2,184 ticks);
+throughput-bound code slows, latency-bound code does not, which is what a busy
+sibling hyperthread of another tenant does.  In the timing run the periods show up as
+whole stretches of a pass at one speed: isort's passes ran at 0.62× and 1.0–1.18× the
+inputs' medians, fir's at 0.84× and 1.03–1.21×, switching mid-pass (tests/data/isort_timings.npz keeps
+that run's timings).
+
+Left in the data, the periods do two kinds of harm.  The fit sees one input's repeats
+spread by the speed ratio and discards the minority as interrupted calls, differently
+for every input, so its held-out errors grow (isort 13 %, fir 14 %); and the WCET's
+call-to-call noise mixes a property of the machine (how slow it gets) with a property
+of single calls.  So the speed is estimated as a function of time and divided out:
+
+* each call's *ratio* is its time over its input's typical time (the median over
+  repeats of the speed-corrected times);
+* in time order (the timing run takes repeat r of every input in input order, then
+  repeat r+1: ``measure.run_times``) a running median over ``window`` consecutive calls
+  of the ratios is the speed at that moment: a median, so interrupted calls do not move
+  it, and a switch between periods stays a step (the calls within half a window of
+  the switch may take the other side's speed: one-sided windows chosen by agreement
+  with the calls around were tried, and cost more accuracy away from switches, where
+  most calls are, than they gained next to them);
+* the two steps alternate a few times; the factors are scaled so that the fast end of
+  the run (the 5th percentile over time) is 1.
+
+Calls shorter than ``min_quanta`` TSC steps do not take part (their ratio is mostly
+quantization); their factor is interpolated from the calls around them in time.  When
+too few calls are long enough to follow the speed, every factor is 1 and the profile
+says it was not followed.
+
+What the fit sees is then the time each call would have taken at the run's fast end;
+the costs it reports are at that speed, and the WCET multiplies by the slowest
+sustained factor seen (:attr:`SpeedProfile.max_factor`), an observed quantity like an
+observed loop bound.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+# Calls in the running median: a slow period lasts thousands of calls, so 51 follows it
+# with a lag of 25 calls at its edges, and with 2 % noise per call the median of 51 moves
+# by 0.35 % (sd) where the machine does not.
+WINDOW_CALLS = 51
+MIN_QUANTA = 30            # calls shorter than this many TSC steps are not used
+REFERENCE_QUANTILE = 0.05  # the run's fast end: factor 1
+ITERATIONS = 3
+
+
+@dataclass(frozen=True)
+class SpeedProfile:
+    """Speed factor of every timed call: how much slower than the run's fast end the
+    machine ran at that moment (1 = fast end; NaN where the call is missing)."""
+
+    factors: np.ndarray = field(repr=False)   # float [inputs, repeats]
+    followed: bool
+    calls_used: int                           # calls long enough to take part
+    window: int
+    reason: str = ""                          # why not followed
+
+    @property
+    def max_factor(self) -> float:
+        """The slowest sustained speed seen (the running median's maximum)."""
+        f = self.factors[np.isfinite(self.factors)]
+        return float(f.max()) if f.size else 1.0
+
+    def quantile(self, q: float) -> float:
+        f = self.factors[np.isfinite(self.factors)]
+        return float(np.quantile(f, q)) if f.size else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "followed": self.followed,
+            "reference": "fast end of the run (5th percentile over time) = 1",
+            "factor_median": self.quantile(0.5),
+            "factor_p95": self.quantile(0.95),
+            "factor_max": self.max_factor,
+            "calls_used": self.calls_used,
+            "window_calls": self.window,
+            **({"reason": self.reason} if self.reason else {}),
+        }
+
+
+def flat_profile(ticks: np.ndarray, reason: str) -> SpeedProfile:
+    t = np.asarray(ticks, dtype=np.float64)
+    return SpeedProfile(np.where(np.isfinite(t), 1.0, np.nan), False, 0, WINDOW_CALLS,
+                        reason)
+
+
+def speed_profile(ticks: np.ndarray, quantum: float, *, window: int = WINDOW_CALLS,
+                  min_quanta: float = MIN_QUANTA) -> SpeedProfile:
+    """The speed factors of ``ticks`` [inputs, repeats] in the timing run's order (repeat
+    by repeat, inputs in row order within a repeat); ``quantum`` is the TSC step."""
+    from scipy.ndimage import median_filter
+
+    t = np.asarray(ticks, dtype=np.float64)
+    if t.ndim != 2:
+        raise ValueError(f"ticks must be [inputs, repeats], got shape {t.shape}")
+    n, reps = t.shape
+    valid = np.isfinite(t) & (t > 0)
+    if reps < 2:
+        return flat_profile(t, "one repeat per input: no input's time to compare a call with")
+    floor = min_quanta * max(float(quantum), 1.0)
+    order = np.arange(n * reps)          # position in time: k = r·n + i
+    factor = np.ones_like(t)
+    used = 0
+    for _ in range(ITERATIONS):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            typical = np.nanmedian(np.where(valid, t / factor, np.nan), axis=1)
+            ratio = t / typical[:, None]
+        long_enough = np.isfinite(typical) & (typical >= floor)
+        take = (valid & long_enough[:, None]).T.ravel()     # time order
+        series = ratio.T.ravel()
+        k = order[take]
+        used = int(k.size)
+        if used < 4 * window:
+            return flat_profile(t, f"{used} calls of at least {min_quanta:g} TSC steps: too "
+                                   f"few to follow the machine's speed (need {4 * window})")
+        # mirrored at the ends: padding with the end value would weigh one call many times
+        smooth = median_filter(series[take], size=window, mode="mirror")
+        factor = np.interp(order, k, smooth).reshape(reps, n).T
+    ref = float(np.quantile(factor[valid], REFERENCE_QUANTILE))
+    factor = np.where(valid, factor / ref, np.nan)
+    log.debug("speed factors: median %.3f, p95 %.3f, max %.3f over %d calls",
+              np.nanmedian(factor), np.nanquantile(factor, 0.95), np.nanmax(factor), used)
+    return SpeedProfile(factor, True, used, window)
+

@@ -131,6 +131,7 @@ def test_the_fit_recovers_costs_at_the_fast_end_through_slow_periods():
     # median): within 1.5 % of the truth
     assert np.all(np.abs(got - costs) <= half + 0.015 * costs)
     assert followed.machine_speed["followed"] and followed.machine_speed["factor_max"] > 1.6
+    assert any("slower during parts of the timing run" in w for w in followed.warnings)
     # taken as measured, the slow periods look like interrupted calls: the repeat
     # statistic drops them (and so would a bound built on what is left)
     assert plain.repeats_discarded > 0.2 * ticks.size

@@ -205,6 +205,11 @@ class FitOptions:
                            f"{self.weight_floor_quanta!r}")
 
 
+# Slowest sustained machine speed (wcetfit.speed) above which the fit warns: on an idle
+# core the running median moves by a few percent at most.
+SLOW_MACHINE_WARN = 1.15
+
+
 @dataclass(frozen=True)
 class BlockFit:
     address: int
@@ -839,6 +844,13 @@ class _Fitter:
         self._build_rows()
         if not self.has.any():
             raise FitError("no input has a valid timing")
+        if self.speed is not None and self.speed.followed and \
+                self.speed.max_factor > SLOW_MACHINE_WARN:
+            self._warn(f"the machine ran up to {self.speed.max_factor:.2f}× slower during parts "
+                       f"of the timing run (another workload on the same core or a lower "
+                       f"clock); the fit divided it out and the WCET includes it, but a later "
+                       f"session may see other speeds: time on an idle machine, on a core of "
+                       f"its own, for tighter and more repeatable figures")
         active = self._activity()
         self.active = active
         F = o.folds if o.folds >= 2 and int(self.has.sum()) >= 2 * o.folds else 1

@@ -603,11 +603,42 @@ def test_tree_recursion_bounded_by_observed_activations_when_smaller():
     fns = {"m": m, "t": t}
     costs = {"m": costs_of(m, [5, 5]), "t": costs_of(t, [1, 1, 1, 1])}
     by_depth = wcet_bound(fns, "m", costs, {}, {"t": 8})
-    # depth 8: 2^8 - 1 activations of t; the inputs never made more than 7
+    # depth 8: 2^8 - 1 activations of t; the inputs never made more than 7.  All 7 at
+    # once: each but the outermost is entered from one of the two call blocks, so
+    # 2·(activations through blocks 1, 2) = 7 − 1: 3 inner activations and 4 leaves,
+    # 7 × (1 + 1) for blocks 0 and 3 plus 3 × (1 + 1) for blocks 1 and 2
     with_obs = wcet_bound(fns, "m", costs, {}, {"t": 8}, activation_bounds={"t": 7})
-    assert with_obs.bound_ticks == 10 + 7 * 4          # 7 activations × (1+1+1+1) own work
+    assert with_obs.bound_ticks == 10 + 7 * 2 + 3 * 2
+    assert with_obs.inlined_counts[("t", addr(t, 1))] == 3
     assert with_obs.bound_ticks < by_depth.bound_ticks
     assert any("observed" in w for w in with_obs.warnings)
     # an observed count larger than the depth allows changes nothing
     big = wcet_bound(fns, "m", costs, {}, {"t": 8}, activation_bounds={"t": 10**6})
     assert big.bound_ticks == by_depth.bound_ticks
+
+
+def test_recursion_with_a_loop_bounded_by_observed_totals_over_all_activations():
+    # t: 0 entry -> 1 loop header <-> 2 body; 1 -> 3 -> 4 (calls t) -> 5 exit; 0 -> 5.
+    # A chain recursion: each activation that runs the loop calls t once more.
+    t = make_fn("t", 0x7000, 6, [(0, 1), (1, 2), (2, 1), (1, 3), (3, 4), (4, 5), (0, 5)],
+                [5], loops=[(1, (1, 2), [(2, 1)], [(0, 1)], None, 1)],
+                calls=[(4, CALL_INTERNAL, 0x7000, "t")])
+    m = make_fn("m", 0x1000, 2, [(0, 1)], [1], calls=[(0, CALL_INTERNAL, 0x7000, "t")])
+    fns = {"m": m, "t": t}
+    costs = {"m": costs_of(m, [0, 0]), "t": costs_of(t, [1, 1, 10, 1, 1, 1])}
+    bounds = {"t": {addr(t, 1): 10}}
+    # 5 activations, 4 of them through the loop: 10 iterations each at most ...
+    loops = wcet_bound(fns, "m", costs, bounds, {"t": 8}, activation_bounds={"t": 5})
+    assert loops.bound_ticks == 5 + 5 + (4 + 40) + 4 + 4 + 40 * 10
+    # ... but never more than 12 iterations in all on any input (observed)
+    totals = {"t": {addr(t, 2): 12}}
+    obs = wcet_bound(fns, "m", costs, bounds, {"t": 8}, activation_bounds={"t": 5},
+                     total_bounds=totals)
+    assert obs.bound_ticks == 5 + 5 + (4 + 12) + 4 + 4 + 12 * 10
+    assert obs.inlined_counts[("t", addr(t, 2))] == 12
+    assert any("observed" in w for w in obs.warnings)
+    # totals that no execution with that many activations can meet fall back to depth
+    odd = {"t": {addr(t, 0): 0}}
+    fall = wcet_bound(fns, "m", costs, bounds, {"t": 8}, activation_bounds={"t": 5},
+                      total_bounds=odd)
+    assert fall.bound_ticks == wcet_bound(fns, "m", costs, bounds, {"t": 8}).bound_ticks

@@ -505,6 +505,8 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
          forbidden_blocks: Iterable[int] = (),
          relations: Sequence[CountRelation] = (),
          block_bounds: Mapping[int, int] = {},
+         total_bounds: Mapping[int, int] = {},
+         entries: int = 1,
          time_limit: float | None = 60.0) -> IpetResult:
     """Maximize Σ cost·count over the executions of ``fn`` allowed by its CFG and loop bounds.
 
@@ -519,6 +521,10 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
     (see :func:`observed_relations`).
     ``block_bounds``: most executions per call of single blocks; used only for blocks in
     cycles that are not natural loops (irreducible flow, which loop bounds cannot reach).
+    ``total_bounds``: most executions of single blocks, applied to any block.
+    ``entries``: most entries into the function (default 1, exactly one): with more, the
+    counts are totals over up to that many activations (each activation obeys the CFG and
+    the loop bounds per entry, so their sum does too), at least one.
 
     Raises :class:`UnboundedLoopError` naming every reachable loop without a bound, and
     :class:`InfeasibleError` when no path from entry to an exit satisfies the bounds.
@@ -609,7 +615,9 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
             c[i] = -total_cost[s]          # milp minimizes; x_s = Σ out-flows of s
     lb = np.zeros(nv)
     ub = np.full(nv, np.inf)
-    lb[flow.source_var] = ub[flow.source_var] = 1.0
+    if entries < 1:
+        raise WcetError(f"{fn.name}: entries must be >= 1, got {entries}")
+    lb[flow.source_var], ub[flow.source_var] = 1.0, float(entries)
     for i, (s, d) in enumerate(flow.edges):
         # Flow cannot touch unreachable or forbidden blocks: this also rules out
         # circulations in parts of the CFG that no execution reaches.
@@ -654,6 +662,9 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
             if total is not None:
                 rows.append(({i: 1.0 for a in comp for i in flow.outs[a]}, -np.inf,
                              float(total)))
+    for a, total in total_bounds.items():
+        if a in flow.outs:
+            rows.append(({i: 1.0 for i in flow.outs[a]}, -np.inf, float(total)))
     for rel in relations:
         # Σ coef·count = rhs, a block's count being the sum of its out-flows.
         coef = {}
@@ -880,6 +891,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                relations: Sequence["CountRelation"] = (),
                block_bounds: Mapping[int, int] = {},
                activation_bounds: Mapping[str, int] = {},
+               total_bounds: Mapping[str, Mapping[int, int]] = {},
                max_recursion_solves: int = 20000) -> WcetResult:
     """WCET of ``root`` with the binary's own callees, bottom-up over the call graph.
 
@@ -891,6 +903,10 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
     (the largest if several are given).  ``entry_cost`` (the overhead ε) is added once, to
     the root.  ``cov``/``cov_index``: covariance of the fitted costs over all functions'
     blocks, indexed by (function, address) pairs and optionally :data:`OVERHEAD`.
+    ``activation_bounds``: function → most activations per call of the root seen on the
+    inputs, and ``total_bounds``: function → block → most executions per call of the root
+    seen: a self-recursive function with both is also bounded over all its activations
+    at once (see below).
 
     Context-insensitive: each function gets one WCET, its worst over all callers.  A
     recursive cycle of depth D is computed level by level: at level 1 its in-cycle call
@@ -1019,26 +1035,41 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
             depth_used[m] = depth
         # A recursion bounded per level multiplies: a loop of 9 calls at each of 10 levels
         # allows 9^10 activations, where a tree walk makes ~2^10.  When the inputs showed
-        # how many activations one call of the root makes at most, A × (the work of one
-        # activation, recursive calls costing nothing) is also a bound; take it when
-        # smaller, and say so: like an observed loop bound it rests on the inputs.
+        # how many activations one call of the root makes at most (A), all activations
+        # together are one IPET: the counts are totals over at most A entries, each
+        # activation but the outermost is entered from one of the function's own recursive
+        # call blocks (Σ their counts = entries − 1), the recursive calls themselves cost
+        # nothing more (their activations are in the totals), and no block runs more
+        # often in total than on any input (observed, like the activations).  Taken
+        # when smaller than the depth bound, and said: like an observed loop bound it
+        # rests on the inputs.
         if len(comp) == 1 and comp[0] in activation_bounds:
             m = comp[0]
             A = int(activation_bounds[m])
-            own = ipet(functions[m], fn_costs(m), fn_bounds(m),
-                       callee_wcet=callee_costs(m, {**wcet_of, m: 0.0}),
-                       entry_cost=entry_cost if m == root else 0.0, z=z)
-            alt = A * (own.bound_ticks - own.entry_cost_ticks)
+            fn_m = functions[m]
+            coef: dict[int, int] = {}
+            for b in in_cycle_blocks[m]:
+                coef[b] = coef.get(b, 0) + 1
+            coef[fn_m.entry] = coef.get(fn_m.entry, 0) - 1
+            agg = None
+            if A >= 1 and not fn_m.predecessors(fn_m.entry):
+                try:
+                    agg = ipet(fn_m, fn_costs(m), fn_bounds(m),
+                               callee_wcet=callee_costs(m, {**wcet_of, m: 0.0}),
+                               entry_cost=entry_cost if m == root else 0.0, z=z,
+                               entries=A, total_bounds=total_bounds.get(m, {}),
+                               relations=(CountRelation(tuple(sorted(coef.items())), -1),))
+                except InfeasibleError:
+                    agg = None          # the observed totals contradict the CFG: keep depth
+            alt = agg.bound_ticks - agg.entry_cost_ticks if agg is not None else math.inf
             if m != root and alt < wcet_of[m]:
-                one = inline(m, own, {**inl, m: {}})
                 wcet_of[m] = alt
-                inl[m] = {k: A * v for k, v in one.items()}
-                results[m] = own
+                inl[m] = inline(m, agg, {**inl, m: {}})
+                results[m] = agg
                 warnings.append(
-                    f"recursion of {m}: bounded by the most activations one call of {root} "
-                    f"made on the inputs ({A}, observed) × the WCET of one activation "
-                    f"({own.bound_ticks - own.entry_cost_ticks:.0f} ticks), smaller than the "
-                    f"depth-{depth} bound")
+                    f"recursion of {m}: bounded over all its activations at once, at most "
+                    f"{A} per call of {root} and no block more often than on any input "
+                    f"(observed), smaller than the depth-{depth} bound")
 
     top = results[root]
     for name in graph:
@@ -1481,14 +1512,18 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
     # Most activations per call of the root, for recursive callees: their entry block's
     # count, where no edge inside the function leads back to it.
     activations: dict[str, int] = {}
+    totals: dict[str, dict[int, int]] = {}
     for name in names:
         fn = functions[name]
         pos = [j for j, (f, a) in enumerate(cols) if f == name and a == fn.entry]
         if name != root and pos and not fn.predecessors(fn.entry):
             activations[name] = int(C[:, pos[0]].max(initial=0))
+            totals[name] = {a: int(C[:, j].max(initial=0))
+                            for j, (f, a) in enumerate(cols) if f == name}
     result = wcet_bound(functions, root, costs, bounds, recursion, entry_cost=entry_cost,
                         cov=cov, cov_index=cov_index, z=z, relations=relations,
-                        block_bounds=block_max, activation_bounds=activations)
+                        block_bounds=block_max, activation_bounds=activations,
+                        total_bounds=totals)
     extra = [r for r in relations if not _structural(functions[root], r)]
     if not extra:
         return result

@@ -251,6 +251,7 @@ def test_several_functions_each_measured_and_reported(tmp_path):
         w = r["functions"][0]["wcet"]
         f = w["dispersion_factors"]
         assert set(f) == {"misfit", "call", "machine_speed"}
+        assert isinstance(w["path_envelopes"], list)
         assert 1 + w["dispersion"] == pytest.approx(
             max(1.0, f["misfit"] * f["call"] * f["machine_speed"]))
         assert w["ipet_ticks"] == pytest.approx(

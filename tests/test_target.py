@@ -52,6 +52,12 @@ def test_fit_follow_speed(tmp_path):
 def test_wcet_exceedance(tmp_path):
     t = tg.load_target(make(tmp_path, GOOD + "[wcet]\nexceedance = 1e-9\n"))
     assert t.exceedance == 1e-9
+    assert t.observed_paths is True
+
+
+def test_wcet_observed_paths_off(tmp_path):
+    t = tg.load_target(make(tmp_path, GOOD + "[wcet]\nobserved_paths = false\n"))
+    assert t.observed_paths is False
 
 
 @pytest.mark.parametrize("toml, message", [
@@ -71,6 +77,7 @@ def test_wcet_exceedance(tmp_path):
     (GOOD + "[wcet]\nexceedance = 0\n", "\\[wcet\\] 'exceedance' is a probability per call"),
     (GOOD + "[wcet]\nexceedance = \"1e-6\"\n", "\\[wcet\\] 'exceedance': expected a number"),
     (GOOD + "[wcet]\nexcedance = 1e-6\n", "unknown key 'excedance' \\(did you mean 'exceedance'"),
+    (GOOD + "[wcet]\nobserved_paths = \"no\"\n", "'observed_paths': expected true or false"),
     (GOOD + "[fit]\nfollow_speed = 1\n", "\\[fit\\] 'follow_speed': expected true or false"),
     (GOOD + "[fit]\nfollow = true\n", "unknown key 'follow' \\(did you mean 'follow_speed'"),
 ])

@@ -15,7 +15,7 @@ from wcetfit.model import (CALL_IMPORTED, CALL_INTERNAL, Block, CallSite, Functi
 from wcetfit.wcet import (OVERHEAD, SOURCE_FACT, SOURCE_OBSERVED, Z95, InfeasibleError,
                           LoopBound, RecursionBoundError, UnboundedLoopError,
                           count_space_residual, ipet, merge_loop_bounds, observed_loop_bounds,
-                          parse_loop_facts, wcet_bound)
+                          analyze_wcet, parse_loop_facts, wcet_bound)
 
 
 # --- building CFGs by hand ---------------------------------------------------------------
@@ -642,3 +642,77 @@ def test_recursion_with_a_loop_bounded_by_observed_totals_over_all_activations()
     fall = wcet_bound(fns, "m", costs, bounds, {"t": 8}, activation_bounds={"t": 5},
                       total_bounds=odd)
     assert fall.bound_ticks == wcet_bound(fns, "m", costs, bounds, {"t": 8}).bound_ticks
+
+
+# --- observed path envelopes -------------------------------------------------------------------
+
+def test_upper_line_lies_above_every_point_and_is_tightest_at_the_longest_input():
+    from wcetfit.envelope import upper_line
+
+    rng = np.random.default_rng(0)
+    h = rng.integers(1, 2049, 300).astype(float)
+    y = np.floor(0.05 * h + rng.integers(0, 3, 300))
+    slope, icpt = upper_line(h, y)
+    assert np.all(y <= icpt + slope * h + 1e-9)
+    top = y[h == h.max()].max()
+    assert icpt + slope * h.max() == pytest.approx(top)        # touches the longest input
+    # falling with length: flat at the largest count
+    assert upper_line(np.array([1.0, 5, 10]), np.array([7.0, 3, 1])) == (0.0, 7.0)
+    assert upper_line(np.array([4.0, 4]), np.array([2.0, 3])) == (0.0, 3.0)
+
+
+def _two_clamps():
+    """A loop (header 1) whose body has two optional blocks, 3 and 5 (clamps), then 6
+    back to the header; 7 is the exit.  Edges: 1→2, 2→3, 2→4, 3→4, 4→5, 4→6, 5→6, 6→1,
+    1→7, 0→1."""
+    fn = make_fn("f", 0x1000, 8,
+                 [(0, 1), (1, 2), (2, 3), (2, 4), (3, 4), (4, 5), (4, 6), (5, 6), (6, 1),
+                  (1, 7)], [7],
+                 loops=[(1, (1, 2, 3, 4, 5, 6), [(6, 1)], [(0, 1)], None, 1)])
+    return fn
+
+
+def test_envelopes_keep_the_worst_path_to_what_the_inputs_did():
+    from wcetfit.envelope import observed_envelopes
+
+    fn = _two_clamps()
+    rng = np.random.default_rng(1)
+    rows = []
+    for _ in range(200):
+        n = int(rng.integers(1, 101))
+        # each clamp in a few percent of the iterations, never both in one
+        which = rng.choice([0, 1, 2], size=n, p=[0.9, 0.05, 0.05])
+        a, b = int((which == 1).sum()), int((which == 2).sum())
+        rows.append([1, n + 1, n, a, n, b, n, 1])
+    C = np.array(rows)
+    addrs = [blk.address for blk in fn.blocks]
+    envs = observed_envelopes(fn, C, addrs)
+    counts_of = [dict(zip(addrs, r)) for r in C]
+    assert envs and all(e.holds(c) for e in envs for c in counts_of)   # true on every input
+    cost = costs_of(fn, [1, 1, 1, 10, 1, 10, 1, 1])
+    free = ipet(fn, cost, {addr(fn, 1): 100})
+    held = ipet(fn, cost, {addr(fn, 1): 100}, envelopes=envs)
+    assert free.block_counts[addr(fn, 3)] == free.block_counts[addr(fn, 5)] == 100
+    # no more clamps together than the most any input made (their number does not grow
+    # with the iterations beyond the longest inputs here, so the envelope is flat)
+    both = C[:, 3] + C[:, 5]
+    assert held.block_counts[addr(fn, 3)] + held.block_counts[addr(fn, 5)] <= both.max()
+    assert held.bound_ticks < 0.5 * free.bound_ticks
+    assert held.binding_envelopes
+    # and every input's own counts stay feasible: the bound is at least each prediction
+    for c in counts_of:
+        assert held.bound_ticks >= sum(cost[a] * c[a] for a in addrs) - 1e-9
+
+
+def test_observed_paths_off_bounds_by_the_cfg_alone():
+    fn = _two_clamps()
+    addrs = [blk.address for blk in fn.blocks]
+    C = np.array([[1, n + 1, n, n // 20, n, n // 20, n, 1] for n in range(1, 101)])
+    cost = {"f": costs_of(fn, [1, 1, 1, 10, 1, 10, 1, 1])}
+    cols = [("f", a) for a in addrs]
+    on = analyze_wcet({"f": fn}, "f", cost, C, cols, loop_facts={"0x1010": 100})
+    off = analyze_wcet({"f": fn}, "f", cost, C, cols, loop_facts={"0x1010": 100},
+                       observed_paths=False)
+    assert on.bound_ticks < off.bound_ticks
+    assert on.envelopes and not off.envelopes
+    assert any("path envelope" in w for w in on.warnings)

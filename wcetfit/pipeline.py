@@ -113,7 +113,8 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
         result = analyze_wcet(functions, session.root_model(root).name, fi.costs,
                               system.counts, system.columns, loop_facts=session.target.loops,
                               recursion=session.target.recursion, entry_cost=fi.entry_cost,
-                              cov=fi.cov, cov_index=fi.cov_index, z=fi.z)
+                              cov=fi.cov, cov_index=fi.cov_index, z=fi.z,
+                              observed_paths=session.target.observed_paths)
     except WcetError as exc:
         log.warning("%s: no WCET bound: %s", root, exc)
         return exc

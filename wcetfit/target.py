@@ -60,6 +60,9 @@ class Target:
     # [wcet] exceedance: the probability per call with which a single undisturbed call may
     # exceed the bound's call-dispersion factor (see wcetfit.pipeline.call_dispersion)
     exceedance: float = 1e-6
+    # [wcet] observed_paths: keep the worst path within the loop envelopes the inputs showed
+    # (wcetfit.envelope); off, only the CFG, loop bounds and count relations limit it
+    observed_paths: bool = True
     # [fit] follow_speed: divide the machine's speed over the timing run out of the calls
     # before fitting (wcetfit.speed); off, the fit takes the calls as measured
     follow_speed: bool = True
@@ -75,7 +78,7 @@ _TOP_KEYS: dict[str, tuple[type, ...]] = {
     "wcet": (dict,), "fit": (dict,),
 }
 _REQUIRED = ("binary", "functions", "prototype", "inputs")
-_WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int)}
+_WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int), "observed_paths": (bool,)}
 _FIT_KEYS: dict[str, tuple[type, ...]] = {"follow_speed": (bool,)}
 _MEASURE_KEYS: dict[str, tuple[type, ...]] = {
     "inputs": (int,), "repeats": (int,), "seed": (int,), "warmup": (int,),
@@ -217,7 +220,8 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
                   functions=tuple(functions), prototype=raw["prototype"],
                   cdef=raw.get("cdef", ""), inputs_module=inputs_module, measure=measure,
                   loops=dict(loops), recursion=dict(recursion), exceedance=exceedance,
-                  follow_speed=bool(fit.get("follow_speed", True)))
+                  follow_speed=bool(fit.get("follow_speed", True)),
+                  observed_paths=bool(wcet.get("observed_paths", True)))
 
 
 # --- the inputs module ---------------------------------------------------------------

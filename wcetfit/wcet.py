@@ -481,6 +481,7 @@ class IpetResult:
     loops: tuple[LoopOutcome, ...]
     calls: tuple[CallOutcome, ...]
     warnings: tuple[str, ...] = ()
+    binding_envelopes: tuple[Any, ...] = ()  # observed envelopes tight on the path
 
     @property
     def upper_ticks(self) -> float:
@@ -507,6 +508,7 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
          block_bounds: Mapping[int, int] = {},
          total_bounds: Mapping[int, int] = {},
          entries: int = 1,
+         envelopes: Sequence[Any] = (),
          time_limit: float | None = 60.0) -> IpetResult:
     """Maximize Σ cost·count over the executions of ``fn`` allowed by its CFG and loop bounds.
 
@@ -522,6 +524,8 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
     ``block_bounds``: most executions per call of single blocks; used only for blocks in
     cycles that are not natural loops (irreducible flow, which loop bounds cannot reach).
     ``total_bounds``: most executions of single blocks, applied to any block.
+    ``envelopes``: observed path envelopes (:class:`wcetfit.envelope.CountEnvelope`),
+    Σ count(blocks) ≤ intercept + slope·count(header).
     ``entries``: most entries into the function (default 1, exactly one): with more, the
     counts are totals over up to that many activations (each activation obeys the CFG and
     the loop bounds per entry, so their sum does too), at least one.
@@ -665,6 +669,14 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
     for a, total in total_bounds.items():
         if a in flow.outs:
             rows.append(({i: 1.0 for i in flow.outs[a]}, -np.inf, float(total)))
+    for env in envelopes:
+        coef = {}
+        for a in env.blocks:
+            for i in flow.outs.get(a, ()):
+                coef[i] = coef.get(i, 0.0) + 1.0
+        for i in flow.outs.get(env.header, ()):
+            coef[i] = coef.get(i, 0.0) - float(env.slope)
+        rows.append((coef, -np.inf, float(env.intercept)))
     for rel in relations:
         # Σ coef·count = rhs, a block's count being the sum of its out-flows.
         coef = {}
@@ -739,6 +751,9 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
                             f"{' to ' + co.target_name if co.target_name else ''} on the "
                             f"worst-case path ({co.count}×): {co.note}")
 
+    binding_env = tuple(e for e in envelopes
+                        if e.intercept + e.slope * counts.get(e.header, 0)
+                        - sum(counts.get(a, 0) for a in e.blocks) < 1.0)
     executed = {a for a, n in counts.items() if n > 0}
     path = tuple(PathStep(a, counts[a], own[a], callee_per_exec[a],
                           counts[a] * total_cost[a]) for a in flow.topo_order(executed))
@@ -749,7 +764,8 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
     return IpetResult(function=fn.name, status=status, bound_ticks=bound, margin_ticks=margin,
                       entry_cost_ticks=float(entry_cost), block_counts=counts,
                       edge_flows=edge_flows, exit_flows=exit_flows, path=path,
-                      loops=tuple(loops_out), calls=calls_out, warnings=tuple(warnings))
+                      loops=tuple(loops_out), calls=calls_out, warnings=tuple(warnings),
+                      binding_envelopes=binding_env)
 
 
 def _infeasible_reason(fn: FunctionModel, flow: _Flow, reach: set[int],
@@ -787,6 +803,7 @@ class WcetResult:
     recursion: Mapping[str, int]               # function → depth used
     warnings: tuple[str, ...] = ()
     relations: tuple[CountRelation, ...] = ()  # observed, not forced by the CFG, applied
+    envelopes: tuple[Any, ...] = ()            # observed path envelopes binding the root's path
     # Relative excess of one undisturbed timed call over its predicted time, exceeded with
     # probability ≤ ``exceedance`` per call (see wcetfit.pipeline.call_dispersion): the fit predicts
     # the mean of a call, a WCET must cover single calls.
@@ -892,6 +909,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                block_bounds: Mapping[int, int] = {},
                activation_bounds: Mapping[str, int] = {},
                total_bounds: Mapping[str, Mapping[int, int]] = {},
+               envelopes: Sequence[Any] = (),
                max_recursion_solves: int = 20000) -> WcetResult:
     """WCET of ``root`` with the binary's own callees, bottom-up over the call graph.
 
@@ -969,6 +987,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                        callee_wcet=callee_costs(name, wcet_of),
                        entry_cost=entry_cost if name == root else 0.0, z=z,
                        relations=relations if name == root else (),
+                       envelopes=envelopes if name == root else (),
                        block_bounds=block_bounds if name == root else {})
             results[name] = res
             wcet_of[name] = res.bound_ticks - res.entry_cost_ticks
@@ -1471,10 +1490,13 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                  entry_cost: float = 0.0,
                  cov: np.ndarray | None = None,
                  cov_index: Sequence[tuple[str, int] | str] | None = None,
-                 z: float = Z95, use_relations: bool = True) -> WcetResult:
+                 z: float = Z95, use_relations: bool = True,
+                 observed_paths: bool = True) -> WcetResult:
     """The WCET of ``root`` from the pipeline's data: observed loop bounds from ``counts``
     (columns named by (function, address)), replaced by the target file's [loops] facts
-    where given, then :func:`wcet_bound`.  ``recursion`` is the target's [recursion]."""
+    where given, then :func:`wcet_bound`.  ``recursion`` is the target's [recursion].
+    ``observed_paths``: also keep the root's loops within the path envelopes the inputs
+    showed (:mod:`wcetfit.envelope`; the target's ``[wcet] observed_paths``)."""
     facts = parse_loop_facts(loop_facts, functions)
     names = call_graph(functions, root)
     observed: dict[str, dict[int, LoopBound]] = {}
@@ -1520,10 +1542,25 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
             activations[name] = int(C[:, pos[0]].max(initial=0))
             totals[name] = {a: int(C[:, j].max(initial=0))
                             for j, (f, a) in enumerate(cols) if f == name}
+    envelopes: tuple[Any, ...] = ()
+    if idx and observed_paths:
+        from wcetfit.envelope import observed_envelopes
+        envelopes = observed_envelopes(functions[root], np.asarray(counts)[:, idx],
+                                       [cols[j][1] for j in idx])
     result = wcet_bound(functions, root, costs, bounds, recursion, entry_cost=entry_cost,
                         cov=cov, cov_index=cov_index, z=z, relations=relations,
+                        envelopes=envelopes,
                         block_bounds=block_max, activation_bounds=activations,
                         total_bounds=totals)
+    from dataclasses import replace
+    binding = result.functions[root].binding_envelopes if root in result.functions else ()
+    if binding:
+        shown = "; ".join(e.text() for e in binding[:3]) + ("; …" if len(binding) > 3 else "")
+        note = (f"{root}: the worst path is held to {len(binding)} path envelope(s) that "
+                f"every input kept ({shown}): the CFG allows those blocks more often; an "
+                f"input that runs them more often could take longer (observed; "
+                f"[wcet] observed_paths = false bounds by the CFG alone)")
+        result = replace(result, envelopes=tuple(binding), warnings=result.warnings + (note,))
     extra = [r for r in relations if not _structural(functions[root], r)]
     if not extra:
         return result
@@ -1531,7 +1568,6 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
     note = (f"{root}: the bound keeps to {len(extra)} count relation(s) that held on every "
             f"input but are not forced by the CFG ({shown}); an input breaking them could "
             f"take longer: vary the inputs if they are not facts of the program")
-    from dataclasses import replace
     return replace(result, relations=tuple(extra), warnings=result.warnings + (note,))
 
 

@@ -299,6 +299,7 @@ class WcetSummary:
     dispersion: float | None         # relative excess of single calls over the mean model
     exceedance: float | None         # the probability per call the dispersion is set for
     dispersion_factors: Mapping[str, float]   # misfit, call, machine_speed (root only)
+    envelopes: tuple[Any, ...]       # observed path envelopes the worst path touches (root)
     point_ticks: float | None        # with the point costs
     margin_ticks: float | None       # z · standard error of the worst path (None: no covariance)
     max_observed_ticks: float | None     # max over inputs of the median of its repeats
@@ -612,6 +613,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         dispersion=wres.dispersion if (ires and is_root) else None,
         exceedance=wres.exceedance if (ires and is_root) else None,
         dispersion_factors=dict(wres.dispersion_factors) if (ires and is_root) else {},
+        envelopes=tuple(wres.envelopes) if (ires and is_root) else (),
         point_ticks=ires.bound_ticks if ires else None,
         margin_ticks=(wres.margin_ticks if is_root else ires.margin_ticks) if ires else None,
         max_observed_ticks=max_obs, max_observed_input=max_obs_i,

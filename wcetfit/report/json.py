@@ -22,6 +22,7 @@ Layout::
         "wcet": {ipet_ticks, ipet_ns, point_ticks, point_ns, margin_ticks, margin_ns,
                  dispersion, dispersion_ticks, dispersion_ns, exceedance_per_call,
                  dispersion_factors: {misfit, call, machine_speed},
+                 path_envelopes: [{blocks, header, slope, intercept, text}],
                  max_observed_ticks, max_observed_ns, max_observed_input,
                  max_observed_raw_ticks, max_observed_raw_ns,
                  max_predicted_ticks, max_predicted_ns, max_predicted_input,
@@ -46,6 +47,8 @@ only, and the slowest sustained speed of the machine during the timing run over 
 end (``machine_speed``; the fit's costs are at the fast end, see the fit's
 ``machine_speed``); ``dispersion_factors`` gives the three, 1 + ``dispersion`` is their
 product.  ``dispersion_ticks`` is what that factor adds.
+``path_envelopes`` are the observed envelopes (Σ count(blocks) ≤ intercept + slope ·
+count(header), true on every input; wcetfit/envelope.py) that the worst path touches.
 ``max_observed_ticks`` is the largest per-input median over the timed repeats.
 """
 
@@ -134,6 +137,10 @@ def _function(fr: FunctionReport, hz: float | None) -> dict[str, Any]:
         "dispersion_ns": _ns(w.dispersion_ticks, hz),
         "exceedance_per_call": _f(w.exceedance),
         "dispersion_factors": {k: _f(v) for k, v in w.dispersion_factors.items()},
+        "path_envelopes": [{"blocks": [hexaddr(a) for a in e.blocks],
+                            "header": hexaddr(e.header), "slope": _f(e.slope),
+                            "intercept": _f(e.intercept), "text": e.text()}
+                           for e in w.envelopes],
         "max_observed_ticks": _f(w.max_observed_ticks),
         "max_observed_ns": _ns(w.max_observed_ticks, hz),
         "max_observed_input": w.max_observed_input,

@@ -164,6 +164,11 @@ def test_report_data(built):
     assert w.closest_input == int(np.argmax(report.predicted_ticks))
     assert any("never executed" in x.message for x in fr.warnings)
     assert any("bounded by what the inputs reached" in x.message for x in fr.warnings)
+    # what the bound rests on beyond the CFG (observed relations, path envelopes, ...)
+    # reaches the report, each note once
+    for note in wres.warnings:
+        if not note.startswith(("imported call at", "indirect call at")):
+            assert sum(x.message == note for x in fr.warnings) == 1, note
     assert report.function("g").wcet.point_ticks == pytest.approx(7 + 8 + 9)
 
 

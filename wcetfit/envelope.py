@@ -76,7 +76,8 @@ def observed_envelopes(fn: FunctionModel, counts: np.ndarray, addresses: Sequenc
     """Envelopes of every block of ``fn``'s loop bodies (innermost loop, header excluded)
     and of every pair of blocks in the same body, from ``counts[input, column]`` with
     ``addresses`` naming the columns.  Only envelopes that say more than the CFG are kept
-    (a line below the header's own count times the number of blocks summed).  Fewer than
+    (a line below the header's own count times the number of blocks summed), and not
+    those every input lies on (equalities, stated elsewhere).  Fewer than
     ``min_inputs`` inputs that enter a loop give no envelopes for it."""
     C = np.asarray(counts, dtype=float)
     col = {a: j for j, a in enumerate(addresses)}
@@ -100,6 +101,10 @@ def observed_envelopes(fn: FunctionModel, counts: np.ndarray, addresses: Sequenc
         for g in groups:
             y = C[:, [col[b] for b in g]].sum(axis=1)
             slope, icpt = upper_line(hc[entered], y[entered])
+            # every input on the line: an equality, which the CFG or the observed count
+            # relations (wcetfit.wcet.observed_relations) state already
+            if np.all(np.abs(y[entered] - (icpt + slope * hc[entered])) < 1e-9):
+                continue
             # the CFG alone allows each block once per header run
             if slope >= len(g) and icpt >= 0:
                 continue

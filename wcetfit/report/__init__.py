@@ -652,6 +652,13 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                                                             "upper bound, not a path"))
     if is_root and werr:
         warns.append(Finding(f"no WCET bound: {werr}", ""))
+    if is_root and wres is not None:
+        # what the bound rests on beyond the CFG and the loop bounds (observed relations
+        # and path envelopes, recursion bounded by observed activations, ...); imported and
+        # indirect calls on the path have their own findings above
+        for text in wres.warnings:
+            if not text.startswith((f"{CALL_IMPORTED} call at", f"{CALL_INDIRECT} call at")):
+                warns.append(Finding(text, ""))
     if is_root and path_residual is not None and path_residual > ESTIMABLE_TOL:
         warns.append(Finding(
             "the worst-case path uses count combinations the inputs never produced: its "

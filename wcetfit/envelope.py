@@ -24,12 +24,15 @@ them off (``[wcet] observed_paths = false``).
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from wcetfit.model import FunctionModel
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,11 +74,18 @@ def upper_line(h: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return slope, float(top - slope * hmax)
 
 
+# Pairs grow with the square of a loop body's blocks: beyond this many blocks only the
+# single-block envelopes are made (a body of 64 blocks gives 2,016 pairs, which HiGHS
+# solves in well under a second; thousands of blocks would give millions).
+MAX_PAIR_BLOCKS = 64
+
+
 def observed_envelopes(fn: FunctionModel, counts: np.ndarray, addresses: Sequence[int], *,
                        pairs: bool = True, min_inputs: int = 10) -> tuple[CountEnvelope, ...]:
     """Envelopes of every block of ``fn``'s loop bodies (innermost loop, header excluded)
     and of every pair of blocks in the same body, from ``counts[input, column]`` with
-    ``addresses`` naming the columns.  Only envelopes that say more than the CFG are kept
+    ``addresses`` naming the columns (pairs only in bodies of at most
+    :data:`MAX_PAIR_BLOCKS` blocks).  Only envelopes that say more than the CFG are kept
     (a line below the header's own count times the number of blocks summed), and not
     those every input lies on (equalities, stated elsewhere).  Fewer than
     ``min_inputs`` inputs that enter a loop give no envelopes for it."""
@@ -96,8 +106,11 @@ def observed_envelopes(fn: FunctionModel, counts: np.ndarray, addresses: Sequenc
             continue
         body = [b for b in lp.body if b != h and innermost.get(b) == h and b in col]
         groups = [(b,) for b in body]
-        if pairs:
+        if pairs and len(body) <= MAX_PAIR_BLOCKS:
             groups += list(itertools.combinations(body, 2))
+        elif pairs:
+            log.info("%s: loop %#x has %d blocks: envelopes of single blocks only", fn.name,
+                     h, len(body))
         for g in groups:
             y = C[:, [col[b] for b in g]].sum(axis=1)
             slope, icpt = upper_line(hc[entered], y[entered])

@@ -62,7 +62,7 @@ def _preempted(ticks: np.ndarray, quantum: float) -> np.ndarray:
     from wcetfit.robust import summarize_repeats
     from wcetfit.speed import speed_profile
 
-    t = ticks / speed_profile(ticks, quantum).factors
+    t = speed_profile(ticks, quantum).at_reference(ticks)
     keep = summarize_repeats(t, quantum=quantum).keep
     med = np.nanmedian(t, axis=1, keepdims=True)
     return np.isfinite(t) & ~keep & (t > med)

@@ -157,16 +157,24 @@ def test_rank_and_groups_match_the_cfg(seed):
 
 # --- coverage ---------------------------------------------------------------------------------
 
+def random_trial(trial: int):
+    """(rng, cfg, counts, costs, ε) of seeded coverage trial ``trial``: a random CFG of
+    budget 3, 60 inputs of up to 5 iterations, costs 2–50 ticks, ε 40–120; ``rng``
+    continues the same stream for the timings."""
+    rng = np.random.default_rng(5000 + trial)
+    cfg = cfgsim.make_cfg(cfgsim.random_tree(rng, budget=3))
+    counts = cfgsim.simulate_counts(cfg, 60, rng, max_trip=5)
+    costs = rng.uniform(2.0, 50.0, cfg.n_blocks)
+    eps = float(rng.uniform(40, 120))
+    return rng, cfg, counts, costs, eps
+
+
 def test_intervals_cover_the_truth_in_200_trials():
     """95 % intervals of every estimable quantity cover the truth in ≥ 90 % of cases."""
     covered = total = 0
     trial_ok = 0
     for trial in range(200):
-        rng = np.random.default_rng(5000 + trial)
-        cfg = cfgsim.make_cfg(cfgsim.random_tree(rng, budget=3))
-        counts = cfgsim.simulate_counts(cfg, 60, rng, max_trip=5)
-        costs = rng.uniform(2.0, 50.0, cfg.n_blocks)
-        eps = float(rng.uniform(40, 120))
+        rng, cfg, counts, costs, eps = random_trial(trial)
         ticks = cfgsim.simulate_ticks(counts, costs, eps, rng)
         addrs = addrs_for(cfg.n_blocks)
         res = fit_function(counts, ticks, addrs, options=QUIET)
@@ -736,11 +744,7 @@ def test_relative_weights_keep_interval_coverage():
     0.93; unweighted 0.93 too)."""
     covered = total = 0
     for trial in range(200):
-        rng = np.random.default_rng(5000 + trial)
-        cfg = cfgsim.make_cfg(cfgsim.random_tree(rng, budget=3))
-        counts = cfgsim.simulate_counts(cfg, 60, rng, max_trip=5)
-        costs = rng.uniform(2.0, 50.0, cfg.n_blocks)
-        eps = float(rng.uniform(40, 120))
+        rng, cfg, counts, costs, eps = random_trial(trial)
         _, ticks = misfit_ticks(counts, costs, eps, rng)
         addrs = addrs_for(cfg.n_blocks)
         res = fit_function(counts, ticks, addrs, options=FitOptions(folds=0, weights="relative"))

@@ -729,11 +729,10 @@ class _Fitter:
         self.raw_ticks = t
         self.speed = speed
         if speed is not None:
-            f = np.asarray(speed.factors, dtype=np.float64)
-            if f.shape != t.shape:
-                raise FitError(f"speed factors have shape {f.shape}, the ticks {t.shape}")
-            with np.errstate(invalid="ignore", divide="ignore"):
-                t = t / np.where(np.isfinite(f) & (f > 0), f, 1.0)
+            try:
+                t = speed.at_reference(t)
+            except ValueError as exc:
+                raise FitError(str(exc)) from None
         self.ticks = t
         self.addrs = addrs
         self.n, self.nb = n, nb

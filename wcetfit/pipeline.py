@@ -88,9 +88,9 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
     functions = session.functions_of(root)
     system = build_system(functions, counts, times)
     if session.target.follow_speed:
-        quantum = (detect_quantum(system.ticks) if options.quantum_ticks is None
-                   else options.quantum_ticks)
-        speed = speed_profile(system.ticks, quantum)
+        if options.quantum_ticks is None:       # detected once, for the profile and the fit
+            options = replace(options, quantum_ticks=detect_quantum(system.ticks))
+        speed = speed_profile(system.ticks, options.quantum_ticks)
     else:
         speed = flat_profile(system.ticks, "not followed: [fit] follow_speed = false")
     system = replace(system, speed=speed)
@@ -165,7 +165,7 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
 
     speed = getattr(system, "speed", None)
     machine = float(speed.max_factor) if speed is not None and speed.followed else 1.0
-    ticks = system.ticks_at_reference if speed is not None else system.ticks
+    ticks = getattr(system, "ticks_at_reference", system.ticks)
     summary = summarize_repeats(ticks, quantum=fit.quantum_ticks)
     predicted = np.asarray(fit.predict(system.counts, unknown="zero"), dtype=float)
     used = np.ones(len(predicted), dtype=bool)
@@ -243,8 +243,7 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any) -> Analy
     functions = session.functions_of(root)
     report = build_report(functions, session.root_model(root).name, fit, system.counts,
                           system.columns, system.ticks, wcet, system.tsc_hz,
-                          speed_factors=system.speed.factors if system.speed is not None
-                          else None)
+                          speed=system.speed)
     return Analysis(root, functions, system, fit, wcet, report)
 
 

@@ -2,14 +2,14 @@
 
 On the shared VMs this project runs on, the same call of the same input takes up to
 twice as long for seconds at a time, then returns to its old time.  Measured
-(2026-11-22, one process pinned to one CPU, one fixed input, 30,000 calls): isort's
-call ran at 18.4k ticks in some periods and 26–34k in others while a dependent
+(2026-11-22, one process pinned to one CPU, one fixed input, 3,000 calls a process):
+isort's call ran at 18.4k ticks in some periods and 26–34k in others while a dependent
 ``imul`` chain timed just before each call did not move (2,158–2,184 ticks);
 throughput-bound code slows, latency-bound code does not, which is what a busy
 sibling hyperthread of another tenant does.  In the timing run the periods show up as
 whole stretches of a pass at one speed: isort's passes ran at 0.62× and 1.0–1.18× the
-inputs' medians, fir's at 0.84× and 1.03–1.21×, switching mid-pass (tests/data/isort_timings.npz keeps
-that run's timings).
+inputs' medians, fir's at 0.84× and 1.03–1.21×, switching mid-pass
+(tests/data/isort_timings.npz keeps that run's timings).
 
 Left in the data, the periods do two kinds of harm.  The fit sees one input's repeats
 spread by the speed ratio and discards the minority as interrupted calls, differently
@@ -75,6 +75,17 @@ class SpeedProfile:
         """The slowest sustained speed seen (the running median's maximum)."""
         f = self.factors[np.isfinite(self.factors)]
         return float(f.max()) if f.size else 1.0
+
+    def at_reference(self, ticks: np.ndarray) -> np.ndarray:
+        """``ticks`` (the ones profiled) with the speed divided out: each call as it would
+        have run at the run's fast end."""
+        t = np.asarray(ticks, dtype=np.float64)
+        if t.shape != self.factors.shape:
+            raise ValueError(f"speed factors have shape {self.factors.shape}, the ticks "
+                             f"{t.shape}")
+        f = self.factors
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return t / np.where(np.isfinite(f) & (f > 0), f, 1.0)
 
     def quantile(self, q: float) -> float:
         f = self.factors[np.isfinite(self.factors)]

@@ -44,10 +44,7 @@ class LinearSystem:
     @property
     def ticks_at_reference(self) -> np.ndarray:
         """The ticks with the machine's speed divided out (as they are without a profile)."""
-        if self.speed is None:
-            return self.ticks
-        with np.errstate(invalid="ignore"):
-            return self.ticks / self.speed.factors
+        return self.ticks if self.speed is None else self.speed.at_reference(self.ticks)
 
     @property
     def addresses(self) -> tuple[int, ...]:

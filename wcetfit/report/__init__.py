@@ -412,15 +412,15 @@ def _call_label(fn: FunctionModel) -> dict[int, str]:
 def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
                  counts: np.ndarray, columns: Sequence[Any], times: np.ndarray | None,
                  wcet: WcetResult | BaseException | None, tsc_hz: float | None, *,
-                 speed_factors: np.ndarray | None = None) -> Report:
+                 speed: Any = None) -> Report:
     """Gather everything into a :class:`Report`.
 
     ``counts[input, column]`` with ``columns`` naming each column as (function, address)
     (or a bare address); ``times[input, repeat]`` in ticks (NaN for a missing repeat) or
     None; ``wcet``: the :func:`wcetfit.wcet.wcet_bound` result, or the error that prevented
     it (its message is shown), or None.  ``tsc_hz``: ticks per second, for ns.
-    ``speed_factors[input, repeat]``: the machine's speed the fit divided out
-    (wcetfit.speed); the measured-vs-predicted comparison is then made at the fit's
+    ``speed``: the machine's speed over ``times`` that the fit divided out
+    (a wcetfit.speed.SpeedProfile); the measured-vs-predicted comparison is then made at the fit's
     reference speed, while "max observed" stays the time as measured.
     """
     if root not in functions:
@@ -469,13 +469,14 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
             ok = np.isfinite(t).any(axis=1)
             measured[ok] = np.nanmedian(t[ok], axis=1)
         raw_max = float(np.nanmax(t)) if np.isfinite(t).any() else None
-        if speed_factors is not None:
-            f = np.asarray(speed_factors, dtype=float)
-            if f.shape != t.shape:
-                raise WcetfitError(f"speed factors have shape {f.shape}, the times {t.shape}")
+        if speed is not None:
+            try:
+                ref = speed.at_reference(t)
+            except ValueError as exc:
+                raise WcetfitError(str(exc)) from None
             at_reference = np.full(n_inputs, np.nan)
             with np.errstate(all="ignore"):
-                at_reference[ok] = np.nanmedian(t[ok] / f[ok], axis=1)
+                at_reference[ok] = np.nanmedian(ref[ok], axis=1)
 
     space = ObservedRowSpace(counts) if n_inputs else None
     global_warn: list[Finding] = []

@@ -39,14 +39,14 @@ BP_MAX_HITS = 4000
 
 
 def _models(path: str, roots: list[str]) -> dict:
-    from wcetfit import binary
+    from wcetfit.static import binary
     return dict(binary.load_model(path, roots, with_callees=True).functions)
 
 
 # --- a native C driver: the same calls without Python, for valgrind and ptrace -------------
 
 def _driver_source(prototype: str, cdef: str, function: str) -> str:
-    from wcetfit.thunk import _C_PRELUDE, parse_signatures
+    from wcetfit.timing.thunk import _C_PRELUDE, parse_signatures
 
     ffi, fns = parse_signatures(prototype, cdef)
     fctype = dict(fns)[function]
@@ -182,10 +182,10 @@ def breakpoint_count(cmd: list[str], blocks: list[int]) -> tuple[dict[int, int],
 
 def _sample_figures(name: str, tmp: Path) -> list[dict]:
     from wcetfit import target as T
-    from wcetfit.counting import Counter, InstrumentedCopy
+    from wcetfit.count.instrumented import Counter, InstrumentedCopy
     from wcetfit.loader import load_binary
-    from wcetfit.relocate import closure
-    from wcetfit.thunk import build_harness
+    from wcetfit.count.relocate import closure
+    from wcetfit.timing.thunk import build_harness
 
     tg = T.load_target(str(ROOT / "samples" / name))
     fn = tg.functions[0]
@@ -258,7 +258,7 @@ def _sample_figures(name: str, tmp: Path) -> list[dict]:
 
 
 def run(samples: list[str] | None = None) -> list[dict]:
-    from wcetfit.tsc import pinned
+    from wcetfit.timing.tsc import pinned
 
     figs: list[dict] = []
     ratios = []

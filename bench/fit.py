@@ -1,4 +1,4 @@
-"""Benchmark figures of the fit (wcetfit.fit): speed and memory at 1,000 blocks × 100,000
+"""Benchmark figures of the fit (wcetfit.fit.solve): speed and memory at 1,000 blocks × 100,000
 rows, accuracy and interval coverage on synthetic systems with known truth, and the
 choice of the per-input statistic.
 
@@ -95,7 +95,7 @@ def coverage_of(res, costs: np.ndarray, eps: float, addrs) -> tuple[int, int, li
 # --- the scale run (in a child process) --------------------------------------------------------
 
 def scale_child(n_inputs: int, n_regions: int, repeats: int) -> dict:
-    from wcetfit.fit import FitOptions, fit_function
+    from wcetfit.fit.solve import FitOptions, fit_function
     rng = np.random.default_rng(2024)
     counts, costs, basis = region_system(n_inputs, n_regions, rng)
     ticks = timings(counts, costs, 150.0, repeats, rng)
@@ -162,7 +162,7 @@ def scale_figures(n_inputs: int = 100_000, n_regions: int = 200, repeats: int = 
 # --- small systems: coverage over many seeded trials ---------------------------------------------
 
 def coverage_figures(trials: int = 200) -> list[dict]:
-    from wcetfit.fit import FitOptions, fit_function
+    from wcetfit.fit.solve import FitOptions, fit_function
     out = []
     for method in ("sandwich", "bootstrap"):
         hit = tot = 0
@@ -194,8 +194,8 @@ def coverage_figures(trials: int = 200) -> list[dict]:
 def weight_figures(trials: int = 100) -> list[dict]:
     """Relative errors and coverage, unweighted against relative weights, on systems whose
     per-input error is 3 % of the call (the measurement behind weights="relative"; the
-    real samples' figures are in the wcetfit.fit docstring)."""
-    from wcetfit.fit import FitOptions, fit_function
+    real samples' figures are in the wcetfit.fit.solve docstring)."""
+    from wcetfit.fit.solve import FitOptions, fit_function
     out = []
     res: dict[str, list] = {"none": [], "relative": []}
     for k in range(trials):
@@ -233,9 +233,9 @@ def weight_figures(trials: int = 100) -> list[dict]:
 def statistic_figures() -> list[dict]:
     """Error of each per-input statistic against the true call time, and of the fitted
     costs built on it, on quantized timings with interrupts (the measurement behind the
-    default in wcetfit.robust)."""
-    from wcetfit import robust
-    from wcetfit.fit import FitOptions, fit_function
+    default in wcetfit.fit.robust)."""
+    from wcetfit.fit import robust
+    from wcetfit.fit.solve import FitOptions, fit_function
     rng = np.random.default_rng(77)
     counts, costs, basis = region_system(3000, 6, rng, p_enter=0.6, max_trip=6)
     true = counts @ costs + 100.0

@@ -11,10 +11,10 @@ repository's samples keep no store):
   timed with the target's repeats, as the training inputs),
   goal <= 1.25, and ``wcet.<sample>.bound_covers_all``: the bound is >= every fresh call
   once preempted calls are rejected.  A call counts as preempted by the rule the fit
-  itself uses to drop interrupted repeats (wcetfit.robust: modified z-score above 3.5
+  itself uses to drop interrupted repeats (wcetfit.fit.robust: modified z-score above 3.5
   against the input's median, with the spread pooled over inputs of similar length and
   never below two TSC steps, on the calls with the machine's speed over the fresh run
-  divided out, wcetfit.speed), and only above the median.  How many were rejected is
+  divided out, wcetfit.timing.speed), and only above the median.  How many were rejected is
   reported.
 * ``fit.chain.ratio_*``: the chain sample's blocks hold 8, 16, 32 and 64 dependent
   multiplies.  Single chain blocks are not estimable (each is tied to the loop by flow
@@ -55,12 +55,12 @@ def _scratch(sample: str, tmp: str) -> str:
 
 
 def _preempted(ticks: np.ndarray, quantum: float) -> np.ndarray:
-    """Calls the fit's repeat statistic treats as interrupted (wcetfit.robust): far above
+    """Calls the fit's repeat statistic treats as interrupted (wcetfit.fit.robust): far above
     the input's median relative to the spread of undisturbed repeats, once the machine's
-    speed over the run is divided out as the fit does (wcetfit.speed): a call in a slow
+    speed over the run is divided out as the fit does (wcetfit.timing.speed): a call in a slow
     period of the machine is not an interrupted call, and the bound must cover it."""
-    from wcetfit.robust import summarize_repeats
-    from wcetfit.speed import speed_profile
+    from wcetfit.fit.robust import summarize_repeats
+    from wcetfit.timing.speed import speed_profile
 
     t = speed_profile(ticks, quantum).at_reference(ticks)
     keep = summarize_repeats(t, quantum=quantum).keep
@@ -69,14 +69,16 @@ def _preempted(ticks: np.ndarray, quantum: float) -> np.ndarray:
 
 
 def sample_figures(sample: str, tmp: str) -> list[dict]:
-    from wcetfit import measure, pipeline
+    from wcetfit import pipeline
+    from wcetfit.count.run import run_counts
+    from wcetfit.timing.run import run_times
 
     figs: list[dict] = []
     target_dir = _scratch(sample, tmp)
     s = pipeline.open_session(target_dir)
     roots = list(s.target.functions)
-    counts = measure.run_counts(s.target, s.store, s.model, roots)
-    times = measure.run_times(s.target, s.store, s.roots)
+    counts = run_counts(s.target, s.store, s.model, roots)
+    times = run_times(s.target, s.store, s.roots)
     for root in roots:
         a = pipeline.analyze_stage(s, root, counts[root], times[root])
         v = a.fit.validation
@@ -101,9 +103,9 @@ def sample_figures(sample: str, tmp: str) -> list[dict]:
         # interrupted call needs the same number of repeats to be the same rule (with 5,
         # two disturbed calls of one input inflate its spread and hide a third)
         fresh = pipeline.open_session(target_dir, seed=FRESH_SEED, inputs=FRESH_INPUTS)
-        ft = measure.run_times(fresh.target, fresh.store, fresh.roots)[root]
+        ft = run_times(fresh.target, fresh.store, fresh.roots)[root]
         ticks = ft.ticks
-        from wcetfit.speed import speed_profile
+        from wcetfit.timing.speed import speed_profile
         fresh_speed = speed_profile(ticks, a.fit.quantum_ticks)
         pre = _preempted(ticks, a.fit.quantum_ticks)
         kept = np.where(pre, np.nan, ticks)
@@ -129,7 +131,7 @@ def sample_figures(sample: str, tmp: str) -> list[dict]:
 
 def _chain_ratios(fit) -> list[dict]:  # type: ignore[no-untyped-def]
     """Path costs through each chain block, from the fit's estimable combinations."""
-    from wcetfit.binary import load_model
+    from wcetfit.static.binary import load_model
 
     path = str(ROOT / "samples" / "chain" / "build" / "libchain.so")
     fn = load_model(path, ["chain_run"]).function("chain_run")

@@ -54,8 +54,8 @@ def _synthetic() -> list[dict[str, Any]]:
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from test_split import System  # the tests' simulator: independent truth
 
-    from wcetfit import split as S
-    from wcetfit.fit import fit_function
+    from wcetfit.split import rounds as S
+    from wcetfit.fit.solve import fit_function
 
     inside = total = probes = 0
     plan_s = 0.0
@@ -163,9 +163,10 @@ def _coexec_target(dest: str) -> str:
 def auto_split(target_dir: str, *, max_rounds: int = 6, max_probes: int = 40,
                inputs: int = INPUTS) -> dict[str, Any]:
     """count --trace, time, then split --auto, through the library."""
-    from wcetfit import split as S
-    from wcetfit import split_run as R
-    from wcetfit.measure import run_counts, run_times
+    from wcetfit.split import rounds as S
+    from wcetfit.split import workflow as R
+    from wcetfit.count.run import run_counts
+    from wcetfit.timing.run import run_times
     from wcetfit.pipeline import open_session
 
     s = open_session(target_dir, inputs=inputs)
@@ -203,7 +204,7 @@ def auto_split(target_dir: str, *, max_rounds: int = 6, max_probes: int = 40,
 
 
 def _groups(summary: dict[str, Any]) -> tuple[int, int]:
-    from wcetfit import split as S
+    from wcetfit.split import rounds as S
     real = [b for b in summary["blocks"] if b["address"].startswith("0x")]
     return len(S.multi_block_groups(summary)), sum(1 for b in real if b["estimable"])
 
@@ -312,11 +313,11 @@ def _sample_once(name: str, tmp: str) -> list[dict[str, Any]]:
 
 def _overhead(tmp: str) -> list[dict[str, Any]]:
     """ε of the stop family (stop at entry) beside the harness's empty-call time."""
-    from wcetfit import probe as P
-    from wcetfit import tsc
+    from wcetfit.split import probe as P
+    from wcetfit.timing import tsc
     from wcetfit.loader import load_binary
-    from wcetfit.thunk import build_harness
-    from wcetfit.timing import time_input
+    from wcetfit.timing.thunk import build_harness
+    from wcetfit.timing.calls import time_input
 
     d = os.path.join(tmp, "ovh")
     os.makedirs(d)

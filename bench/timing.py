@@ -13,7 +13,7 @@ from bench.figures import fig as _fig
 
 
 def run() -> list[dict]:
-    from wcetfit.calibrate import calibrate
+    from wcetfit.timing.calibrate import calibrate
 
     cal = calibrate()   # every method, pinned, one run
     chosen = cal.method(cal.chosen)

@@ -15,8 +15,10 @@ import subprocess
 
 import pytest
 
-from wcetfit import binary, elfinfo
-from wcetfit.cfgcache import CfgCache
+from wcetfit.static import binary
+
+from wcetfit.static import elfinfo
+from wcetfit.static.cfgcache import CfgCache
 from wcetfit.errors import BinaryError, FunctionNotFound
 from wcetfit.model import CALL_IMPORTED, CALL_INDIRECT, CALL_INTERNAL
 
@@ -503,7 +505,7 @@ def test_counts_of_real_runs_satisfy_the_model(tmp_path):
     always share a count, and the rank stays within max_rank."""
     import numpy as np
 
-    from wcetfit.structure import count_space_constraints
+    from wcetfit.static.structure import count_space_constraints
 
     if shutil.which("gdb") is None:
         pytest.skip("gdb is not installed")

@@ -6,10 +6,10 @@ import statistics
 import numpy as np
 import pytest
 
-from wcetfit import calibrate as cal
+from wcetfit.timing import calibrate as cal
 from wcetfit.cli import main
 from wcetfit.errors import MeasurementError
-from wcetfit.timing import fit_line
+from wcetfit.timing.calls import fit_line
 
 Q = 26.0
 
@@ -176,7 +176,7 @@ def test_override():
 # ---- real runs (robust: relations between measurements, no thresholds) ------------------
 
 def test_resolution_minima_rise_monotonically():
-    from wcetfit.tsc import pinned, quantum_ticks
+    from wcetfit.timing.tsc import pinned, quantum_ticks
 
     iters = list(range(0, 513, 64))          # each step adds well over one quantum of work
     with pinned():

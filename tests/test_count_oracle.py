@@ -43,7 +43,7 @@ def _need_tools():
 # --- the driver ---------------------------------------------------------------------------
 
 def _driver_source(prototype: str, cdef: str, function: str) -> tuple[str, list]:
-    from wcetfit.thunk import _C_PRELUDE, parse_signatures
+    from wcetfit.timing.thunk import _C_PRELUDE, parse_signatures
 
     ffi, fns = parse_signatures(prototype, cdef)
     fctype = dict(fns)[function]
@@ -173,10 +173,10 @@ def _first_counted(block) -> int:
 
 def compare_with_oracle(tmp: Path, library: str, roots: list[str], prototype: str, cdef: str,
                         make_args, n_inputs: int = N_INPUTS) -> int:
-    from wcetfit.counting import Counter, InstrumentedCopy
+    from wcetfit.count.instrumented import Counter, InstrumentedCopy
     from wcetfit.loader import load_binary
-    from wcetfit.relocate import closure
-    from wcetfit.thunk import build_harness
+    from wcetfit.count.relocate import closure
+    from wcetfit.timing.thunk import build_harness
 
     _need_tools()
     harness = build_harness(prototype, cdef)

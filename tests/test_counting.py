@@ -30,14 +30,14 @@ SAMPLE_NAMES = ["adpcm", "crc", "isort", "bsearch", "fir", "matmul", "statemachi
 
 
 def _harness(prototype: str, cdef: str = ""):
-    from wcetfit.thunk import build_harness
+    from wcetfit.timing.thunk import build_harness
     return build_harness(prototype, cdef)
 
 
 def _copy(path: str, roots, **kw):
-    from wcetfit.counting import InstrumentedCopy
+    from wcetfit.count.instrumented import InstrumentedCopy
     from wcetfit.loader import load_binary
-    from wcetfit.relocate import closure
+    from wcetfit.count.relocate import closure
 
     models = models_for(path, roots)
     return InstrumentedCopy(load_binary(path), closure(models, list(roots)), **kw)
@@ -118,7 +118,7 @@ def tiny(request, tmp_path_factory):
 
 
 def test_tiny_counts_match_the_source(tiny):
-    from wcetfit.counting import Counter
+    from wcetfit.count.instrumented import Counter
 
     h = _harness(TALLY_PROTO, TALLY_CDEF)
     rng = np.random.default_rng(3)
@@ -142,7 +142,7 @@ def test_tiny_counts_match_the_source(tiny):
 
 
 def test_tiny_double_and_jump_table(tiny):
-    from wcetfit.counting import Counter
+    from wcetfit.count.instrumented import Counter
 
     h = _harness(TALLY_PROTO, TALLY_CDEF)
     with _copy(tiny, ["mean_of"]) as copy:
@@ -166,7 +166,7 @@ def test_tiny_double_and_jump_table(tiny):
 
 def test_flow_check_catches_corrupted_counts(tiny):
     """The per-input flow check is live: corrupt one counter and it names the block."""
-    from wcetfit.counting import Counter, activations, check_flow
+    from wcetfit.count.instrumented import Counter, activations, check_flow
 
     h = _harness(TALLY_PROTO, TALLY_CDEF)
     with _copy(tiny, ["tally"]) as copy:
@@ -185,7 +185,7 @@ def test_flow_check_catches_corrupted_counts(tiny):
 
 def test_differential_check_catches_a_wrong_copy(tiny, monkeypatch):
     """If the copy's effect differed from the original's, the count run must stop."""
-    from wcetfit.counting import Counter
+    from wcetfit.count.instrumented import Counter
 
     h = _harness(TALLY_PROTO, TALLY_CDEF)
     with _copy(tiny, ["tally"]) as copy:
@@ -208,7 +208,7 @@ def test_global_state_is_restored_between_copy_and_original(tiny):
     """weight() increments a static counter: copy and original each add the same amount
     because the binary's writable data is restored in between (else the differential
     check on that data would fail)."""
-    from wcetfit.counting import Counter
+    from wcetfit.count.instrumented import Counter
     from wcetfit.loader import load_binary
     import cffi
 
@@ -224,7 +224,7 @@ def test_global_state_is_restored_between_copy_and_original(tiny):
 
 
 def test_trace_overflow_names_the_cap(tiny):
-    from wcetfit.counting import Counter, TraceOverflow
+    from wcetfit.count.instrumented import Counter, TraceOverflow
 
     h = _harness(TALLY_PROTO, TALLY_CDEF)
     with _copy(tiny, ["tally"], trace=True, trace_cap=10) as copy:
@@ -242,7 +242,7 @@ def test_trace_overflow_names_the_cap(tiny):
 def test_refused_relocation_of_an_unresolved_indirect_jump(tmp_path):
     """A computed goto (``goto *label``) compiles to an indirect jmp: a model that could not
     resolve it must make the count run refuse, naming the instruction."""
-    from wcetfit.counting import InstrumentedCopy
+    from wcetfit.count.instrumented import InstrumentedCopy
     from wcetfit.loader import load_binary
 
     src = r"""
@@ -287,12 +287,12 @@ def flow_method(request, monkeypatch):
     """Run the synthetic flow tests through both deciders: precomputed Hall conditions
     and max-flow (forced by allowing no Hall enumeration)."""
     if request.param == "maxflow":
-        monkeypatch.setattr("wcetfit.counting._HALL_MAX", 0)
+        monkeypatch.setattr("wcetfit.count.instrumented._HALL_MAX", 0)
     return request.param
 
 
 def _check(fm, addr, counts: dict, entries: int):
-    from wcetfit.counting import FlowStructure
+    from wcetfit.count.instrumented import FlowStructure
     c = {addr[n]: v for n, v in counts.items()}
     vec = np.array([c.get(b.address, 0) for b in fm.blocks], dtype=np.int64)
     FlowStructure(fm, fm.block_addresses, True).check(vec, entries)
@@ -395,7 +395,7 @@ def _sample(name: str, opt: str):
 @pytest.mark.parametrize("name", SAMPLE_NAMES)
 def test_sample_differential_and_flow(name, opt, trace):
     from wcetfit import target as T
-    from wcetfit.counting import count_inputs
+    from wcetfit.count.instrumented import count_inputs
     from wcetfit.loader import load_binary
 
     tg, lib, gen = _sample(name, opt)
@@ -429,12 +429,12 @@ def test_sample_differential_and_flow(name, opt, trace):
 def test_static_function_by_address_and_uncounted_callee():
     """A static function named by its 0x address (calls' tree_sum: recursive), and the
     same count with a callee left as original code (`uncounted`)."""
-    from wcetfit.counting import count_inputs
+    from wcetfit.count.instrumented import count_inputs
     try:
-        from wcetfit import binary
+        from wcetfit.static import binary
         binary.load_model
     except (ImportError, AttributeError):
-        pytest.skip("wcetfit.binary is not available")
+        pytest.skip("wcetfit.static.binary is not available")
     lib = SAMPLES / "calls" / "build" / "libcalls.so"
     if not lib.exists():
         pytest.skip("libcalls.so is not built (make -C samples)")
@@ -460,7 +460,7 @@ def test_static_function_by_address_and_uncounted_callee():
 
 def test_pie_executable_is_loaded_and_counted():
     from wcetfit import target as T
-    from wcetfit.counting import Counter
+    from wcetfit.count.instrumented import Counter
     from wcetfit.loader import load_binary, read_elf
 
     pie = SAMPLES / "adpcm" / "build" / "adpcm-pie"
@@ -473,7 +473,7 @@ def test_pie_executable_is_loaded_and_counted():
     lb = load_binary(str(pie))
     assert lb.kind == "pie-executable" and lb.bias != 0
     models = models_for(str(pie), ["adpcm_coder"])
-    from wcetfit.counting import InstrumentedCopy
+    from wcetfit.count.instrumented import InstrumentedCopy
     with InstrumentedCopy(lb, [models["adpcm_coder"]]) as copy:
         counter = Counter(copy, "adpcm_coder", h)
         for i in range(10):
@@ -487,7 +487,7 @@ def test_pie_executable_is_loaded_and_counted():
 # ============================================================================================
 
 def test_crash_and_hang_are_reported_and_other_counts_kept(tiny):
-    from wcetfit.counting import Counter
+    from wcetfit.count.instrumented import Counter
     from wcetfit.isolate import run_isolated
 
     h = _harness(TALLY_PROTO, TALLY_CDEF)

@@ -71,7 +71,7 @@ def _slow_period_system(seed: int = 7):
     timing run's order: repeat by repeat, inputs in order), as fit and system stand-ins."""
     from types import SimpleNamespace
 
-    from wcetfit.speed import speed_profile
+    from wcetfit.timing.speed import speed_profile
 
     rng = np.random.default_rng(seed)
     n, r = 400, 10

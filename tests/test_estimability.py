@@ -1,5 +1,5 @@
-"""Unit tests of wcetfit.estimability (rank, null space, groups, readable bases) and
-wcetfit.robust (per-input statistics, quantum detection, residual rejection), against
+"""Unit tests of wcetfit.fit.estimability (rank, null space, groups, readable bases) and
+wcetfit.fit.robust (per-input statistics, quantum detection, residual rejection), against
 hand-derived truth."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from wcetfit import estimability as est
-from wcetfit import robust
+from wcetfit.fit import estimability as est
+from wcetfit.fit import robust
 
 
 def gram(X: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Timing probes on the original code (wcetfit.probe, wcetfit.probe_run).
+"""Timing probes on the original code (wcetfit.split.probe, wcetfit.split.probe_run).
 
 Truth used here: capstone's decoding of every stub byte (and its flag-effect tables);
 hand-written assembly whose block shapes are known; the original function's return
@@ -18,8 +18,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_relocate import ElfInfo, build_so, mini_model  # noqa: E402
 
-from wcetfit import probe as P  # noqa: E402
-from wcetfit import split as S  # noqa: E402
+from wcetfit.split import probe as P  # noqa: E402
+from wcetfit.split import rounds as S  # noqa: E402
 from wcetfit.errors import SelfCheckError  # noqa: E402
 
 
@@ -265,7 +265,7 @@ def live(tmp_path_factory):
     from test_relocate import models_for
 
     from wcetfit.loader import load_binary
-    from wcetfit.thunk import build_harness
+    from wcetfit.timing.thunk import build_harness
 
     path = build_so(tmp_path_factory.mktemp("work"), {"work.c": WORK_C}, name="work")
     models = models_for(path, ["work"])
@@ -284,8 +284,8 @@ def _inputs(h, n_inputs=25, seed=0):
 
 def _reached(models, lb, h, fn_name, packs):
     """Ground truth: which blocks each input's call reaches, from the count run's trace."""
-    from wcetfit.counting import InstrumentedCopy
-    from wcetfit.relocate import closure
+    from wcetfit.count.instrumented import InstrumentedCopy
+    from wcetfit.count.relocate import closure
 
     fns = closure(models, [fn_name])
     with InstrumentedCopy(lb, fns, trace=True) as copy:
@@ -367,7 +367,7 @@ def test_a_stop_probe_reads_once_and_a_start_probe_lets_later_arrivals_through(l
 def test_the_differential_check_catches_a_wrong_probe(shapes):
     _native_or_skip()
     from wcetfit.loader import load_binary
-    from wcetfit.thunk import build_harness
+    from wcetfit.timing.thunk import build_harness
 
     path, info, fn, (a, b, c, d) = shapes
     lb = load_binary(path)
@@ -400,7 +400,7 @@ def test_the_differential_check_catches_a_wrong_probe(shapes):
 # ============================================================================================
 
 def test_measure_round_on_a_target(live, tmp_path):
-    from wcetfit.probe_run import measure_round
+    from wcetfit.split.probe_run import measure_round
     from wcetfit.target import load_target
 
     path, models, lb, h = live

@@ -6,7 +6,7 @@ block counts must equal counts derived by hand from the snippets' control flow.
 
 The static models of the snippets are built by :func:`mini_model` below — a small
 capstone recursive-descent CFG builder written for the tests, independent of
-wcetfit.binary (angr).  Jump tables are declared by the test.
+wcetfit.static.binary (angr).  Jump tables are declared by the test.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import capstone
 import pytest
 from capstone import x86_const as X
 
-from wcetfit import x86enc as enc
+from wcetfit.count import x86enc as enc
 from wcetfit.errors import RelocationError
 from wcetfit.model import (CALL_IMPORTED, CALL_INDIRECT, CALL_INTERNAL, Block, CallSite,
                            FunctionModel, Instruction, JumpTable)
@@ -249,10 +249,10 @@ def mini_model(info: ElfInfo, name: str, jump_tables=(), unresolved=()) -> Funct
 def models_for(path: str, roots) -> dict[str, FunctionModel]:
     """Static models of ``roots`` and their internal callees.
 
-    From wcetfit.binary (angr) when it is available, else from :func:`mini_model` (with
+    From wcetfit.static.binary (angr) when it is available, else from :func:`mini_model` (with
     gcc-pattern jump tables), so the count tests run either way."""
     try:
-        from wcetfit import binary
+        from wcetfit.static import binary
         load = binary.load_model
     except (ImportError, AttributeError):
         load = None
@@ -648,7 +648,7 @@ def _models(snippets, names, **tables):
 
 
 def _copy(snippets, functions, trace=False):
-    from wcetfit.counting import InstrumentedCopy
+    from wcetfit.count.instrumented import InstrumentedCopy
     from wcetfit.loader import load_binary
 
     path, _info = snippets
@@ -732,7 +732,7 @@ def test_red_zone_survives_the_counter(snippets):
 
 
 def test_calls_internal_plt_and_recursion(snippets):
-    from wcetfit.relocate import closure
+    from wcetfit.count.relocate import closure
 
     m = _models(snippets, ["caller", "helper", "exported", "fact", "tail"])
     fns = closure(m, ["caller"])
@@ -816,7 +816,7 @@ def test_unresolved_indirect_jump_is_refused(snippets):
     path, info = snippets
     jmp = local_label(path, "wild_jmp")
     fm = mini_model(info, "wild", unresolved=(jmp,))
-    from wcetfit.relocate import plan_copy
+    from wcetfit.count.relocate import plan_copy
     with pytest.raises(RelocationError, match=rf"cannot relocate wild: {jmp:#x} `jmp rax` is an "
                                               "unresolved indirect jump"):
         plan_copy([fm], info.read)
@@ -857,7 +857,7 @@ def test_jump_out_of_relocated_code_needs_a_tail_call_site(snippets):
     """`tail` ends with `jmp helper`; relocated alone and with a model that does not call
     that jump a tail call, the copy would run original code the model knows nothing
     about: refused.  With the tail call site it is allowed (helper runs as original)."""
-    from wcetfit.relocate import plan_copy
+    from wcetfit.count.relocate import plan_copy
     _path, info = snippets
     fm = mini_model(info, "tail")
     assert any(c.tail for c in fm.calls)
@@ -869,7 +869,7 @@ def test_jump_out_of_relocated_code_needs_a_tail_call_site(snippets):
 
 
 def test_loop_instruction_is_refused(snippets):
-    from wcetfit.relocate import plan_copy
+    from wcetfit.count.relocate import plan_copy
     _path, info = snippets
     fm = mini_model(info, "uses_loop")
     with pytest.raises(RelocationError, match=r"`loop 0x[0-9a-f]+` has no rel32 form"):
@@ -877,7 +877,7 @@ def test_loop_instruction_is_refused(snippets):
 
 
 def test_jump_into_the_middle_of_a_block_is_refused(snippets):
-    from wcetfit.relocate import plan_copy
+    from wcetfit.count.relocate import plan_copy
     _path, info = snippets
     fm = mini_model(info, "loop_sum")
     # Merge the loop body into the entry block's range: the backward jcc now lands
@@ -891,7 +891,7 @@ def test_jump_into_the_middle_of_a_block_is_refused(snippets):
 
 
 def test_model_disagreeing_with_the_bytes_is_refused(snippets):
-    from wcetfit.relocate import plan_copy
+    from wcetfit.count.relocate import plan_copy
     _path, info = snippets
     fm = mini_model(info, "loop_sum")
     b0 = fm.blocks[0]
@@ -907,7 +907,7 @@ def test_model_disagreeing_with_the_bytes_is_refused(snippets):
 def test_plan_is_position_independent(snippets):
     """Sizes are fixed before addresses are known; emitting at two places differs only in
     displacements, and each placement decodes to the same instruction stream."""
-    from wcetfit.relocate import plan_copy
+    from wcetfit.count.relocate import plan_copy
     _path, info = snippets
     fm = mini_model(info, "loop_sum")
     plan = plan_copy([fm], info.read)
@@ -925,7 +925,7 @@ def test_plan_is_position_independent(snippets):
 
 
 def test_short_jcc_becomes_rel32(snippets):
-    from wcetfit.relocate import plan_copy
+    from wcetfit.count.relocate import plan_copy
     _path, info = snippets
     fm = mini_model(info, "loop_sum")
     assert any(i.size == 2 and i.mnemonic.startswith("j") for b in fm.blocks

@@ -1,4 +1,4 @@
-"""Following the machine's speed over a timing run (wcetfit.speed), on synthetic runs of
+"""Following the machine's speed over a timing run (wcetfit.timing.speed), on synthetic runs of
 known speed and on a run recorded on this project's VM."""
 
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wcetfit.speed import MIN_QUANTA, WINDOW_CALLS, speed_profile
+from wcetfit.timing.speed import MIN_QUANTA, WINDOW_CALLS, speed_profile
 
 Q = 26.0
 
@@ -111,7 +111,7 @@ def test_too_short_or_too_few_calls_leave_the_speed_alone_and_say_why():
 
 
 def test_the_fit_recovers_costs_at_the_fast_end_through_slow_periods():
-    from wcetfit.fit import FitOptions, fit_function
+    from wcetfit.fit.solve import FitOptions, fit_function
 
     rng = np.random.default_rng(8)
     n, r = 300, 10

@@ -1,4 +1,4 @@
-"""Block splitting on synthetic systems with known truth (wcetfit.split).
+"""Block splitting on synthetic systems with known truth (wcetfit.split.rounds).
 
 Truth used here: random structured CFGs whose executions this file simulates itself
 (block traces), block costs and overheads drawn by the test, timings made from them with
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wcetfit import split as S
+from wcetfit.split import rounds as S
 from wcetfit.errors import WcetfitError
 
 QUANTUM = 26
@@ -382,7 +382,7 @@ def test_without_the_entry_probe_only_the_entry_block_stays_with_the_overheads()
 # ============================================================================================
 
 def _fit(js: S.JointSystem):
-    from wcetfit.fit import fit_function
+    from wcetfit.fit.solve import fit_function
     return fit_function(js.counts, js.ticks, js.addresses, config_ids=js.config_ids)
 
 
@@ -541,7 +541,7 @@ def test_compare_fits_reports_separations_and_disagreements():
 # ============================================================================================
 
 def _state_with_round(sysm: System, measured: list[S.ConfigTimes]):
-    from wcetfit import split_run as R
+    from wcetfit.split import workflow as R
 
     idx = np.arange(len(sysm.traces))
     whole = S.ConfigTimes(S.Probe(S.KIND_STOP, S.SITE_RETURN, None, S.MECH_WRAPPER), idx,
@@ -567,7 +567,7 @@ def test_a_biased_probe_is_found_and_left_out():
     calls determine, the check finds that probe and only it, and without it the joint
     fit agrees with the whole calls again.  (Where the probe's region holds no direction
     the whole calls determine, the bias has nothing to contradict and cannot show.)"""
-    from wcetfit import split_run as R
+    from wcetfit.split import workflow as R
 
     shown = 0
     for seed in range(1, 9):
@@ -598,7 +598,7 @@ def test_a_biased_probe_is_found_and_left_out():
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_consistent_probes_are_kept(seed):
-    from wcetfit import split_run as R
+    from wcetfit.split import workflow as R
 
     sysm = System(seed)
     measured = sysm.measure(_planned(sysm))
@@ -611,7 +611,7 @@ def test_consistent_probes_are_kept(seed):
 
 
 def test_auto_stops_after_two_rounds_that_did_not_help():
-    from wcetfit import split_run as R
+    from wcetfit.split import workflow as R
 
     def fit_with(n_estimable: int) -> dict:
         return {"blocks": [{"address": f"{0x10 * k:#x}", "estimable": k < n_estimable}

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from wcetfit.model import Block, FunctionModel
-from wcetfit.structure import (analyze, count_space_basis, count_space_constraints,
+from wcetfit.static.structure import (analyze, count_space_basis, count_space_constraints,
                                edge_flow_constraints)
 
 K = 2
@@ -235,7 +235,7 @@ def test_loop_forest_breaks_every_cycle(seed):
 
 
 def test_loop_forest_equals_natural_loops_on_reducible_graphs():
-    from wcetfit.structure import _adjacency, loop_forest, natural_loops
+    from wcetfit.static.structure import _adjacency, loop_forest, natural_loops
 
     for seed in range(300):
         nodes, edges, entry, exits = random_structured(seed)

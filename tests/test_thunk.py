@@ -1,4 +1,4 @@
-"""The per-prototype call harness (wcetfit.thunk) and the timing core (wcetfit.timing).
+"""The per-prototype call harness (wcetfit.timing.thunk) and the timing core (wcetfit.timing.calls).
 
 The target functions are compiled here from C into a temporary shared object and
 called through the harness at their dlopen addresses; the harness cache lives in a
@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from wcetfit.errors import InputsError, MeasurementError, NativeBuildError, TargetError
-from wcetfit.thunk import build_harness, harness_key
-from wcetfit import timing, tsc
+from wcetfit.timing.thunk import build_harness, harness_key
+from wcetfit.timing import calls as timing
+from wcetfit.timing import tsc
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -289,7 +290,7 @@ def test_second_build_reuses_the_cache(h, cache):
 def test_concurrent_builders_share_one_build(tmp_path):
     proto = "int concurrent_probe(int a, double b);"
     code = textwrap.dedent(f"""
-        from wcetfit.thunk import build_harness
+        from wcetfit.timing.thunk import build_harness
         h = build_harness({proto!r}, "", cache_dir={str(tmp_path)!r})
         print(h.key)
     """)

@@ -1,4 +1,4 @@
-"""TSC facts and environment (wcetfit.tsc) and the native kernels behind them."""
+"""TSC facts and environment (wcetfit.timing.tsc) and the native kernels behind them."""
 
 import dataclasses
 import os
@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from wcetfit import tsc
+from wcetfit.timing import tsc
 from wcetfit.errors import MeasurementError, WcetfitError
 
 CPUINFO = """\

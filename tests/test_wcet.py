@@ -12,7 +12,7 @@ from scipy.linalg import null_space
 from wcetfit.errors import TargetError, WcetError
 from wcetfit.model import (CALL_IMPORTED, CALL_INTERNAL, Block, CallSite, FunctionModel,
                            Instruction, Loop)
-from wcetfit.wcet import (OVERHEAD, SOURCE_FACT, SOURCE_OBSERVED, Z95, InfeasibleError,
+from wcetfit.wcet.ipet import (OVERHEAD, SOURCE_FACT, SOURCE_OBSERVED, Z95, InfeasibleError,
                           LoopBound, RecursionBoundError, UnboundedLoopError,
                           count_space_residual, ipet, merge_loop_bounds, observed_loop_bounds,
                           analyze_wcet, parse_loop_facts, wcet_bound)
@@ -252,7 +252,7 @@ def test_margin_is_standard_error_of_the_worst_path():
 
 def structural_null_directions(fn: FunctionModel) -> np.ndarray:
     """Cost directions orthogonal to every count vector the CFG allows, computed from the
-    cycle space of the CFG closed by a return edge (independent of wcetfit.wcet)."""
+    cycle space of the CFG closed by a return edge (independent of wcetfit.wcet.ipet)."""
     idx = {b.address: i for i, b in enumerate(fn.blocks)}
     nb = len(fn.blocks)
     V = nb                                   # the virtual caller: V -> entry, exits -> V
@@ -514,7 +514,7 @@ def test_count_space_residual():
 # --- the glue from pipeline data ------------------------------------------------------------
 
 def test_analyze_wcet_observed_bounds_and_facts_over_columns():
-    from wcetfit.wcet import analyze_wcet
+    from wcetfit.wcet.ipet import analyze_wcet
     f, g = caller_and_callee()
     fns = {"f": f, "g": g}
     # three inputs iterating f's loop 1, 4 and 2 times; g takes its 0x10 branch
@@ -552,11 +552,11 @@ def test_loop_whose_header_is_the_function_entry():
 
 
 def test_invariance_with_structure_count_space_basis():
-    """The same invariance, with the null directions taken from wcetfit.structure (written
+    """The same invariance, with the null directions taken from wcetfit.static.structure (written
     by another hand) — and a check that both computations of the count space agree."""
-    structure = pytest.importorskip("wcetfit.structure")
+    structure = pytest.importorskip("wcetfit.static.structure")
     if not hasattr(structure, "count_space_basis"):
-        pytest.skip("wcetfit.structure.count_space_basis not available")
+        pytest.skip("wcetfit.static.structure.count_space_basis not available")
     fn = nested_loops()
     bounds = {addr(fn, 1): 5, addr(fn, 2): 3}
     basis = structure.count_space_basis(fn)               # rows span the count space
@@ -576,7 +576,7 @@ def test_observed_relations_exact_and_keep_ipet_in_observed_span():
     nibble packing): the CFG allows it every iteration, the inputs never do."""
     import numpy as np
 
-    from wcetfit.wcet import observed_relations
+    from wcetfit.wcet.ipet import observed_relations
 
     # columns: entry, header, half (every other iteration), exit
     rows = []
@@ -647,7 +647,7 @@ def test_recursion_with_a_loop_bounded_by_observed_totals_over_all_activations()
 # --- observed path envelopes -------------------------------------------------------------------
 
 def test_upper_line_lies_above_every_point_and_is_tightest_at_the_longest_input():
-    from wcetfit.envelope import upper_line
+    from wcetfit.wcet.envelope import upper_line
 
     rng = np.random.default_rng(0)
     h = rng.integers(1, 2049, 300).astype(float)
@@ -673,7 +673,7 @@ def _two_clamps():
 
 
 def test_envelopes_keep_the_worst_path_to_what_the_inputs_did():
-    from wcetfit.envelope import observed_envelopes
+    from wcetfit.wcet.envelope import observed_envelopes
 
     fn = _two_clamps()
     rng = np.random.default_rng(1)

@@ -1,6 +1,6 @@
 """Plain, immutable data describing a binary's functions: the static model.
 
-This is the contract between the static layer (:mod:`wcetfit.binary`, which uses angr)
+This is the contract between the static layer (:mod:`wcetfit.static.binary`, which uses angr)
 and everything downstream (instrumentation, fit, IPET, report).  No angr object ever
 appears here: only ints, strings and tuples, so the model can be cached as JSON and
 handed to child processes.
@@ -168,7 +168,7 @@ class BinaryInfo:
 
 @dataclass(frozen=True)
 class BinaryModel:
-    """What :func:`wcetfit.binary.load_model` returns: the requested functions and (by
+    """What :func:`wcetfit.static.binary.load_model` returns: the requested functions and (by
     default) the binary's own functions they call, directly or in tail position,
     transitively.  ``functions`` is keyed by each function's canonical name."""
 

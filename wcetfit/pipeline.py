@@ -49,8 +49,8 @@ class Session:
 
 def open_session(target_dir: str, *, fresh: bool = False, **overrides: Any) -> Session:
     """Load and validate the target, model its functions, open (or start) its store."""
-    from wcetfit import binary
-    from wcetfit.measure import open_store
+    from wcetfit.static import binary
+    from wcetfit.measurements import open_store
 
     target = load_target(target_dir, **overrides)
     store = open_store(target, fresh=fresh)
@@ -68,9 +68,9 @@ class Analysis:
 
     root: str
     functions: dict[str, FunctionModel]
-    system: Any          # wcetfit.system.LinearSystem
-    fit: Any             # wcetfit.fit.FitResult
-    wcet: Any            # wcetfit.wcet.WcetResult, or the WcetError that prevented it
+    system: Any          # wcetfit.fit.system.LinearSystem
+    fit: Any             # wcetfit.fit.solve.FitResult
+    wcet: Any            # wcetfit.wcet.ipet.WcetResult, or the WcetError that prevented it
     report: Any          # wcetfit.report.Report
 
 
@@ -79,10 +79,10 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
     """(LinearSystem, FitResult) of one measured function."""
     from dataclasses import replace
 
-    from wcetfit.fit import FitOptions, fit_function
-    from wcetfit.robust import detect_quantum
-    from wcetfit.speed import flat_profile, speed_profile
-    from wcetfit.system import build_system
+    from wcetfit.fit.solve import FitOptions, fit_function
+    from wcetfit.fit.robust import detect_quantum
+    from wcetfit.timing.speed import flat_profile, speed_profile
+    from wcetfit.fit.system import build_system
 
     options = options or FitOptions()
     functions = session.functions_of(root)
@@ -103,7 +103,7 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
 def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     """The IPET bound, or the WcetError that prevented it (shown in the report)."""
     from wcetfit.errors import WcetError
-    from wcetfit.wcet import analyze_wcet, fit_inputs
+    from wcetfit.wcet.ipet import analyze_wcet, fit_inputs
 
     from dataclasses import replace
 
@@ -147,7 +147,7 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     call-to-call excess over an input's mean that single calls pass with probability at
     most ``exceedance`` (default :data:`EXCEEDANCE_PER_CALL`; :func:`gumbel_quantile`,
     and at least the largest seen); and the slowest sustained speed of the machine seen
-    in the timing run (wcetfit.speed; 1 when the speed was not followed).
+    in the timing run (wcetfit.timing.speed; 1 when the speed was not followed).
 
     The fit predicts the mean time of a call with given counts at the run's fast end; a
     single call of the same input runs longer or shorter (branch predictor and cache
@@ -161,7 +161,7 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     """
     import numpy as np
 
-    from wcetfit.robust import summarize_repeats
+    from wcetfit.fit.robust import summarize_repeats
 
     speed = getattr(system, "speed", None)
     machine = float(speed.max_factor) if speed is not None and speed.followed else 1.0
@@ -250,7 +250,8 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any) -> Analy
 def stored_measurements(session: Session, root: str) -> tuple[Any, Any]:
     """The counts and times of ``root`` in the store, or a clear error saying what to run."""
     from wcetfit.errors import FitError
-    from wcetfit.measure import load_counts, load_times, resolve_method
+    from wcetfit.measurements import load_counts, load_times
+    from wcetfit.timing.run import resolve_method
 
     m = session.target.measure
     counts = load_counts(session.store, root, m.seed)

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from wcetfit.elfinfo import sha256_file
+from wcetfit.static.elfinfo import sha256_file
 from wcetfit.errors import StoreError
 
 log = logging.getLogger(__name__)

@@ -61,10 +61,10 @@ class Target:
     # exceed the bound's call-dispersion factor (see wcetfit.pipeline.call_dispersion)
     exceedance: float = 1e-6
     # [wcet] observed_paths: keep the worst path within the loop envelopes the inputs showed
-    # (wcetfit.envelope); off, only the CFG, loop bounds and count relations limit it
+    # (wcetfit.wcet.envelope); off, only the CFG, loop bounds and count relations limit it
     observed_paths: bool = True
     # [fit] follow_speed: divide the machine's speed over the timing run out of the calls
-    # before fitting (wcetfit.speed); off, the fit takes the calls as measured
+    # before fitting (wcetfit.timing.speed); off, the fit takes the calls as measured
     follow_speed: bool = True
 
     @property
@@ -182,7 +182,7 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
     for key, value in loops.items():
         where = f"{path}: [loops] '{key}'"
         if isinstance(value, dict):
-            # {max = N, total = T}: per entry, and/or in total per call (see wcetfit.wcet)
+            # {max = N, total = T}: per entry, and/or in total per call (see wcetfit.wcet.ipet)
             for k, v in value.items():
                 if k not in ("max", "total"):
                     raise _unknown_key(where, k, {"max": 0, "total": 0})

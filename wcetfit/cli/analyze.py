@@ -24,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.common import measure_overrides
     from wcetfit.cli.progress import progress_bars
     from wcetfit.cli.report import check_outputs, emit
-    from wcetfit.measure import run_counts, run_times
+    from wcetfit.count.run import run_counts
+    from wcetfit.timing.run import run_times
     from wcetfit.pipeline import analyze_stage, open_session
 
     check_outputs(args)

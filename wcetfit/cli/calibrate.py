@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-# Kept in sync with wcetfit.tsc.METHODS (not imported here: --help stays light).
+# Kept in sync with wcetfit.timing.tsc.METHODS (not imported here: --help stays light).
 METHOD_NAMES = ("lfence", "mfence", "cpuid", "rdtscp", "cpuid_inside")
 
 
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from wcetfit.calibrate import Settings, calibrate
+    from wcetfit.timing.calibrate import Settings, calibrate
     from wcetfit.cli.common import check_output_path, write_json
 
     check_output_path(args.json)
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_table(cal, out) -> None:  # type: ignore[no-untyped-def]
-    from wcetfit.tsc import ticks_to_ns
+    from wcetfit.timing.tsc import ticks_to_ns
 
     env = cal.environment
     q = cal.quantum_ticks

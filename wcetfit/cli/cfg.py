@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from wcetfit import binary
+    from wcetfit.static import binary
     from wcetfit.cli.common import check_output_path, write_json
     from wcetfit.model import SCHEMA_CFG, function_to_json
 

@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.common import check_output_path, measure_overrides, write_json
     from wcetfit.cli.progress import progress_bars
-    from wcetfit.measure import run_counts
+    from wcetfit.count.run import run_counts
     from wcetfit.pipeline import open_session
 
     check_output_path(args.json)

@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.common import check_output_path, write_json
-    from wcetfit.fit import FitOptions
+    from wcetfit.fit.solve import FitOptions
     from wcetfit.pipeline import fit_stage, open_session, stored_measurements
 
     check_output_path(args.json)
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summary(out: Any, root: str, system: Any, fit: Any) -> None:
-    from wcetfit.tsc import ticks_to_ns
+    from wcetfit.timing.tsc import ticks_to_ns
 
     hz = system.tsc_hz
     estimable = sum(b.estimable for b in fit.blocks)

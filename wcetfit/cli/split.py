@@ -47,8 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from wcetfit import split as S
-    from wcetfit import split_run as R
+    from wcetfit.split import rounds as S
+    from wcetfit.split import workflow as R
     from wcetfit.cli.common import check_output_path, write_json
     from wcetfit.errors import WcetfitError
     from wcetfit.model import parse_addr

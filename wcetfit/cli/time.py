@@ -31,9 +31,9 @@ def run(args: argparse.Namespace) -> int:
 
     from wcetfit.cli.common import check_output_path, measure_overrides, write_json
     from wcetfit.cli.progress import progress_bars
-    from wcetfit.measure import run_times
+    from wcetfit.timing.run import run_times
     from wcetfit.pipeline import open_session
-    from wcetfit.tsc import ticks_to_ns
+    from wcetfit.timing.tsc import ticks_to_ns
 
     check_output_path(args.json)
     s = open_session(args.target, fresh=args.fresh, method=args.method,
@@ -83,9 +83,9 @@ def times_json(times, roots):  # type: ignore[no-untyped-def]
 def _straight_line(s, args):  # type: ignore[no-untyped-def]
     from wcetfit.cli.common import write_json
     from wcetfit.cli.progress import progress_bars
-    from wcetfit.measure import run_straight_line
+    from wcetfit.timing.run import run_straight_line
     from wcetfit.model import hexaddr
-    from wcetfit.tsc import ticks_to_ns, tsc_frequency
+    from wcetfit.timing.tsc import ticks_to_ns, tsc_frequency
 
     if args.straight_line < 2:
         from wcetfit.errors import WcetfitError

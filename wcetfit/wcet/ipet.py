@@ -524,7 +524,7 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
     ``block_bounds``: most executions per call of single blocks; used only for blocks in
     cycles that are not natural loops (irreducible flow, which loop bounds cannot reach).
     ``total_bounds``: most executions of single blocks, applied to any block.
-    ``envelopes``: observed path envelopes (:class:`wcetfit.envelope.CountEnvelope`),
+    ``envelopes``: observed path envelopes (:class:`wcetfit.wcet.envelope.CountEnvelope`),
     Σ count(blocks) ≤ intercept + slope·count(header).
     ``entries``: most entries into the function (default 1, exactly one): with more, the
     counts are totals over up to that many activations (each activation obeys the CFG and
@@ -1434,7 +1434,7 @@ class FitInputs:
 
 def fit_inputs(fit: Any, functions: Mapping[str, FunctionModel], *,
                config: int = 0) -> FitInputs:
-    """Costs, overhead and covariance for :func:`wcet_bound` from a ``wcetfit.fit.FitResult``
+    """Costs, overhead and covariance for :func:`wcet_bound` from a ``wcetfit.fit.solve.FitResult``
     (read by attribute: ``blocks[].address/.solution_ticks``, ``overhead_ticks``,
     ``configs``, ``covariance`` over (solution, overhead_solution), ``residuals["t95"]``).
 
@@ -1496,7 +1496,7 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
     (columns named by (function, address)), replaced by the target file's [loops] facts
     where given, then :func:`wcet_bound`.  ``recursion`` is the target's [recursion].
     ``observed_paths``: also keep the root's loops within the path envelopes the inputs
-    showed (:mod:`wcetfit.envelope`; the target's ``[wcet] observed_paths``)."""
+    showed (:mod:`wcetfit.wcet.envelope`; the target's ``[wcet] observed_paths``)."""
     facts = parse_loop_facts(loop_facts, functions)
     names = call_graph(functions, root)
     observed: dict[str, dict[int, LoopBound]] = {}
@@ -1544,7 +1544,7 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                             for j, (f, a) in enumerate(cols) if f == name}
     envelopes: tuple[Any, ...] = ()
     if idx and observed_paths:
-        from wcetfit.envelope import observed_envelopes
+        from wcetfit.wcet.envelope import observed_envelopes
         envelopes = observed_envelopes(functions[root], np.asarray(counts)[:, idx],
                                        [cols[j][1] for j in idx])
     result = wcet_bound(functions, root, costs, bounds, recursion, entry_cost=entry_cost,
@@ -1573,7 +1573,7 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
 
 def _structural(fn: FunctionModel, rel: CountRelation) -> bool:
     """Whether the CFG alone forces ``rel`` (it is orthogonal to the count space)."""
-    from wcetfit.structure import count_space_basis
+    from wcetfit.static.structure import count_space_basis
 
     basis = count_space_basis(fn, epsilon=True)          # [dim, n_blocks + 1]
     index = {a: i for i, a in enumerate(fn.block_addresses)}

@@ -20,7 +20,7 @@ of single calls.  So the speed is estimated as a function of time and divided ou
 * each call's *ratio* is its time over its input's typical time (the median over
   repeats of the speed-corrected times);
 * in time order (the timing run takes repeat r of every input in input order, then
-  repeat r+1: ``measure.run_times``) a running median over ``window`` consecutive calls
+  repeat r+1: ``wcetfit.timing.run.run_times``) a running median over ``window`` consecutive calls
   of the ratios is the speed at that moment: a median, so interrupted calls do not move
   it, and a switch between periods stays a step (the calls within half a window of
   the switch may take the other side's speed: one-sided windows chosen by agreement

@@ -10,7 +10,7 @@ with N the block counts of that input (from the count run), T_k the cost of bloc
 X = [N | C] with C the configuration indicators.
 
 Rows.  By default one row per input: a robust statistic of its repeats
-(:mod:`wcetfit.robust`, default the clipped mean: interrupts out, sub-quantum resolution
+(:mod:`wcetfit.fit.robust`, default the clipped mean: interrupts out, sub-quantum resolution
 in).  With every input given the same number of repeats, least squares over every timed
 call and least squares over the per-input means are the same estimate, so the per-input
 row loses nothing but the interrupts, and it is R times fewer rows.  ``rows="call"`` is
@@ -23,7 +23,7 @@ choice moves the held-out figures by half a point at most: median statistic adpc
 (slower: the branch predictor learning the input) moves adpcm's median 5.4 → 5.1 % and no
 p95.  So the clipped mean stays.
 
-Estimability (:mod:`wcetfit.estimability`).  Identical columns merge first (Moreno's
+Estimability (:mod:`wcetfit.fit.estimability`).  Identical columns merge first (Moreno's
 "BB0 et al."); flow conservation makes the rest rank-deficient.  Every reported figure is
 an estimable quantity with its interval; blocks that are not estimable alone are shown in
 groups with the combinations that are.  Groups are "structural" (no inputs can separate
@@ -144,8 +144,8 @@ import scipy.linalg as sla
 from scipy import stats
 from scipy.optimize import lsq_linear
 
-from wcetfit import estimability as est
-from wcetfit import robust
+from wcetfit.fit import estimability as est
+from wcetfit.fit import robust
 from wcetfit.errors import FitError
 from wcetfit.model import hexaddr
 
@@ -205,7 +205,7 @@ class FitOptions:
                            f"{self.weight_floor_quanta!r}")
 
 
-# Slowest sustained machine speed (wcetfit.speed) above which the fit warns: on an idle
+# Slowest sustained machine speed (wcetfit.timing.speed) above which the fit warns: on an idle
 # core the running median moves by a few percent at most.
 SLOW_MACHINE_WARN = 1.15
 
@@ -338,7 +338,7 @@ class FitResult:
     weights: str = "none"                   # row weighting of the estimates (FitOptions)
     weight_floor_ticks: float | None = None  # "relative": weights 1/max(pred, this)²
     weight_iterations: int = 0              # reweighting rounds that changed weights
-    # The machine's speed during the timing run (wcetfit.speed.SpeedProfile.to_dict()), when
+    # The machine's speed during the timing run (wcetfit.timing.speed.SpeedProfile.to_dict()), when
     # the fit divided it out: costs and predictions are then at its reference speed.
     machine_speed: Mapping[str, Any] | None = None
 
@@ -683,7 +683,7 @@ def fit_function(counts: np.ndarray, ticks: np.ndarray, block_addresses: Sequenc
     ``counts`` int [n_inputs, n_blocks]; ``ticks`` [n_inputs, n_repeats] (NaN = missing);
     ``structural_basis`` [dim, n_blocks] spanning the CFG's count space (or a mapping
     config id → basis, spanning each configuration's space); ``config_ids`` int
-    [n_inputs] (default all 0); ``speed``: a :class:`wcetfit.speed.SpeedProfile` of the
+    [n_inputs] (default all 0); ``speed``: a :class:`wcetfit.timing.speed.SpeedProfile` of the
     ticks, whose factors are divided out of every call before anything else (the costs
     are then at the profile's reference speed; the TSC step is detected on the raw
     ticks)."""

@@ -1,6 +1,6 @@
 """A tiny x86-64 encoder for the few instructions the instrumented copy emits.
 
-Only what :mod:`wcetfit.relocate` needs: rel32 branches, the counter increment and the
+Only what :mod:`wcetfit.count.relocate` needs: rel32 branches, the counter increment and the
 block-trace append.  Every function returns the instruction's bytes; those that refer
 to an address take the address the instruction will be placed at (``at``) and compute
 the displacement from the end of the instruction, as the CPU does.  A displacement

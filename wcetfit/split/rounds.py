@@ -2,7 +2,7 @@
 
 Whole-call times cannot separate blocks that always execute together, nor blocks tied by
 flow conservation (DESIGN.md, "Identifiability").  A *probe* moves one clock reading to a
-block boundary (the mechanism is :mod:`wcetfit.probe`):
+block boundary (the mechanism is :mod:`wcetfit.split.probe`):
 
 * ``stop`` at X: start at function entry, stop at the FIRST arrival at X.  The call's
   counts up to that moment are the counts of the blocks executed before X first ran;
@@ -10,7 +10,7 @@ block boundary (the mechanism is :mod:`wcetfit.probe`):
 
 Both are cut from the count run's block trace (:func:`prefix_counts`), so a probe's rows
 are known before it is measured — which is what lets the planner score candidates by the
-rank they would add.  Two special sites live in the call wrapper of :mod:`wcetfit.probe`:
+rank they would add.  Two special sites live in the call wrapper of :mod:`wcetfit.split.probe`:
 ``entry`` (before the call instruction: a stop there reads zero blocks, a start there
 reads the whole call) and ``return`` (after the function returned).
 
@@ -34,7 +34,7 @@ more than B's prefix).  Then the probe-code unknowns:
 * δ columns for stub *passes* that happen inside the timed region besides the one that
   reads the clock: a start probe's later arrivals at X (each goes through the stub's
   dispatch: two jumps more than the original code), and an edge probe's extra passes
-  through the relocated tails of X's predecessors (:mod:`wcetfit.probe`, short blocks).
+  through the relocated tails of X's predecessors (:mod:`wcetfit.split.probe`, short blocks).
   Their counts come from the trace too; one δ per kind of pass.  A column that is zero
   in every row is simply absent.
 
@@ -465,7 +465,7 @@ CONFIG_NAMES = {CONFIG_WHOLE: "whole call (timing run)", CONFIG_STOP: "stop prob
 @dataclass(frozen=True)
 class JointSystem:
     """Rows of the whole-call timing and of every probe configuration, ready for
-    :func:`wcetfit.fit.fit_function`."""
+    :func:`wcetfit.fit.solve.fit_function`."""
 
     counts: np.ndarray              # int64 [rows, n_segments + n_pseudo]
     ticks: np.ndarray               # float64 [rows, repeats] (NaN padded)

@@ -1,6 +1,6 @@
 """Validation of the TSC fence methods (Paoloni 2010) and the choice of one.
 
-For each method of :data:`wcetfit.tsc.METHODS`:
+For each method of :data:`wcetfit.timing.tsc.METHODS`:
 
 1. **Empty-region ensembles** (Paoloni §3.1–3.2): ``n_ensembles`` ensembles of
    ``ensemble_size`` back-to-back start/stop readings with nothing between them.  Per
@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from wcetfit.errors import MeasurementError, WcetfitError
-from wcetfit.timing import LineFit, fit_line
+from wcetfit.timing.calls import LineFit, fit_line
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ def choose(results: Sequence[MethodResult], quantum: float,
     sub-step changes of the true overhead.  (3) Of those, the cheapest per sample (wall
     ticks including the fences outside the region: a serializer that exits to the
     hypervisor costs ~10^4 ticks and runs the measured code right after the hypervisor
-    did), then the lower median, then the order of :data:`wcetfit.tsc.METHODS`.
+    did), then the lower median, then the order of :data:`wcetfit.timing.tsc.METHODS`.
     ``override`` picks a method by name and says what the rule would have chosen.
     """
     if not results:
@@ -343,7 +343,7 @@ def _arrays(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def measure_empty(method: str, n_ensembles: int, ensemble_size: int
                   ) -> tuple[np.ndarray, float]:
     """ticks[ensemble, sample] (NaN = migrated) and wall ticks per sample."""
-    from wcetfit.tsc import method_id, native
+    from wcetfit.timing.tsc import method_id, native
 
     ffi, lib = native()
     n = n_ensembles * ensemble_size
@@ -363,7 +363,7 @@ def measure_empty(method: str, n_ensembles: int, ensemble_size: int
 
 def measure_resolution(method: str, iters: Sequence[int], repeats: int) -> np.ndarray:
     """ticks[step, repeat] of the resolution test (NaN = migrated)."""
-    from wcetfit.tsc import method_id, native
+    from wcetfit.timing.tsc import method_id, native
 
     ffi, lib = native()
     it = np.asarray(iters, dtype=np.uint32)
@@ -382,7 +382,7 @@ def measure_resolution(method: str, iters: Sequence[int], repeats: int) -> np.nd
 
 def measure_method(name: str, quantum: float, tsc_hz: float, settings: Settings,
                    resolution: bool = True) -> MethodResult:
-    from wcetfit.tsc import METHODS
+    from wcetfit.timing.tsc import METHODS
 
     # a short probe sizes the run to the time budget (CPUID samples cost ~10^4x more)
     _, probe_cost = measure_empty(name, 1, 200)
@@ -409,7 +409,7 @@ class Calibration:
     reason: str
     quantum_ticks: int
     tsc_hz: float
-    environment: Any        # wcetfit.tsc.Environment
+    environment: Any        # wcetfit.timing.tsc.Environment
 
     def method(self, name: str) -> MethodResult:
         for m in self.methods:
@@ -435,7 +435,7 @@ class Calibration:
 def calibrate(methods: Sequence[str] | None = None, override: str | None = None,
               cpu: int | None = None, settings: Settings | None = None) -> Calibration:
     """Measure every method pinned to one CPU, validate, choose (or take ``override``)."""
-    from wcetfit.tsc import (METHODS, check_tsc_usable, environment, pinned, quantum_ticks,
+    from wcetfit.timing.tsc import (METHODS, check_tsc_usable, environment, pinned, quantum_ticks,
                              tsc_frequency)
 
     settings = settings or Settings()
@@ -475,7 +475,7 @@ def auto_method(cache_dir: str | None = None, refresh: bool = False) -> tuple[st
     """The method `wcetfit calibrate` would choose, and its reason, for ``method = "auto"``.
 
     A quick calibration (~0.3 s) runs once per boot of the machine: its JSON is kept in
-    ``<cache>/calibration/<boot_id>.json`` (the cache root of :func:`wcetfit.thunk.cache_root`
+    ``<cache>/calibration/<boot_id>.json`` (the cache root of :func:`wcetfit.timing.thunk.cache_root`
     unless ``cache_dir``) and reused while the boot, the CPU model and the wcetfit version
     are the same."""
     import json
@@ -483,8 +483,8 @@ def auto_method(cache_dir: str | None = None, refresh: bool = False) -> tuple[st
     from pathlib import Path
 
     from wcetfit import __version__
-    from wcetfit.thunk import cache_root
-    from wcetfit.tsc import cpu_info
+    from wcetfit.timing.thunk import cache_root
+    from wcetfit.timing.tsc import cpu_info
 
     path = Path(cache_dir) if cache_dir is not None else cache_root()
     path = path / "calibration" / f"{_boot_id()}.json"

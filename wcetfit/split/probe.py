@@ -57,7 +57,7 @@ without traps:
    block, not just the probed one), at a price the fit can see: every execution of P's
    tail passes through the stub (one extra jump), also the ones that do not lead to X.
    Those passes are counted from the trace and get their own δ column in the joint
-   system (:mod:`wcetfit.split`).  The reading pass itself costs as much as a direct
+   system (:mod:`wcetfit.split.rounds`).  The reading pass itself costs as much as a direct
    probe's (one extra direct jump, then the dispatch jump).  Edges the stub cannot
    intercept — X reached through a jump table, X a function entry reached by calls, X
    inside one of its own predecessors' tails — leave X unprobeable; the planner works
@@ -78,11 +78,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from wcetfit import x86enc as enc
+from wcetfit.count import x86enc as enc
 from wcetfit.errors import MeasurementError, NativeBuildError, RelocationError
 from wcetfit.loader import WritableData  # re-exported: probe_run imports it from here
 from wcetfit.model import FunctionModel, hexaddr
-from wcetfit.split import (KIND_START, KIND_STOP, MECH_DIRECT, MECH_EDGE, MECH_WRAPPER,
+from wcetfit.split.rounds import (KIND_START, KIND_STOP, MECH_DIRECT, MECH_EDGE, MECH_WRAPPER,
                            SITE_BLOCK, SITE_ENTRY, SITE_RETURN, Probe)
 
 log = logging.getLogger(__name__)
@@ -792,7 +792,7 @@ def _write_code(address: int, data: bytes) -> None:
 
 
 def native_lib() -> tuple[Any, Any]:
-    from wcetfit.tsc import native
+    from wcetfit.timing.tsc import native
 
     ffi, lib = native()
     if not hasattr(lib, "wf_probe_time"):
@@ -800,7 +800,7 @@ def native_lib() -> tuple[Any, Any]:
                                "run `make setup`")
     if int(lib.wf_probe_state_size()) != STATE_SIZE:
         raise NativeBuildError("wcetfit._native's probe state layout differs from "
-                               "wcetfit.probe's; run `make setup`")
+                               "wcetfit.split.probe's; run `make setup`")
     return ffi, lib
 
 
@@ -921,7 +921,7 @@ class InstalledProbe:
              repeats: int, warmup: int = 2) -> ProbeSamples:
         """``warmup`` untimed and ``repeats`` timed calls through the wrapper; per repeat
         the probe's region in ticks (NaN where it did not fire or migrated)."""
-        from wcetfit.tsc import aux_cpu, method_id
+        from wcetfit.timing.tsc import aux_cpu, method_id
 
         ffi, lib = native_lib()
         hffi = harness.ffi

@@ -1,7 +1,7 @@
 """The timing run's core: timed calls of the original code, and straight-line fitting.
 
 This module knows nothing about child processes (wcetfit.isolate runs it in one) nor
-about targets and stores: it takes a compiled :class:`~wcetfit.thunk.CallHarness`, a
+about targets and stores: it takes a compiled :class:`~wcetfit.timing.thunk.CallHarness`, a
 run-time function address and packed arguments, and returns plain results.
 
 Ticks are raw ``stop - start`` TSC differences of the chosen fence method: they include
@@ -9,7 +9,7 @@ the method's overhead ε (the empty-region time).  Nothing here subtracts ε —
 fits it as an intercept, and :func:`straight_line` cancels it by construction (Moreno &
 Fischmeister §4: time k back-to-back calls for k = 1..M; the slope is the call time).
 
-The caller pins the thread (:func:`wcetfit.tsc.pinned`) before timing; samples whose
+The caller pins the thread (:func:`wcetfit.timing.tsc.pinned`) before timing; samples whose
 start and stop readings came from different CPUs compare two counters and are dropped
 here (NaN in the row, counted in ``migrated``).
 """
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from wcetfit.errors import MeasurementError
-from wcetfit.thunk import ArgPack, CallHarness
+from wcetfit.timing.thunk import ArgPack, CallHarness
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def time_input(harness: CallHarness, function: str, fn_address: int, pack: ArgPa
                repeats: int, warmup: int = 2, method: str | int = "lfence") -> TimedInput:
     """``warmup`` untimed and ``repeats`` timed calls of one input, arguments restored
     before each; a migrated sample becomes NaN and is counted."""
-    from wcetfit.tsc import aux_cpu, pinned_cpu
+    from wcetfit.timing.tsc import aux_cpu, pinned_cpu
 
     if pinned_cpu() is None:
         log.debug("timing %s without pinning: migrated samples will be discarded", function)
@@ -187,7 +187,7 @@ def straight_line(harness: CallHarness, function: str, fn_address: int, pack: Ar
                     "changes between back-to-back calls", function,
                     [i + 1 for i in pack.unrestored])
     if quantum is None:
-        from wcetfit.tsc import quantum_ticks
+        from wcetfit.timing.tsc import quantum_ticks
         quantum = quantum_ticks()
     seq = harness.time_seq(function, fn_address, pack, kmax=M, rounds=rounds, method=method)
     harness.restore(pack)

@@ -1,10 +1,10 @@
 """The splitting workflow on a target: load what is stored, fit jointly, plan, measure.
 
-:mod:`wcetfit.split` is the pure part (rows, rank, rounds as data); this module wires it
+:mod:`wcetfit.split.rounds` is the pure part (rows, rank, rounds as data); this module wires it
 to the store (counts with block traces from the count run, whole-call times from the
 timing run, earlier rounds), to the static model (where probes can be placed, see
-:func:`wcetfit.probe.placements`) and to the measuring child process
-(:mod:`wcetfit.probe_run`).
+:func:`wcetfit.split.probe.placements`) and to the measuring child process
+(:mod:`wcetfit.split.probe_run`).
 
 Which rows a fit uses.  Before any round: the timing run's whole calls.  After round n:
 the rows measured in round n — its whole calls and its timings of every active probe
@@ -32,10 +32,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from wcetfit import split as S
+from wcetfit.split import rounds as S
 from wcetfit.errors import StoreError, WcetfitError
 from wcetfit.model import FunctionModel, hexaddr
-from wcetfit.probe import ProbeLayout, place_probe, placements
+from wcetfit.split.probe import ProbeLayout, place_probe, placements
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,8 @@ def _block_order(cs: Any) -> tuple[list[int], np.ndarray]:
 
 def load_state(session: Any, function: str, *, place: bool = True) -> SplitState:
     """Counts with traces, whole-call times, rounds and probe placements of ``function``."""
-    from wcetfit.measure import load_counts, load_times, resolve_method
+    from wcetfit.measurements import load_counts, load_times
+    from wcetfit.timing.run import resolve_method
 
     target, store = session.target, session.store
     m = target.measure
@@ -188,7 +189,7 @@ def joint(st: SplitState, *, probes: bool = True,
 def fit(st: SplitState, *, probes: bool = True, leave_out: Sequence[str] = (),
         options: Any = None) -> tuple[Any, S.JointSystem, dict[str, Any]]:
     """The joint fit of the current rows (see :func:`joint`)."""
-    from wcetfit.fit import FitOptions, fit_function
+    from wcetfit.fit.solve import FitOptions, fit_function
 
     js = joint(st, probes=probes, leave_out=leave_out)
     res = fit_function(js.counts, js.ticks, js.addresses, config_ids=js.config_ids,
@@ -223,7 +224,7 @@ def inconsistent_probes(st: SplitState, baseline: Mapping[str, Any],
     whose removal leaves the least disagreement is left out, as long as that removal
     helps, at most ``max_drop`` of them, among ``candidates`` (every probe measured in
     the round: each round measures all of them again, in a session of its own)."""
-    from wcetfit.fit import FitOptions
+    from wcetfit.fit.solve import FitOptions
 
     trial_options = FitOptions(folds=0, max_iterations=4)   # trials compare estimates only
     dropped: list[str] = []
@@ -374,7 +375,7 @@ def apply_round(st: SplitState, new: Sequence[S.Probe], *, splits: Sequence[int]
     save the next round with the joint fit after it.
 
     Returns (round, fit summary, comparison with ``previous``)."""
-    from wcetfit.probe_run import measure_round
+    from wcetfit.split.probe_run import measure_round
 
     if not new:
         raise WcetfitError("no new probe to measure")

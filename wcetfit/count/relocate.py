@@ -29,9 +29,9 @@ addresses (only rel32 forms are emitted), so sizes are known before memory is
 allocated.  :meth:`CopyPlan.emit` then produces the bytes for concrete addresses: the
 load bias of the binary (runtime = link-time + bias), the address of the code region
 and the address of the data region (counters, trace state), both within ±2 GiB of the
-binary (checked: every displacement is range-checked by :mod:`wcetfit.x86enc`).
+binary (checked: every displacement is range-checked by :mod:`wcetfit.count.x86enc`).
 
-Counter increments (see :mod:`wcetfit.x86enc`): where OF SF ZF AF PF are dead at the
+Counter increments (see :mod:`wcetfit.count.x86enc`): where OF SF ZF AF PF are dead at the
 block start (a backward liveness analysis over the function's CFG, per flag), a single
 ``inc qword [rip+counter]`` (INC keeps CF); elsewhere ``lea rsp,[rsp-128]; push rax;
 mov/lea/mov; pop rax; lea rsp,[rsp+128]``, which preserves the flags, every register
@@ -57,7 +57,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import capstone
 from capstone import x86_const as X
 
-from wcetfit import x86enc as enc
+from wcetfit.count import x86enc as enc
 from wcetfit.errors import RelocationError
 from wcetfit.model import CALL_INTERNAL, FunctionModel, JumpTable
 

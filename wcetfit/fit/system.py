@@ -7,7 +7,7 @@ function's blocks first.  Rows are the inputs that have both counts and times.
 
 The structural count space (the span of every count vector the CFGs allow) is what
 tells "the CFG forces these blocks together" from "the inputs happened not to separate
-them".  Per function it is :func:`wcetfit.structure.count_space_basis`; across functions
+them".  Per function it is :func:`wcetfit.static.structure.count_space_basis`; across functions
 one more fact holds in every execution: a callee is activated exactly as often as the
 blocks that call it execute.  Without that constraint a caller's call block and its
 callee's entry would look separable, and the advice "vary the inputs" would be wrong.
@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from wcetfit.errors import FitError
-from wcetfit.measure import CountSet, TimeSet
+from wcetfit.measurements import CountSet, TimeSet
 from wcetfit.model import FunctionModel
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class LinearSystem:
     ticks: np.ndarray                      # float64 [rows, repeats], NaN = discarded
     structural_basis: np.ndarray           # [dim, columns]
     tsc_hz: float
-    # the machine's speed over the timing run (wcetfit.speed), once the fit stage has
+    # the machine's speed over the timing run (wcetfit.timing.speed), once the fit stage has
     # followed it; None before
     speed: Any = None
 
@@ -56,12 +56,12 @@ def structural_basis(functions: Sequence[FunctionModel], root: str) -> np.ndarra
 
     Unknowns: every function's block counts and its number of activations.  Each
     function's own CFG constrains its counts given its activations
-    (:func:`wcetfit.structure.count_space_constraints`, last column = activations); a
+    (:func:`wcetfit.static.structure.count_space_constraints`, last column = activations); a
     callee other than the root is activated once per execution of a block calling it.
     """
     from scipy.linalg import null_space, orth
 
-    from wcetfit.structure import count_space_constraints
+    from wcetfit.static.structure import count_space_constraints
 
     offsets: dict[str, int] = {}
     width = 0

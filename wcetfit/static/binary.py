@@ -9,7 +9,7 @@ The only module that imports angr (lazily: looking models up in the cache never 
 
 How a model is made
 -------------------
-1. :mod:`wcetfit.elfinfo` validates the file and reads symbols, PLT/GOT bindings and the
+1. :mod:`wcetfit.static.elfinfo` validates the file and reads symbols, PLT/GOT bindings and the
    ``.eh_frame`` function starts (pyelftools, no angr).
 2. angr's CFGFast recovers the global control-flow graph, started from the function
    entries we know (:data:`CFG_OPTIONS` says which options and why).  A single function is
@@ -23,14 +23,14 @@ How a model is made
    blocks are everything reachable from its entry through intraprocedural edges, a branch
    to another function's entry being a tail call.  Function entries are the symbols
    (minus gcc's ``.cold`` fragments), the ``.eh_frame`` starts (minus fragments, see
-   :mod:`wcetfit.elfinfo`) and every direct call target.
+   :mod:`wcetfit.static.elfinfo`) and every direct call target.
 5. Instructions are decoded from the file's bytes with capstone; calls and tail calls are
    classified from the decoded instruction (direct target, PLT stub, GOT slot, or
    register/memory).  Jump tables come from angr's resolvers, plus one of ours for gcc's
    bounded-switch shapes that angr misses, and relative tables are re-read from the file.
    angr's verdict that a callee never returns removes the fall-through after the call
    (angr itself prunes it only from its per-function graphs, not from the global one).
-6. :mod:`wcetfit.structure` adds loops, co-execution classes and the rank bound.
+6. :mod:`wcetfit.static.structure` adds loops, co-execution classes and the rank bound.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from wcetfit import elfinfo
-from wcetfit.cfgcache import CfgCache
-from wcetfit.elfinfo import ElfInfo, FuncSymbol, GotSlot
+from wcetfit.static import elfinfo
+from wcetfit.static.cfgcache import CfgCache
+from wcetfit.static.elfinfo import ElfInfo, FuncSymbol, GotSlot
 from wcetfit.errors import BinaryError, FunctionNotFound
 from wcetfit.model import (CALL_IMPORTED, CALL_INDIRECT, CALL_INTERNAL, BinaryInfo, BinaryModel,
                            Block, CallSite, FunctionModel, FunctionSummary, Instruction, JumpTable,
@@ -658,7 +658,7 @@ class _Builder:
     # -- per function --
 
     def function(self, entry: int) -> tuple[FunctionModel, set[int]]:
-        from wcetfit import structure
+        from wcetfit.static import structure
 
         name = self.index.name_of(entry)
         blocks: list[int] = []
@@ -819,7 +819,7 @@ def _run_workers(arglists: list[tuple]) -> list:
     env = dict(os.environ)
     pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(wcetfit.__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
-    code = "import wcetfit.binary as b; b._worker_stdio()"
+    code = "import wcetfit.static.binary as b; b._worker_stdio()"
     procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, env=env) for _ in arglists]
 
@@ -882,7 +882,7 @@ def _whole_worker(path: str, starts: list[int], levels: dict[str, int], cache_ro
         handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
         own.addHandler(handler)
         own.propagate = False
-    from wcetfit.cfgcache import encode_function
+    from wcetfit.static.cfgcache import encode_function
 
     cache = CfgCache(cache_root, enabled=cache_root is not None)
     elf = elfinfo.read_elf(path, with_fdes=True)
@@ -918,7 +918,7 @@ def _recover_all(elf: ElfInfo, index: SymbolIndex, cache: CfgCache, cdir: str,
                  need_models: bool = True):
     """Whole-binary recovery: every function's model (None unless ``need_models``), cached,
     and the summary."""
-    from wcetfit.cfgcache import decode_function
+    from wcetfit.static.cfgcache import decode_function
 
     elf = _with_fdes(elf)
     starts = sorted(_known_starts(elf, index))

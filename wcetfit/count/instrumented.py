@@ -3,13 +3,13 @@
 Two levels:
 
 * :class:`InstrumentedCopy` — built once per process from the loaded binary and the
-  static models of the functions to relocate (see :mod:`wcetfit.relocate`).  It owns the
+  static models of the functions to relocate (see :mod:`wcetfit.count.relocate`).  It owns the
   copy's memory (code RX, counters RW, all within ±2 GiB of the binary) and the trace
   buffer.  ``reset()`` zeroes the counters, ``counts()`` reads them, ``trace()`` returns
   the block trace; ``entry(name)`` is the address of a function's copy, which the
   harness calls instead of the original.
 * :func:`count_inputs` — the whole per-input procedure, through the per-prototype call
-  harness (:mod:`wcetfit.thunk`): for every input, count one call of the copy, run the
+  harness (:mod:`wcetfit.timing.thunk`): for every input, count one call of the copy, run the
   original on the same argument bytes (the harness restores them before every call),
   and check
 
@@ -46,7 +46,7 @@ from wcetfit.errors import MeasurementError, SelfCheckError
 from wcetfit.loader import (PROT_EXEC, PROT_READ, PAGE, LoadedBinary, NearMemory,
                             WritableData, alloc_near, load_binary)
 from wcetfit.model import FunctionModel, hexaddr
-from wcetfit.relocate import CopyPlan, closure, plan_copy
+from wcetfit.count.relocate import CopyPlan, closure, plan_copy
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class TraceOverflow(MeasurementError):
 
 
 class Harness(Protocol):
-    """What :func:`count_inputs` needs from :class:`wcetfit.thunk.CallHarness`."""
+    """What :func:`count_inputs` needs from :class:`wcetfit.timing.thunk.CallHarness`."""
 
     def pack(self, function: str, args: tuple) -> Any: ...
     def snapshot(self, pack: Any) -> tuple[bytes, ...]: ...
@@ -72,7 +72,7 @@ class InstrumentedCopy:
     """The relocated, instrumented code of ``functions`` in this process.
 
     ``functions`` are the static models of every function to relocate (typically the
-    measured function and its internal callees, see :func:`wcetfit.relocate.closure`),
+    measured function and its internal callees, see :func:`wcetfit.count.relocate.closure`),
     all of the binary ``binary``.  With ``trace`` every block start also appends the
     block's compact id (``plan.block_id``) to a buffer of ``trace_cap`` uint32 entries.
     """

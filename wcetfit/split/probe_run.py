@@ -1,6 +1,6 @@
 """Measuring probe configurations: one isolated child per probe, every input checked.
 
-For a round of probe configurations (:class:`wcetfit.probe.ProbeLayout`) one child
+For a round of probe configurations (:class:`wcetfit.split.probe.ProbeLayout`) one child
 process (:func:`wcetfit.isolate.run_isolated`) loads the binary, builds the call harness,
 writes every probe's stubs (patches go into the child's memory only: the parent never
 runs patched code), pins itself to one CPU, and then for every input, for every probe
@@ -13,7 +13,7 @@ cores — shifts them alike)
 2. runs the differential check: the original function without the probe and the probed
    call through the wrapper, from the same argument bytes and the same writable data of
    the binary, must return the same value and leave the same memory;
-3. times ``warmup`` + ``repeats`` calls through :func:`wcetfit.probe.InstalledProbe.time`
+3. times ``warmup`` + ``repeats`` calls through :func:`wcetfit.split.probe.InstalledProbe.time`
    (the C loop of ``instrument/wf_probe.c``), arguments restored and probe re-armed
    before each, outside the timed region.
 
@@ -32,9 +32,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from wcetfit.isolate import InputFailure, run_isolated
-from wcetfit.probe import InstalledProbe, ProbeLayout, RestoreTable, WritableData, \
+from wcetfit.split.probe import InstalledProbe, ProbeLayout, RestoreTable, WritableData, \
     differential_check
-from wcetfit.split import ConfigTimes
+from wcetfit.split.rounds import ConfigTimes
 from wcetfit.target import Target, describe_args, generate_input, load_inputs_module
 
 log = logging.getLogger(__name__)
@@ -61,9 +61,9 @@ class _RoundWorker:
     def __init__(self, target: Target, function: str, proto: str, root_link: int,
                  layouts: Sequence[ProbeLayout], wanted: Sequence[frozenset[int]],
                  method: str, repeats: int, warmup: int, check: bool, whole: bool) -> None:
-        from wcetfit import tsc
+        from wcetfit.timing import tsc
         from wcetfit.loader import load_binary
-        from wcetfit.thunk import build_harness
+        from wcetfit.timing.thunk import build_harness
 
         self.target = target
         self.function = function
@@ -98,7 +98,7 @@ class _RoundWorker:
         for j in range(n):
             k = (j + index) % n
             if k == len(self.probes):
-                from wcetfit.timing import time_input
+                from wcetfit.timing.calls import time_input
                 start(f"{summary} (whole call)")
                 saved = self.data.save()
                 t = time_input(self.harness, self.proto, self.original, pack, self.repeats,
@@ -144,8 +144,8 @@ def measure_round(target: Target, function: str, root_link: int,
     """Time every probe configuration of a round on its inputs (``indices[k]`` for
     ``layouts[k]``) and the whole call on the inputs ``whole``, interleaved input by
     input in one isolated worker."""
-    from wcetfit.measure import prototype_name
-    from wcetfit.thunk import build_harness
+    from wcetfit.measurements import prototype_name
+    from wcetfit.timing.thunk import build_harness
 
     m = target.measure
     repeats = m.repeats if repeats is None else repeats

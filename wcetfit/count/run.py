@@ -1,0 +1,131 @@
+"""The count run: block counts of every input from the instrumented copy, in a child.
+
+A child process (:mod:`wcetfit.isolate`) loads the binary, builds the instrumented copy of
+each measured function and the binary's own functions it reaches
+(:mod:`wcetfit.count.instrumented`), and counts each input's call, checked against the
+original; the counts are saved to the store as they come (:mod:`wcetfit.measurements`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from wcetfit.errors import MeasurementError
+from wcetfit.isolate import InputFailure
+from wcetfit.measurements import (CountSet, FunctionCounts, Progress, load_counts,
+                                  measure_saving, prototype_name, save_counts)
+from wcetfit.store import Store
+from wcetfit.target import Target, describe_args, generate_input, load_inputs_module
+
+log = logging.getLogger(__name__)
+
+
+# --- count run --------------------------------------------------------------------------
+
+class _CountWorker:
+    """Child-process side of the count run: one instrumented copy per measured function."""
+
+    def __init__(self, target: Target, model: Any, roots: Sequence[str], trace: bool):
+        from wcetfit.count.instrumented import Counter, InstrumentedCopy
+        from wcetfit.loader import load_binary
+        from wcetfit.count.relocate import closure
+        from wcetfit.timing.thunk import build_harness
+
+        self.target = target
+        self.harness = build_harness(target.prototype, target.cdef)
+        self.generate = load_inputs_module(target)
+        binary = load_binary(target.binary)
+        self.counters = []
+        for root in roots:
+            fn = model.function(root).name
+            if prototype_name(self.harness, fn) != fn:
+                raise MeasurementError(f"{root}: the count run needs the prototype to declare "
+                                       f"the function under its symbol name {fn}")
+            copy = InstrumentedCopy(binary, closure(model.functions, [fn]), trace=trace,
+                                    trace_cap=target.measure.trace_cap)
+            self.counters.append((root, Counter(copy, fn, self.harness)))
+
+    def run(self, index: int, start: Callable[[str], None]) -> dict[str, Any]:
+        out = {}
+        for root, counter in self.counters:
+            args = generate_input(self.generate, self.target, self.harness.ffi,
+                                  counter.function, index)
+            pack = self.harness.pack(counter.function, args)
+            fresh = None
+            if getattr(pack, "unrestored", ()):
+                fresh = self.harness.pack(counter.function, generate_input(
+                    self.generate, self.target, self.harness.ffi, counter.function, index))
+            summary = describe_args(self.harness.ffi, args)
+            res = counter.count(index, pack, fresh, start=lambda: start(summary))
+            out[root] = ({k: np.asarray(v, dtype=np.int64) for k, v in res.counts.items()},
+                         None if res.trace is None else np.asarray(res.trace, np.uint32))
+        return out
+
+
+def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *,
+               trace: bool = False, progress: Progress | None = None) -> dict[str, CountSet]:
+    """Block counts of every input of every measured function (and of its callees).
+
+    Inputs already in the store are not counted again (with ``trace``, inputs stored
+    without a trace are counted again to get one).
+    """
+    m = target.measure
+    wanted = np.arange(m.inputs)
+    per_root: dict[str, dict[int, dict[str, np.ndarray]]] = {r: {} for r in roots}
+    traces: dict[str, dict[int, np.ndarray]] = {r: {} for r in roots}
+    layout: dict[str, list[tuple[str, int, tuple[int, ...]]]] = {}
+    failures: list[InputFailure] = []
+    from wcetfit.count.relocate import closure
+    for r in roots:
+        fn = model.function(r).name
+        fns = closure(model.functions, [fn])
+        layout[r] = [(f.name, f.address, f.block_addresses) for f in fns]
+        old = load_counts(store, r, m.seed)
+        if old is None:
+            continue
+        if [(fc.name, fc.blocks) for fc in old.functions] != [(n, b) for n, _, b in layout[r]]:
+            log.warning("stored counts of %s have another block layout: counting again", r)
+            continue
+        if trace and old.trace is None:
+            continue
+        for k, i in enumerate(old.indices):
+            per_root[r][int(i)] = {fc.name: fc.counts[k] for fc in old.functions}
+        if old.trace:
+            traces[r].update(old.trace)
+        failures.extend(x for x in old.failures if x not in failures)
+    failed = {x.index for x in failures}
+    first = roots[0]
+    todo = [int(i) for i in wanted if int(i) not in per_root[first] and int(i) not in failed]
+
+    def snapshot() -> dict[str, CountSet]:
+        out = {}
+        for r in roots:
+            idx = np.array(sorted(per_root[r]), dtype=np.int64)
+            fcs = tuple(FunctionCounts(name, addr, blocks, (
+                np.stack([per_root[r][i][name] for i in idx]) if len(idx)
+                else np.zeros((0, len(blocks)), np.int64)))
+                for name, addr, blocks in layout[r])
+            out[r] = CountSet(r, m.seed, idx, fcs, tuple(failures),
+                              dict(traces[r]) if trace else None)
+        return out
+
+    def save() -> None:
+        for cs in snapshot().values():
+            save_counts(store, cs)
+
+    def store_result(index: int, result: dict[str, Any]) -> None:
+        for r, (counts, tr) in result.items():
+            per_root[r][index] = counts
+            if tr is not None:
+                traces[r][index] = tr
+
+    # Counting runs each input twice (the copy, then the original for the differential
+    # check): the hang timeout covers both.
+    measure_saving(lambda: _CountWorker(target, model, list(roots), trace), todo,
+                   timeout=3 * target.measure.timeout, store_result=store_result,
+                   failures=failures, save=save, done=lambda: len(per_root[first]),
+                   wanted=len(wanted), progress=progress)
+    return snapshot()

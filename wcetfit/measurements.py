@@ -1,0 +1,230 @@
+"""Measurements as plain data, in the store: block counts and TSC ticks per input.
+
+The count run (:mod:`wcetfit.count.run`) and the timing run (:mod:`wcetfit.timing.run`)
+produce a :class:`CountSet` and a :class:`TimeSet`; the fit reads them.  This module holds
+what both runs share: the data, its place in the store, the saving loop that runs a
+worker in a child process (:mod:`wcetfit.isolate`) and keeps what arrives.
+
+Every input ``i`` is the same call in every command: its arguments come from
+``generate(ctx)`` with ``ctx.rng = default_rng([seed, i])``.  Results are saved to the
+store every few seconds and when the run ends or is interrupted; a later run measures
+only the inputs that are still missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from wcetfit.errors import MeasurementError
+from wcetfit.isolate import InputFailure, run_isolated
+from wcetfit.model import hexaddr
+from wcetfit.store import Store, StoreIdentity, machine_fingerprint
+from wcetfit.target import Target, describe_args, generate_input, load_inputs_module
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]   # (inputs done, inputs wanted)
+
+# Save partial results at most this often: often enough that Ctrl-C or a crash of the
+# analyzer itself loses little, rarely enough that rewriting the .npz costs nothing.
+_SAVE_INTERVAL_S = 3.0
+
+
+# --- data -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FunctionCounts:
+    name: str
+    address: int
+    blocks: tuple[int, ...]       # link-time block addresses, the columns of ``counts``
+    counts: np.ndarray            # int64 [inputs, blocks]
+
+
+@dataclass(frozen=True)
+class CountSet:
+    """Block counts of every input of one measured function (and its callees)."""
+
+    function: str                 # the measured (root) function
+    seed: int
+    indices: np.ndarray           # input indices, ascending; rows of every ``counts``
+    functions: tuple[FunctionCounts, ...]   # root first, then callees reached
+    failures: tuple[InputFailure, ...] = ()
+    trace: dict[int, np.ndarray] | None = None   # input -> compact block ids (split workflow)
+
+    def of(self, name: str) -> FunctionCounts:
+        for fc in self.functions:
+            if fc.name == name:
+                return fc
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class TimeSet:
+    """TSC ticks of every timed call of one measured function."""
+
+    function: str
+    seed: int
+    indices: np.ndarray           # input indices, ascending
+    ticks: np.ndarray             # float64 [inputs, repeats]; NaN = discarded (migrated)
+    method: str
+    tsc_hz: float
+    migrated: int                 # samples discarded because the call changed CPU
+    environment: dict[str, Any] = field(default_factory=dict)
+    failures: tuple[InputFailure, ...] = ()
+    done: np.ndarray | None = None   # bool [inputs, repeats]: measured (NaN may be discarded)
+
+
+def _failures_to_json(failures: Sequence[InputFailure]) -> list[dict[str, Any]]:
+    return [{"index": f.index, "kind": f.kind, "message": f.message, "arguments": f.arguments}
+            for f in failures]
+
+
+def _failures_from_json(data: Sequence[dict[str, Any]]) -> list[InputFailure]:
+    return [InputFailure(int(d["index"]), d["kind"], d["message"], d["arguments"])
+            for d in data]
+
+
+# --- the store's view of counts and times ----------------------------------------------
+
+def counts_name(function: str, seed: int) -> str:
+    return f"counts-{_safe(function)}-s{seed}"
+
+
+def times_name(function: str, seed: int, method: str, repeats: int) -> str:
+    return f"times-{_safe(function)}-s{seed}-{method}-r{repeats}"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "_." else "_" for c in name)
+
+
+def open_store(target: Target, *, fresh: bool = False) -> Store:
+    return Store(target.store_dir, StoreIdentity.of(target.binary, target.cdef, target.prototype),
+                 fresh=fresh)
+
+
+def save_counts(store: Store, cs: CountSet) -> None:
+    arrays: dict[str, np.ndarray] = {"indices": cs.indices}
+    meta = {"kind": "counts", "function": cs.function, "seed": cs.seed,
+            "functions": [{"name": fc.name, "address": hexaddr(fc.address)}
+                          for fc in cs.functions],
+            "failures": _failures_to_json(cs.failures)}
+    for i, fc in enumerate(cs.functions):
+        arrays[f"blocks{i}"] = np.asarray(fc.blocks, dtype=np.uint64)
+        arrays[f"counts{i}"] = fc.counts
+    if cs.trace:
+        order = sorted(cs.trace)
+        arrays["trace_indices"] = np.asarray(order, dtype=np.int64)
+        arrays["trace_offsets"] = np.cumsum([0] + [len(cs.trace[i]) for i in order])
+        arrays["trace_data"] = (np.concatenate([cs.trace[i] for i in order])
+                                if order else np.zeros(0, np.int32))
+    store.save(counts_name(cs.function, cs.seed), meta, arrays)
+
+
+def load_counts(store: Store, function: str, seed: int) -> CountSet | None:
+    got = store.load(counts_name(function, seed))
+    if got is None:
+        return None
+    meta, arrays = got
+    fcs = tuple(FunctionCounts(f["name"], int(f["address"], 16),
+                               tuple(int(a) for a in arrays[f"blocks{i}"]), arrays[f"counts{i}"])
+                for i, f in enumerate(meta["functions"]))
+    trace = None
+    if "trace_indices" in arrays:
+        off = arrays["trace_offsets"]
+        trace = {int(idx): arrays["trace_data"][off[k]:off[k + 1]]
+                 for k, idx in enumerate(arrays["trace_indices"])}
+    return CountSet(function, seed, arrays["indices"], fcs,
+                    tuple(_failures_from_json(meta["failures"])), trace)
+
+
+def save_times(store: Store, ts: TimeSet) -> None:
+    meta = {"kind": "times", "function": ts.function, "seed": ts.seed, "method": ts.method,
+            "tsc_hz": ts.tsc_hz, "migrated": ts.migrated, "environment": ts.environment,
+            "machine": machine_fingerprint(), "failures": _failures_to_json(ts.failures)}
+    done = ts.done if ts.done is not None else np.isfinite(ts.ticks)
+    store.save(times_name(ts.function, ts.seed, ts.method, ts.ticks.shape[1]), meta,
+               {"indices": ts.indices, "ticks": ts.ticks, "done": done})
+
+
+def load_times(store: Store, function: str, seed: int, method: str,
+               repeats: int) -> TimeSet | None:
+    got = store.load(times_name(function, seed, method, repeats), machine=True)
+    if got is None:
+        return None
+    meta, arrays = got
+    return TimeSet(function, seed, arrays["indices"], arrays["ticks"], meta["method"],
+                   float(meta["tsc_hz"]), int(meta["migrated"]), meta.get("environment", {}),
+                   tuple(_failures_from_json(meta["failures"])),
+                   arrays.get("done", np.isfinite(arrays["ticks"])))
+
+
+class _Saver:
+    """Accumulates per-input results and saves them now and then (and at the end)."""
+
+    def __init__(self, save: Callable[[], None]):
+        self._save = save
+        self._last = time.monotonic()
+        self.dirty = False
+
+    def touch(self) -> None:
+        self.dirty = True
+        if time.monotonic() - self._last >= _SAVE_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.dirty:
+            self._save()
+            self.dirty = False
+        self._last = time.monotonic()
+
+
+def measure_saving(make_worker: Callable[[], Any], todo: Sequence[int], *, timeout: float,
+                   store_result: Callable[[int, Any], None], failures: list[InputFailure],
+                   save: Callable[[], None], done: Callable[[], int], wanted: int,
+                   progress: Progress | None) -> None:
+    """Run the worker on ``todo`` in a child; keep results and failures as they arrive,
+    save now and then and whatever happens at the end; KeyboardInterrupt after saving."""
+    saver = _Saver(save)
+
+    def on_result(index: int, result: Any) -> None:
+        store_result(index, result)
+        saver.touch()
+        if progress:
+            progress(done(), wanted)
+
+    def on_failure(failure: InputFailure) -> None:
+        failures.append(failure)
+        saver.touch()
+
+    if progress:
+        progress(done(), wanted)
+    try:
+        run = run_isolated(make_worker, todo, timeout=timeout, on_result=on_result,
+                           on_failure=on_failure)
+    finally:
+        saver.dirty = True
+        saver.flush()
+    if run.interrupted:
+        raise KeyboardInterrupt
+
+
+# --- which prototype belongs to which measured function ----------------------------------
+
+def prototype_name(harness: Any, function: str) -> str:
+    """The name under which ``function`` is declared in the target's prototype.
+
+    A function given by ``0x…`` address (a stripped or static function) is declared
+    under any name; the prototype must then declare exactly one function.
+    """
+    if function in harness.functions:
+        return function
+    if len(harness.functions) == 1:
+        return next(iter(harness.functions))
+    raise MeasurementError(f"the prototype declares {', '.join(harness.functions)} but not "
+                           f"{function}: declare every measured function")

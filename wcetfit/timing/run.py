@@ -1,0 +1,188 @@
+"""The timing run: TSC ticks of every timed call of the original code, per input.
+
+A child process (:mod:`wcetfit.isolate`) pins itself, loads the binary, and times each
+input's call through the per-prototype harness (:mod:`wcetfit.timing.thunk`,
+:mod:`wcetfit.timing.calls`); the ticks are saved to the store as they come
+(:mod:`wcetfit.measurements`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from wcetfit.isolate import InputFailure, run_isolated
+from wcetfit.measurements import (Progress, TimeSet, load_times, measure_saving,
+                                  prototype_name, save_times)
+from wcetfit.store import Store
+from wcetfit.target import Target, describe_args, generate_input, load_inputs_module
+
+log = logging.getLogger(__name__)
+
+
+# --- timing run -------------------------------------------------------------------------
+
+class _TimingWorker:
+    """Child-process side of the timing run: the original code, pinned, restored args."""
+
+    def __init__(self, target: Target, functions: Sequence[tuple[str, int]], method: str,
+                 repeats: int | None = None):
+        from wcetfit.timing import tsc
+        from wcetfit.loader import load_binary
+        from wcetfit.timing.thunk import build_harness
+
+        self.target = target
+        self.method = method
+        self.repeats = target.measure.repeats if repeats is None else repeats
+        self.harness = build_harness(target.prototype, target.cdef)
+        self.generate = load_inputs_module(target)
+        binary = load_binary(target.binary)
+        self.functions = [(name, prototype_name(self.harness, name), binary.runtime(addr))
+                          for name, addr in functions]
+        # Pin for the whole life of the worker: a migration inside a timed region
+        # mixes two TSCs and two caches.  Samples that migrate anyway are discarded.
+        self._pin = tsc.pinned()
+        self._pin.__enter__()
+
+    def run(self, index: int, start: Callable[[str], None]) -> dict[str, tuple[np.ndarray, int]]:
+        from wcetfit.timing.calls import time_input
+
+        out = {}
+        m = self.target.measure
+        for name, proto, address in self.functions:
+            args = generate_input(self.generate, self.target, self.harness.ffi, name, index)
+            pack = self.harness.pack(proto, args)
+            start(describe_args(self.harness.ffi, args))
+            timed = time_input(self.harness, proto, address, pack, self.repeats, m.warmup,
+                               self.method)
+            out[name] = (timed.ticks, timed.migrated)
+        return out
+
+
+def resolve_method(target: Target) -> tuple[str, str]:
+    """The fence method to use and why (the calibration's choice for "auto")."""
+    if target.measure.method != "auto":
+        return target.measure.method, "set in the target file or on the command line"
+    from wcetfit.timing.calibrate import auto_method
+    return auto_method()
+
+
+def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
+              progress: Progress | None = None) -> dict[str, TimeSet]:
+    """Time every input of every measured function (name → link-time address).
+
+    Repeats are taken in passes, not back to back: pass r times each input once (after
+    ``warmup`` untimed calls of that same input), then pass r+1 starts over.  On a
+    shared machine the speed drifts for seconds at a time (another process, the host):
+    with back-to-back repeats one input would get all its repeats in a slow episode and
+    look like a slow input; spread over passes, a slow episode touches one repeat of
+    many inputs, and the repeat statistic (wcetfit.fit.robust) sets it aside as a disturbed
+    call.  Repeats already in the store are not measured again; results are saved as
+    they come.
+    """
+    from wcetfit.timing import tsc
+
+    m = target.measure
+    method, why = resolve_method(target)
+    log.info("timing method %s (%s)", method, why)
+    tsc_hz = tsc.tsc_frequency().hz
+    env = tsc.environment(method).to_dict()
+    n = m.inputs
+    ticks = {f: np.full((n, m.repeats), np.nan) for f in functions}
+    done = np.zeros((n, m.repeats), dtype=bool)
+    migrated = {f: 0 for f in functions}
+    failures: list[InputFailure] = []
+    for f in functions:
+        old = load_times(store, f, m.seed, method, m.repeats)
+        if old is None:
+            continue
+        keep = old.indices < n
+        ticks[f][old.indices[keep]] = old.ticks[keep]
+        done[old.indices[keep]] |= old.done[keep]
+        migrated[f] = old.migrated
+        failures.extend(x for x in old.failures if x not in failures)
+
+    def snapshot() -> dict[str, TimeSet]:
+        measured = np.flatnonzero(done.any(axis=1))
+        return {f: TimeSet(f, m.seed, measured.astype(np.int64), ticks[f][measured], method,
+                           tsc_hz, migrated[f], env, tuple(failures), done[measured])
+                for f in functions}
+
+    def save() -> None:
+        for ts in snapshot().values():
+            save_times(store, ts)
+
+    for r in range(m.repeats):
+        failed = {x.index for x in failures}
+        todo = [i for i in range(n) if not done[i, r] and i not in failed]
+        if not todo:
+            continue
+
+        def store_result(index: int, result: dict[str, tuple[np.ndarray, int]],
+                         r: int = r) -> None:
+            for f, (row, mig) in result.items():
+                ticks[f][index, r] = row[0]
+                migrated[f] += mig
+            done[index, r] = True
+
+        measure_saving(lambda: _TimingWorker(target, list(functions.items()), method,
+                                             repeats=1), todo,
+                       timeout=m.timeout * (m.warmup + 2), store_result=store_result,
+                       failures=failures, save=save, done=lambda: int(done.sum()),
+                       wanted=n * m.repeats, progress=progress)
+    return snapshot()
+
+
+# --- straight-line timing (Moreno & Fischmeister §4) -------------------------------------
+
+class _StraightLineWorker(_TimingWorker):
+    """k = 1..M back-to-back calls per region; the slope is the call's time without ε."""
+
+    def __init__(self, target: Target, functions: Sequence[tuple[str, int]], method: str,
+                 kmax: int, rounds: int):
+        super().__init__(target, functions, method)
+        self.kmax = kmax
+        self.rounds = rounds
+
+    def run(self, index: int, start: Callable[[str], None]) -> dict[str, tuple[float, ...]]:
+        from wcetfit.timing.calls import straight_line
+
+        out = {}
+        for name, proto, address in self.functions:
+            args = generate_input(self.generate, self.target, self.harness.ffi, name, index)
+            pack = self.harness.pack(proto, args)
+            start(describe_args(self.harness.ffi, args))
+            sl = straight_line(self.harness, proto, address, pack, M=self.kmax,
+                               rounds=self.rounds, method=self.method)
+            out[name] = (sl.fit.slope, sl.fit.slope_se, sl.fit.intercept, sl.fit.n_rejected)
+        return out
+
+
+def run_straight_line(target: Target, functions: Mapping[str, int], *, kmax: int = 16,
+                      rounds: int = 20, progress: Progress | None = None
+                      ) -> tuple[dict[str, dict[int, tuple[float, ...]]], list[InputFailure], str]:
+    """Per input and function: (slope ± se, intercept ε, rejected points) in ticks.
+
+    Only for functions whose calls need no restore (checked per input: a function that
+    changes its own inputs is refused with a MeasurementError).  Not stored: it is a
+    cross-check of the per-call timings, not an input of the fit."""
+    method, _ = resolve_method(target)
+    rows: dict[str, dict[int, tuple[float, ...]]] = {f: {} for f in functions}
+    failures: list[InputFailure] = []
+
+    def on_result(index: int, result: dict[str, tuple[float, ...]]) -> None:
+        for f, v in result.items():
+            rows[f][index] = v
+        if progress:
+            progress(len(rows[next(iter(functions))]), target.measure.inputs)
+
+    run = run_isolated(lambda: _StraightLineWorker(target, list(functions.items()), method,
+                                                   kmax, rounds),
+                       range(target.measure.inputs),
+                       timeout=target.measure.timeout * kmax * (kmax + 1) / 2 * rounds,
+                       on_result=on_result, on_failure=failures.append)
+    if run.interrupted:
+        raise KeyboardInterrupt
+    return rows, failures, method

@@ -18,7 +18,8 @@ from wcetfit.report import build_report, read_fit
 from wcetfit.report.html import layered_layout, render_html
 from wcetfit.report.json import SCHEMA_REPORT, to_json
 from wcetfit.report.text import to_text
-from wcetfit.wcet.ipet import UnboundedLoopError, analyze_wcet
+from wcetfit.wcet.analyze import analyze_wcet
+from wcetfit.wcet.result import UnboundedLoopError
 
 TSC_HZ = 2.6e9
 
@@ -358,7 +359,7 @@ def test_with_real_fit_margin_matches_fit_prediction_interval():
     """wcet_bound's margin on the inlined worst path equals FitResult.predict_ci95 of that
     count vector, and its point bound equals FitResult.predict: two independent codes."""
     fitmod = pytest.importorskip("wcetfit.fit.solve")
-    from wcetfit.wcet.ipet import fit_inputs
+    from wcetfit.wcet.analyze import fit_inputs
     fns = sample()
     rng = np.random.default_rng(8)
     counts = simulate(rng, 300)

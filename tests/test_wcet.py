@@ -12,10 +12,13 @@ from scipy.linalg import null_space
 from wcetfit.errors import TargetError, WcetError
 from wcetfit.model import (CALL_IMPORTED, CALL_INTERNAL, Block, CallSite, FunctionModel,
                            Instruction, Loop)
-from wcetfit.wcet.ipet import (OVERHEAD, SOURCE_FACT, SOURCE_OBSERVED, Z95, InfeasibleError,
-                          LoopBound, RecursionBoundError, UnboundedLoopError,
-                          count_space_residual, ipet, merge_loop_bounds, observed_loop_bounds,
-                          analyze_wcet, parse_loop_facts, wcet_bound)
+from wcetfit.wcet.analyze import analyze_wcet
+from wcetfit.wcet.interproc import wcet_bound
+from wcetfit.wcet.ipet import ipet
+from wcetfit.wcet.loops import merge_loop_bounds, observed_loop_bounds, parse_loop_facts
+from wcetfit.wcet.relations import count_space_residual
+from wcetfit.wcet.result import (OVERHEAD, SOURCE_FACT, SOURCE_OBSERVED, Z95, InfeasibleError,
+                                 LoopBound, RecursionBoundError, UnboundedLoopError)
 
 
 # --- building CFGs by hand ---------------------------------------------------------------
@@ -252,7 +255,7 @@ def test_margin_is_standard_error_of_the_worst_path():
 
 def structural_null_directions(fn: FunctionModel) -> np.ndarray:
     """Cost directions orthogonal to every count vector the CFG allows, computed from the
-    cycle space of the CFG closed by a return edge (independent of wcetfit.wcet.ipet)."""
+    cycle space of the CFG closed by a return edge (independent of wcetfit.wcet)."""
     idx = {b.address: i for i, b in enumerate(fn.blocks)}
     nb = len(fn.blocks)
     V = nb                                   # the virtual caller: V -> entry, exits -> V
@@ -514,7 +517,6 @@ def test_count_space_residual():
 # --- the glue from pipeline data ------------------------------------------------------------
 
 def test_analyze_wcet_observed_bounds_and_facts_over_columns():
-    from wcetfit.wcet.ipet import analyze_wcet
     f, g = caller_and_callee()
     fns = {"f": f, "g": g}
     # three inputs iterating f's loop 1, 4 and 2 times; g takes its 0x10 branch
@@ -576,7 +578,7 @@ def test_observed_relations_exact_and_keep_ipet_in_observed_span():
     nibble packing): the CFG allows it every iteration, the inputs never do."""
     import numpy as np
 
-    from wcetfit.wcet.ipet import observed_relations
+    from wcetfit.wcet.relations import observed_relations
 
     # columns: entry, header, half (every other iteration), exit
     rows = []

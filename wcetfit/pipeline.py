@@ -70,7 +70,7 @@ class Analysis:
     functions: dict[str, FunctionModel]
     system: Any          # wcetfit.fit.system.LinearSystem
     fit: Any             # wcetfit.fit.solve.FitResult
-    wcet: Any            # wcetfit.wcet.ipet.WcetResult, or the WcetError that prevented it
+    wcet: Any            # wcetfit.wcet.result.WcetResult, or the WcetError that prevented it
     report: Any          # wcetfit.report.Report
 
 
@@ -103,7 +103,7 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
 def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     """The IPET bound, or the WcetError that prevented it (shown in the report)."""
     from wcetfit.errors import WcetError
-    from wcetfit.wcet.ipet import analyze_wcet, fit_inputs
+    from wcetfit.wcet.analyze import analyze_wcet, fit_inputs
 
     from dataclasses import replace
 

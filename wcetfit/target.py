@@ -182,7 +182,7 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
     for key, value in loops.items():
         where = f"{path}: [loops] '{key}'"
         if isinstance(value, dict):
-            # {max = N, total = T}: per entry, and/or in total per call (see wcetfit.wcet.ipet)
+            # {max = N, total = T}: per entry, and/or in total per call (see wcetfit.wcet.loops)
             for k, v in value.items():
                 if k not in ("max", "total"):
                     raise _unknown_key(where, k, {"max": 0, "total": 0})

@@ -30,8 +30,9 @@ import numpy as np
 from wcetfit.errors import FitError, WcetfitError
 from wcetfit.model import (CALL_IMPORTED, CALL_INDIRECT, FunctionModel, hexaddr,
                            parse_addr)
-from wcetfit.wcet.ipet import (SOURCE_OBSERVED, CallOutcome, LoopOutcome, ObservedRowSpace, PathStep,
-                          WcetResult, describe_block, loop_key)
+from wcetfit.wcet.relations import ObservedRowSpace
+from wcetfit.wcet.result import (SOURCE_OBSERVED, CallOutcome, LoopOutcome, PathStep,
+                                 WcetResult, describe_block, loop_key)
 
 log = logging.getLogger(__name__)
 
@@ -417,7 +418,7 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
 
     ``counts[input, column]`` with ``columns`` naming each column as (function, address)
     (or a bare address); ``times[input, repeat]`` in ticks (NaN for a missing repeat) or
-    None; ``wcet``: the :func:`wcetfit.wcet.ipet.wcet_bound` result, or the error that prevented
+    None; ``wcet``: the :func:`wcetfit.wcet.interproc.wcet_bound` result, or the error that prevented
     it (its message is shown), or None.  ``tsc_hz``: ticks per second, for ns.
     ``speed``: the machine's speed over ``times`` that the fit divided out
     (a wcetfit.timing.speed.SpeedProfile); the measured-vs-predicted comparison is then made at the fit's

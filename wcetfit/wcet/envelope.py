@@ -115,7 +115,7 @@ def observed_envelopes(fn: FunctionModel, counts: np.ndarray, addresses: Sequenc
             y = C[:, [col[b] for b in g]].sum(axis=1)
             slope, icpt = upper_line(hc[entered], y[entered])
             # every input on the line: an equality, which the CFG or the observed count
-            # relations (wcetfit.wcet.ipet.observed_relations) state already
+            # relations (wcetfit.wcet.relations.observed_relations) state already
             if np.all(np.abs(y[entered] - (icpt + slope * hc[entered])) < 1e-9):
                 continue
             # the CFG alone allows each block once per header run

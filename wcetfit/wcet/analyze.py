@@ -1,0 +1,170 @@
+"""The WCET from the pipeline's plain data: the fit's costs, the counts, the target's facts."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from wcetfit.model import FunctionModel
+from wcetfit.wcet.flow import Flow, irreducible_blocks
+from wcetfit.wcet.interproc import call_graph, wcet_bound
+from wcetfit.wcet.loops import merge_loop_bounds, observed_loop_bounds, parse_loop_facts
+from wcetfit.wcet.relations import is_structural, observed_relations
+from wcetfit.wcet.result import OVERHEAD, Z95, LoopBound, WcetResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FitInputs:
+    """What the IPET takes from a fit (see :func:`fit_inputs`)."""
+
+    costs: Mapping[str, Mapping[int, float]]     # function → block → solution ticks
+    unknown: tuple[tuple[str, int], ...]         # blocks no input executed: costed 0
+    entry_cost: float                            # the overhead ε of the configuration
+    cov: np.ndarray | None
+    cov_index: tuple[tuple[str, int] | str, ...]
+    z: float                                     # the fit's critical value (Student t)
+
+
+def fit_inputs(fit: Any, functions: Mapping[str, FunctionModel], *,
+               config: int = 0) -> FitInputs:
+    """Costs, overhead and covariance for :func:`wcet_bound` from a ``wcetfit.fit.solve.FitResult``
+    (read by attribute: ``blocks[].address/.solution_ticks``, ``overhead_ticks``,
+    ``configs``, ``covariance`` over (solution, overhead_solution), ``residuals["t95"]``).
+
+    Blocks are attributed to the functions whose models contain them.  A block no input
+    executed has no solution: it is costed 0 and listed in ``unknown`` (the report warns
+    when the worst-case path uses one: its true cost is not in the bound).
+    """
+    owners: dict[int, list[str]] = {}
+    for name, fn in functions.items():
+        for a in fn.block_addresses:
+            owners.setdefault(a, []).append(name)
+    costs: dict[str, dict[int, float]] = {name: {} for name in functions}
+    unknown: list[tuple[str, int]] = []
+    index: list[tuple[str, int] | str] = []
+    for b in fit.blocks:
+        names = owners.get(b.address, [])
+        sol = b.solution_ticks
+        ok = sol is not None and math.isfinite(sol)
+        for name in names:
+            costs[name][b.address] = float(sol) if ok else 0.0
+            if not ok:
+                unknown.append((name, b.address))
+        index.append((names[0], b.address) if names else ("", b.address))
+    configs = tuple(getattr(fit, "configs", (0,)))
+    ov = fit.overhead_ticks
+    if isinstance(ov, Mapping):
+        entry = ov.get(config, ov.get(str(config)))
+        if entry is None and len(ov) == 1:
+            entry = next(iter(ov.values()))
+    else:
+        entry = ov
+    entry = float(entry) if entry is not None and math.isfinite(float(entry)) else 0.0
+    for k in configs:
+        index.append(OVERHEAD if k == config else f"{OVERHEAD}:{k}")
+    cov = getattr(fit, "covariance", None)
+    if cov is not None:
+        cov = np.nan_to_num(np.asarray(cov, dtype=float))
+        if cov.shape != (len(index), len(index)):
+            log.warning("fit covariance has shape %s, expected %d blocks + %d configs: "
+                        "no margin", cov.shape, len(fit.blocks), len(configs))
+            cov = None
+    residuals = getattr(fit, "residuals", {}) or {}
+    z = float(residuals.get("t95", Z95)) if isinstance(residuals, Mapping) else Z95
+    return FitInputs(costs=costs, unknown=tuple(unknown), entry_cost=entry, cov=cov,
+                     cov_index=tuple(index), z=z)
+
+
+def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
+                 costs: Mapping[str, Mapping[int, float]],
+                 counts: np.ndarray, columns: Sequence[tuple[str, int]], *,
+                 loop_facts: Mapping[str, Any] = {},
+                 recursion: Mapping[str, int] = {},
+                 entry_cost: float = 0.0,
+                 cov: np.ndarray | None = None,
+                 cov_index: Sequence[tuple[str, int] | str] | None = None,
+                 z: float = Z95, use_relations: bool = True,
+                 observed_paths: bool = True) -> WcetResult:
+    """The WCET of ``root`` from the pipeline's data: observed loop bounds from ``counts``
+    (columns named by (function, address)), replaced by the target file's [loops] facts
+    where given, then :func:`wcet_bound`.  ``recursion`` is the target's [recursion].
+    ``observed_paths``: also keep the root's loops within the path envelopes the inputs
+    showed (:mod:`wcetfit.wcet.envelope`; the target's ``[wcet] observed_paths``)."""
+    facts = parse_loop_facts(loop_facts, functions)
+    names = call_graph(functions, root)
+    observed: dict[str, dict[int, LoopBound]] = {}
+    cols = list(columns)
+    for name in names:
+        idx = [j for j, (f, _) in enumerate(cols) if f == name]
+        if not functions[name].loops:
+            continue
+        if not idx:
+            log.info("%s: no count columns: no observed loop bounds", name)
+            continue
+        observed[name] = observed_loop_bounds(functions[name], np.asarray(counts)[:, idx],
+                                              [cols[j][1] for j in idx])
+    bounds = merge_loop_bounds({n: functions[n] for n in names}, facts, observed)
+    idx = [j for j, (f, _) in enumerate(cols) if f == root]
+    relations = observed_relations(np.asarray(counts)[:, idx], [cols[j][1] for j in idx]) \
+        if idx and use_relations else ()
+    # Most executions of each root block per call, over the inputs: the bound of blocks
+    # in irreducible cycles (observed, like the loop bounds taken from the inputs).
+    C = np.asarray(counts)
+    block_max: dict[Any, int] = {cols[j][1]: int(C[:, j].max(initial=0)) for j in idx}
+    fn_root = functions[root]
+    if idx and fn_root.loops is not None:
+        flow = Flow(fn_root)
+        region_blocks = irreducible_blocks(flow, set(flow.blocks))
+        if region_blocks:
+            import networkx as nx
+            part = set(region_blocks)
+            g = nx.DiGraph([(s, d) for s in part for d in flow.succ[s] if d in part])
+            pos = {cols[j][1]: j for j in idx}
+            for comp in nx.strongly_connected_components(g):
+                if all(a in pos for a in comp):
+                    total = C[:, [pos[a] for a in comp]].sum(axis=1).max(initial=0)
+                    block_max[("region", min(comp))] = int(total)
+    # Most activations per call of the root, for recursive callees: their entry block's
+    # count, where no edge inside the function leads back to it.
+    activations: dict[str, int] = {}
+    totals: dict[str, dict[int, int]] = {}
+    for name in names:
+        fn = functions[name]
+        pos = [j for j, (f, a) in enumerate(cols) if f == name and a == fn.entry]
+        if name != root and pos and not fn.predecessors(fn.entry):
+            activations[name] = int(C[:, pos[0]].max(initial=0))
+            totals[name] = {a: int(C[:, j].max(initial=0))
+                            for j, (f, a) in enumerate(cols) if f == name}
+    envelopes: tuple[Any, ...] = ()
+    if idx and observed_paths:
+        from wcetfit.wcet.envelope import observed_envelopes
+        envelopes = observed_envelopes(functions[root], np.asarray(counts)[:, idx],
+                                       [cols[j][1] for j in idx])
+    result = wcet_bound(functions, root, costs, bounds, recursion, entry_cost=entry_cost,
+                        cov=cov, cov_index=cov_index, z=z, relations=relations,
+                        envelopes=envelopes,
+                        block_bounds=block_max, activation_bounds=activations,
+                        total_bounds=totals)
+    from dataclasses import replace
+    binding = result.functions[root].binding_envelopes if root in result.functions else ()
+    if binding:
+        shown = "; ".join(e.text() for e in binding[:3]) + ("; …" if len(binding) > 3 else "")
+        note = (f"{root}: the worst path is held to {len(binding)} path envelope(s) that "
+                f"every input kept ({shown}): the CFG allows those blocks more often; an "
+                f"input that runs them more often could take longer (observed; "
+                f"[wcet] observed_paths = false bounds by the CFG alone)")
+        result = replace(result, envelopes=tuple(binding), warnings=result.warnings + (note,))
+    extra = [r for r in relations if not is_structural(functions[root], r)]
+    if not extra:
+        return result
+    shown = "; ".join(r.text() for r in extra[:3]) + ("; …" if len(extra) > 3 else "")
+    note = (f"{root}: the bound keeps to {len(extra)} count relation(s) that held on every "
+            f"input but are not forced by the CFG ({shown}); an input breaking them could "
+            f"take longer: vary the inputs if they are not facts of the program")
+    return replace(result, relations=tuple(extra), warnings=result.warnings + (note,))

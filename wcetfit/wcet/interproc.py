@@ -1,0 +1,308 @@
+"""Interprocedural composition: callees, recursion, the root's bound.
+
+**Interprocedural.**  :func:`wcet_bound` computes each of the binary's own callees'
+bounds by its own IPET, bottom-up over the call graph, context-insensitively (one WCET
+per function, whatever the caller), and adds it per execution of each calling block.
+Recursion (a cycle of the call graph) needs a depth bound from the user.
+Calls to imported functions are flagged: their time varies with their arguments and is
+not modelled (the fitted cost of the calling block contains their mean over the inputs).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from wcetfit.errors import WcetError
+from wcetfit.model import CALL_INTERNAL, FunctionModel, hexaddr
+from wcetfit.wcet.ipet import ipet
+from wcetfit.wcet.margin import inlined_margin
+from wcetfit.wcet.result import (Z95, CountRelation, InfeasibleError, IpetResult, LoopBound,
+                                 RecursionBoundError, WcetResult, describe_block)
+
+log = logging.getLogger(__name__)
+
+
+def _callee_name(functions: Mapping[str, FunctionModel], by_addr: Mapping[int, str],
+                 cs) -> str | None:
+    if cs.target is not None and cs.target in by_addr:
+        return by_addr[cs.target]
+    if cs.target_name and cs.target_name in functions:
+        return cs.target_name
+    return None
+
+
+def call_graph(functions: Mapping[str, FunctionModel], root: str) -> dict[str, list[str]]:
+    """Internal callees of every function reachable from ``root`` (in call-site order)."""
+    if root not in functions:
+        raise WcetError(f"no model of the root function {root!r}")
+    by_addr: dict[int, str] = {}
+    for name, fn in functions.items():
+        by_addr.setdefault(fn.address, name)
+        by_addr.setdefault(fn.entry, name)
+    graph: dict[str, list[str]] = {}
+    todo = [root]
+    while todo:
+        name = todo.pop()
+        if name in graph:
+            continue
+        graph[name] = []
+        for cs in functions[name].calls:
+            if cs.kind != CALL_INTERNAL:
+                continue
+            callee = _callee_name(functions, by_addr, cs)
+            if callee is None:
+                raise WcetError(
+                    f"{name} calls {cs.target_name or '?'} "
+                    f"({hexaddr(cs.target) if cs.target is not None else 'unknown address'}) "
+                    f"at {describe_block(functions[name], cs.block)}, a function of the binary "
+                    f"whose model is not loaded: its WCET cannot be computed")
+            if callee not in graph[name]:
+                graph[name].append(callee)
+            todo.append(callee)
+    return graph
+
+
+def _sccs(graph: Mapping[str, list[str]], root: str) -> list[list[str]]:
+    """Strongly connected components of the call graph reachable from ``root``, callees
+    before their callers (reverse topological order of the condensation)."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_node(root)
+    g.add_edges_from((v, w) for v, ws in graph.items() for w in ws)
+    g = g.subgraph(nx.descendants(g, root) | {root})
+    cond = nx.condensation(g)
+    return [sorted(cond.nodes[c]["members"]) for c in reversed(list(nx.topological_sort(cond)))]
+
+
+def _find_cycle(graph: Mapping[str, list[str]], comp: list[str]) -> list[str]:
+    """One call cycle inside a recursive component, for the error message."""
+    members = set(comp)
+    start = comp[0]
+    prev: dict[str, str] = {}
+    todo = [start]
+    seen = {start}
+    while todo:
+        v = todo.pop(0)
+        for w in graph[v]:
+            if w == start:
+                cyc = [v]
+                while cyc[-1] != start:
+                    cyc.append(prev[cyc[-1]])
+                return list(reversed(cyc)) + [start]
+            if w in members and w not in seen:
+                seen.add(w)
+                prev[w] = v
+                todo.append(w)
+    return [start, start]
+
+
+def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
+               costs: Mapping[str, Mapping[int, float]],
+               bounds: Mapping[str, Mapping[int, int | LoopBound]],
+               recursion_bounds: Mapping[str, int] = {}, *,
+               entry_cost: float = 0.0,
+               cov: np.ndarray | None = None,
+               cov_index: Sequence[tuple[str, int] | str] | None = None,
+               z: float = Z95,
+               relations: Sequence["CountRelation"] = (),
+               block_bounds: Mapping[int, int] = {},
+               activation_bounds: Mapping[str, int] = {},
+               total_bounds: Mapping[str, Mapping[int, int]] = {},
+               envelopes: Sequence[Any] = (),
+               max_recursion_solves: int = 20000) -> WcetResult:
+    """WCET of ``root`` with the binary's own callees, bottom-up over the call graph.
+
+    ``costs``: function → block → ticks (the fit's solution); ``bounds``: function →
+    header → bound; ``recursion_bounds``: function → depth, the most activations of its
+    recursive cycle nested on the stack, counting the outermost (1 = the recursive calls
+    are never taken).  For a cycle of several functions (f → g → f) the depth counts
+    activations of any member, and a depth given for any member applies to the cycle
+    (the largest if several are given).  ``entry_cost`` (the overhead ε) is added once, to
+    the root.  ``cov``/``cov_index``: covariance of the fitted costs over all functions'
+    blocks, indexed by (function, address) pairs and optionally :data:`OVERHEAD`.
+    ``activation_bounds``: function → most activations per call of the root seen on the
+    inputs, and ``total_bounds``: function → block → most executions per call of the root
+    seen: a self-recursive function with both is also bounded over all its activations
+    at once (see below).
+
+    Context-insensitive: each function gets one WCET, its worst over all callers.  A
+    recursive cycle of depth D is computed level by level: at level 1 its in-cycle call
+    blocks are forbidden, at level d they cost the level d−1 WCETs — exact for the
+    given depth (tree recursion included), at the price of D solves per member.
+    """
+    graph = call_graph(functions, root)
+    order_sccs = _sccs(graph, root)
+    by_addr: dict[int, str] = {}
+    for name, fn in functions.items():
+        by_addr.setdefault(fn.address, name)
+        by_addr.setdefault(fn.entry, name)
+
+    results: dict[str, IpetResult] = {}
+    wcet_of: dict[str, float] = {}
+    inl: dict[str, dict[tuple[str, int], float]] = {}
+    depth_used: dict[str, int] = {}
+    warnings: list[str] = []
+
+    def callee_costs(name: str, level_w: Mapping[str, float]) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for cs in functions[name].calls:
+            if cs.kind != CALL_INTERNAL or cs.target is None:
+                continue
+            callee = _callee_name(functions, by_addr, cs)
+            if callee is not None and callee in level_w:
+                out[cs.target] = level_w[callee]
+        return out
+
+    def inline(name: str, res: IpetResult,
+               level_inl: Mapping[str, Mapping[tuple[str, int], float]]
+               ) -> dict[tuple[str, int], float]:
+        vec: dict[tuple[str, int], float] = {(name, a): float(n)
+                                             for a, n in res.block_counts.items() if n}
+        for cs in functions[name].calls:
+            if cs.kind != CALL_INTERNAL:
+                continue
+            n = res.block_counts.get(cs.block, 0)
+            callee = _callee_name(functions, by_addr, cs)
+            if not n or callee is None or callee not in level_inl:
+                continue
+            for k, v in level_inl[callee].items():
+                vec[k] = vec.get(k, 0.0) + n * v
+        return vec
+
+    def fn_bounds(name: str) -> Mapping[int, int | LoopBound]:
+        return bounds.get(name, {})
+
+    def fn_costs(name: str) -> Mapping[int, float]:
+        if name not in costs:
+            raise WcetError(f"no block costs for {name} (a callee of {root}): is it in the fit?")
+        return costs[name]
+
+    for comp in order_sccs:
+        members = set(comp)
+        recursive = len(comp) > 1 or comp[0] in graph[comp[0]]
+        if not recursive:
+            name = comp[0]
+            res = ipet(functions[name], fn_costs(name), fn_bounds(name),
+                       callee_wcet=callee_costs(name, wcet_of),
+                       entry_cost=entry_cost if name == root else 0.0, z=z,
+                       relations=relations if name == root else (),
+                       envelopes=envelopes if name == root else (),
+                       block_bounds=block_bounds if name == root else {})
+            results[name] = res
+            wcet_of[name] = res.bound_ticks - res.entry_cost_ticks
+            inl[name] = inline(name, res, inl)
+            continue
+
+        given = {m: recursion_bounds[m] for m in comp if m in recursion_bounds}
+        cycle = _find_cycle(graph, comp)
+        if not given:
+            raise RecursionBoundError(
+                f"recursion {' -> '.join(cycle)} has no depth bound: add "
+                f"\"{cycle[0]}\" = D under [recursion] in wcetfit.toml (D = most nested "
+                f"activations, 1 = the recursive call is never taken)", cycle)
+        depth = max(int(v) for v in given.values())
+        if len(set(given.values())) > 1:
+            warnings.append(f"recursion {' -> '.join(cycle)}: different depths given "
+                            f"({', '.join(f'{k}={v}' for k, v in sorted(given.items()))}); "
+                            f"using the largest, {depth}")
+        if depth < 1:
+            raise RecursionBoundError(f"recursion depth of {' -> '.join(cycle)} must be >= 1",
+                                      cycle)
+        if depth * len(comp) > max_recursion_solves:
+            raise RecursionBoundError(
+                f"recursion {' -> '.join(cycle)}: depth {depth} needs {depth * len(comp)} "
+                f"IPET solves (limit {max_recursion_solves})", cycle)
+        in_cycle_blocks = {
+            m: {cs.block for cs in functions[m].calls
+                if cs.kind == CALL_INTERNAL and _callee_name(functions, by_addr, cs) in members}
+            for m in comp}
+        level_res: dict[str, IpetResult] = {}
+        level_w: dict[str, float] = {}
+        level_inl: dict[str, dict[tuple[str, int], float]] = {}
+        for d in range(1, depth + 1):
+            new_res, new_w, new_inl = {}, {}, {}
+            for m in comp:
+                known = dict(wcet_of)
+                known_inl = dict(inl)
+                if d > 1:
+                    known.update(level_w)
+                    known_inl.update(level_inl)
+                try:
+                    r = ipet(functions[m], fn_costs(m), fn_bounds(m),
+                             callee_wcet=callee_costs(m, known),
+                             entry_cost=entry_cost if m == root else 0.0, z=z,
+                             forbidden_blocks=in_cycle_blocks[m] if d == 1 else ())
+                except InfeasibleError as exc:
+                    raise RecursionBoundError(
+                        f"recursion {' -> '.join(cycle)}: {m} cannot return without "
+                        f"recursing ({exc}): the recursion is unbounded on every path",
+                        cycle) from exc
+                new_res[m] = r
+                new_w[m] = r.bound_ticks - r.entry_cost_ticks
+                new_inl[m] = inline(m, r, known_inl)
+            converged = d > 1 and all(new_w[m] == level_w[m] for m in comp)
+            level_res, level_w, level_inl = new_res, new_w, new_inl
+            if converged:
+                # W_d depends only on W_{d-1}: a fixed point stays one.
+                log.debug("recursion %s: WCET stable from depth %d", comp, d)
+                break
+        for m in comp:
+            results[m] = level_res[m]
+            wcet_of[m] = level_w[m]
+            inl[m] = level_inl[m]
+            depth_used[m] = depth
+        # A recursion bounded per level multiplies: a loop of 9 calls at each of 10 levels
+        # allows 9^10 activations, where a tree walk makes ~2^10.  When the inputs showed
+        # how many activations one call of the root makes at most (A), all activations
+        # together are one IPET: the counts are totals over at most A entries, each
+        # activation but the outermost is entered from one of the function's own recursive
+        # call blocks (Σ their counts = entries − 1), the recursive calls themselves cost
+        # nothing more (their activations are in the totals), and no block runs more
+        # often in total than on any input (observed, like the activations).  Taken
+        # when smaller than the depth bound, and said: like an observed loop bound it
+        # rests on the inputs.
+        if len(comp) == 1 and comp[0] in activation_bounds:
+            m = comp[0]
+            A = int(activation_bounds[m])
+            fn_m = functions[m]
+            coef: dict[int, int] = {}
+            for b in in_cycle_blocks[m]:
+                coef[b] = coef.get(b, 0) + 1
+            coef[fn_m.entry] = coef.get(fn_m.entry, 0) - 1
+            agg = None
+            if A >= 1 and not fn_m.predecessors(fn_m.entry):
+                try:
+                    agg = ipet(fn_m, fn_costs(m), fn_bounds(m),
+                               callee_wcet=callee_costs(m, {**wcet_of, m: 0.0}),
+                               entry_cost=entry_cost if m == root else 0.0, z=z,
+                               entries=A, total_bounds=total_bounds.get(m, {}),
+                               relations=(CountRelation(tuple(sorted(coef.items())), -1),))
+                except InfeasibleError:
+                    agg = None          # the observed totals contradict the CFG: keep depth
+            alt = agg.bound_ticks - agg.entry_cost_ticks if agg is not None else math.inf
+            if m != root and alt < wcet_of[m]:
+                wcet_of[m] = alt
+                inl[m] = inline(m, agg, {**inl, m: {}})
+                results[m] = agg
+                warnings.append(
+                    f"recursion of {m}: bounded over all its activations at once, at most "
+                    f"{A} per call of {root} and no block more often than on any input "
+                    f"(observed), smaller than the depth-{depth} bound")
+
+    top = results[root]
+    for name in graph:
+        warnings.extend(results[name].warnings)
+
+    margin = None
+    if cov is not None:
+        margin = inlined_margin(functions, inl[root], cov, cov_index, z, entry_cost)
+
+    ordered = tuple(m for comp in order_sccs for m in comp)
+    return WcetResult(root=root, bound_ticks=top.bound_ticks, margin_ticks=margin,
+                      functions=results, order=ordered, inlined_counts=inl[root],
+                      recursion=depth_used, warnings=tuple(dict.fromkeys(warnings)))

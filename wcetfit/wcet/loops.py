@@ -1,0 +1,261 @@
+"""Loop bounds: observed in the count run, and the user's facts of [loops].
+
+**What a loop bound counts.**  N is the largest number of times the loop's back edges
+are taken per entry into the loop; the header then runs at most N+1 times per entry.
+This is the convention of OTAWA's IPET (its ``max`` bound constrains back edges against
+entry edges) and it is the safe reading of a source-level "at most N iterations": a
+test-at-top loop of N iterations takes its back edge N times, a rotated (test-at-bottom)
+loop N−1 times, so N covers both compiler shapes.  Observed bounds
+(:func:`observed_loop_bounds`) count the same quantity: back-edge traversals.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from wcetfit.errors import TargetError, WcetError
+from wcetfit.model import FunctionModel, hexaddr
+from wcetfit.wcet.flow import Flow
+from wcetfit.wcet.result import SOURCE_FACT, SOURCE_OBSERVED, LoopBound, describe_block
+
+log = logging.getLogger(__name__)
+
+# --- observed loop bounds ----------------------------------------------------------------
+
+def _determinable(flow: Flow, W: np.ndarray, tol: float = 1e-7
+                  ) -> list[tuple[np.ndarray, float] | None]:
+    """For each column w of ``W`` (edge weights): if w·f is the same for every edge flow f
+    consistent with the block counts, (a, b) such that w·f = counts·a + b; else None.
+
+    Block counts fix Σ in-flows and Σ out-flows of every block (and the source edge is 1):
+    w·f is determined iff w is a combination λ of those rows, and then w·f = λ·(right-hand
+    sides).  One least-squares solve serves every loop.
+    """
+    nb = len(flow.blocks)
+    nv = len(flow.edges)
+    M = np.zeros((2 * nb + 1, nv))
+    for a, r in flow.index.items():
+        for i in flow.ins[a]:
+            M[r, i] = 1.0
+        for i in flow.outs[a]:
+            M[nb + r, i] = 1.0
+    M[2 * nb, flow.source_var] = 1.0
+    lam, *_ = np.linalg.lstsq(M.T, W, rcond=None)
+    resid = np.max(np.abs(M.T @ lam - W), axis=0, initial=0.0)
+    out: list[tuple[np.ndarray, float] | None] = []
+    for k in range(W.shape[1]):
+        if resid[k] > tol:
+            out.append(None)
+        else:
+            # both rows of block r have its count as right-hand side; the source edge is 1
+            out.append((lam[:nb, k] + lam[nb:2 * nb, k], float(lam[2 * nb, k])))
+    return out
+
+
+def observed_loop_bounds(fn: FunctionModel, counts: np.ndarray,
+                         block_addresses: Sequence[int]) -> dict[int, LoopBound]:
+    """Loop bounds seen in the count run: header → :class:`LoopBound` (source "observed").
+
+    ``counts[input, column]``: block executions per call; ``block_addresses[column]``
+    names the columns (other functions' columns are ignored).
+
+    Per input we need B, the back-edge traversals, and E, the entries into the loop
+    (B + E = executions of the header).  Block counts give edge flows only where flow
+    conservation pins them (e.g. a back edge from a block whose only successor is the
+    header): B is taken where it is determined by the counts; otherwise it is bounded
+    above by min(header − 1, Σ counts of the back edges' sources), and the bound says so.
+
+    - Loops entered at most once per call in every input (outermost loops): B is exactly
+      the traversals of that one entry, and the bound is per entry: max over inputs of B.
+    - Loops entered several times in one call (inner loops): the counts give the total
+      over all entries, not the maximum of one entry (the average B/E is not the max).
+      The bound is then a total per call: max over inputs of B.  Exact on what was
+      observed, but it does not grow with an enclosing loop's bound: give a flow fact
+      when the enclosing loop is bounded by a fact beyond what the inputs reached.
+    Loops never entered by any input get no bound (the IPET then asks for a fact).
+    """
+    counts = np.asarray(counts)
+    if counts.ndim != 2 or counts.shape[1] != len(block_addresses):
+        raise WcetError(f"counts of shape {counts.shape} do not match "
+                        f"{len(block_addresses)} block addresses")
+    col = {int(a): j for j, a in enumerate(block_addresses)}
+    flow = Flow(fn)
+    missing = [a for a in flow.blocks if a not in col]
+    if missing:
+        raise WcetError(f"{fn.name}: counts have no column for block "
+                        f"{describe_block(fn, missing[0])}")
+    C = counts[:, [col[a] for a in flow.blocks]].astype(float)
+    out: dict[int, LoopBound] = {}
+    W = np.zeros((len(flow.edges), len(fn.loops)))
+    for k, lp in enumerate(fn.loops):
+        W[flow.loop_vars(lp)[0], k] = 1.0
+    dets = _determinable(flow, W) if fn.loops else []
+    for lp, det in zip(fn.loops, dets):
+        back, entry = flow.loop_vars(lp)
+        H = C[:, flow.index[lp.header]]
+        entered = H > 0
+        if not entered.any():
+            log.info("%s: loop %s never entered by the inputs: no observed bound", fn.name,
+                     describe_block(fn, lp.header))
+            continue
+        exact = det is not None
+        if det is not None:
+            B = C @ det[0] + det[1]
+        else:
+            srcs = [flow.edges[i][0] for i in back]
+            src_sum = C[:, [flow.index[s] for s in srcs]].sum(axis=1)
+            B = np.minimum(np.maximum(H - 1, 0), src_sum)
+        B = np.rint(B)
+        E = H - B
+        if np.any(B < 0) or np.any(E < 0) or np.any(E[entered] < 1):
+            # The header is also reached other than through the loop's entry edges
+            # (irreducible flow around it): per-entry figures mean nothing, but a back
+            # edge never runs more often than the header, so its total per call holds.
+            bad = int(np.argmax((B < 0) | (E < 0) | (entered & (E < 1))))
+            witness = int(np.argmax(H))
+            out[lp.header] = LoopBound(
+                total=int(H[witness]), source=SOURCE_OBSERVED, witness=witness,
+                note=f"entries not derivable from block counts (input {bad}: header "
+                     f"{int(H[bad])}, back edges {int(B[bad])}; irreducible flow?): bounded "
+                     "by the most header executions per call")
+            continue
+        witness = int(np.argmax(B))
+        most = int(B[witness])
+        max_entries = int(E.max())
+        if exact and max_entries <= 1:
+            out[lp.header] = LoopBound(per_entry=most, source=SOURCE_OBSERVED, witness=witness,
+                                       note="max back-edge traversals per entry over the inputs")
+            continue
+        notes = []
+        if not exact:
+            notes.append("edge counts not determined by the block counts: back-edge "
+                         "traversals bounded by min(header - 1, counts of back-edge sources)")
+        if max_entries > 1:
+            avg = float(np.max(B[entered] / E[entered]))
+            notes.append(f"entered up to {max_entries} times per call: the maximum per entry "
+                         f"is not observable from block counts (largest average "
+                         f"{avg:.1f} per entry); bounded by its total per call")
+        out[lp.header] = LoopBound(total=most, source=SOURCE_OBSERVED, witness=witness,
+                                   note="; ".join(notes))
+    return out
+
+
+# --- user flow facts ---------------------------------------------------------------------
+
+def parse_loop_facts(spec: Mapping[str, Any], functions: Mapping[str, FunctionModel]
+                     ) -> dict[tuple[str, int], LoopBound]:
+    """Resolve the [loops] table of wcetfit.toml to (function, header) → :class:`LoopBound`.
+
+    Keys name a loop by its header block: ``"adpcm_coder+0x4c"`` (offset from the
+    function's start, hexadecimal with 0x or decimal) or ``"0x114c"`` (the link-time
+    address, as ``objdump -d`` prints it).  Values: an integer N, the most back-edge
+    traversals per entry into the loop, or a table ``{max = N, total = T}`` where T bounds
+    the traversals over one call of the function.
+
+    This is OTAWA's F4 fact ``loop "adpcm_coder" + 0x4c 2048;`` (and
+    ``loop "f" + 0x24 max 20 total 50;``) written as ``"adpcm_coder+0x4c" = 2048``
+    (``"f+0x24" = {max = 20, total = 50}``): the same addressing — a label plus an offset
+    to the loop's header, or an absolute address — and the same meaning of the number,
+    since OTAWA's IPET also bounds the back edges by max × the entry edges.  Two
+    differences: OTAWA's totals count over the whole task run, ours over one call of the
+    function the loop belongs to; and call contexts (``in "f" / "g"``) are not supported
+    (our WCETs are context-insensitive).
+
+    An address that is not a loop header is an error naming the nearest headers.
+    """
+    out: dict[tuple[str, int], LoopBound] = {}
+    origin: dict[tuple[str, int], str] = {}
+    for key, value in spec.items():
+        where = f"[loops] '{key}'"
+        bound = _fact_value(where, value, key)
+        text = str(key).strip().strip('"')
+        targets: list[tuple[str, int]]
+        if "+" in text or ("-" in text and not text.startswith("-")):
+            sep = "+" if "+" in text else "-"
+            name, _, off_text = text.rpartition(sep)
+            name = name.strip().strip('"')
+            try:
+                off = _parse_int(off_text.strip())
+            except ValueError:
+                raise TargetError(f"{where}: '{off_text.strip()}' is not an offset "
+                                  f"(write e.g. \"{name}+0x4c\")") from None
+            if name not in functions:
+                import difflib
+                close = difflib.get_close_matches(name, list(functions), n=1)
+                raise TargetError(f"{where}: no function {name!r} among the analysed ones"
+                                  + (f" (did you mean '{close[0]}'?)" if close else
+                                     f" ({', '.join(sorted(functions))})"))
+            fn = functions[name]
+            addr = fn.address + (off if sep == "+" else -off)
+            if addr not in {lp.header for lp in fn.loops}:
+                raise TargetError(f"{where}: {hexaddr(addr)} is not a loop header of {name}; "
+                                  + _nearest_headers([fn], addr))
+            targets = [(name, addr)]
+        else:
+            try:
+                addr = _parse_int(text)
+            except ValueError:
+                raise TargetError(f"{where}: name a loop as \"function+0xOFFSET\" or by its "
+                                  f"header's address \"0x...\"") from None
+            targets = [(fn.name, addr) for fn in functions.values()
+                       if addr in {lp.header for lp in fn.loops}]
+            if not targets:
+                raise TargetError(f"{where}: {hexaddr(addr)} is not a loop header of any "
+                                  f"analysed function; " + _nearest_headers(functions.values(),
+                                                                            addr))
+        for t in targets:
+            if t in out and out[t] != bound:
+                raise TargetError(f"{where}: loop {t[0]}+{t[1] - functions[t[0]].address:#x} "
+                                  f"already has a different bound from '{origin[t]}'")
+            out[t] = bound
+            origin[t] = str(key)
+    return out
+
+
+def _parse_int(text: str) -> int:
+    t = text.strip().lower()
+    if t.startswith("0x"):
+        return int(t, 16)
+    return int(t, 10)
+
+
+def _fact_value(where: str, value: Any, key: str) -> LoopBound:
+    def check(v: Any, what: str) -> int:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TargetError(f"{where}: {what} must be an integer, not {v!r}")
+        if v < 0:
+            raise TargetError(f"{where}: {what} must be >= 0")
+        return int(v)
+
+    if isinstance(value, Mapping):
+        extra = set(value) - {"max", "total"}
+        if extra or not value:
+            raise TargetError(f"{where}: a loop fact table takes 'max' and/or 'total'")
+        return LoopBound(per_entry=check(value["max"], "max") if "max" in value else None,
+                         total=check(value["total"], "total") if "total" in value else None,
+                         source=SOURCE_FACT, note=f"[loops] {key}")
+    return LoopBound(per_entry=check(value, "a loop bound"), source=SOURCE_FACT,
+                     note=f"[loops] {key}")
+
+
+def _nearest_headers(fns: Iterable[FunctionModel], addr: int, n: int = 3) -> str:
+    cands = [(abs(lp.header - addr), fn, lp.header) for fn in fns for lp in fn.loops]
+    if not cands:
+        return "the function has no loops" if len(list(fns)) == 1 else "no analysed loops"
+    cands.sort(key=lambda t: (t[0], t[2]))
+    return "nearest loop headers: " + ", ".join(describe_block(fn, h) for _, fn, h in cands[:n])
+
+
+def merge_loop_bounds(functions: Mapping[str, FunctionModel],
+                      facts: Mapping[tuple[str, int], LoopBound],
+                      observed: Mapping[str, Mapping[int, LoopBound]]
+                      ) -> dict[str, dict[int, LoopBound]]:
+    """Function → header → bound: a user fact replaces the observed bound of its loop."""
+    out: dict[str, dict[int, LoopBound]] = {name: dict(observed.get(name, {}))
+                                            for name in functions}
+    for (name, header), b in facts.items():
+        out.setdefault(name, {})[header] = b
+    return out

@@ -309,7 +309,7 @@ def test_observed_bound_single_entry_loop():
     counts = np.array(runs)
     ob = observed_loop_bounds(fn, counts, fn.block_addresses)
     b = ob[addr(fn, 1)]
-    assert b.per_entry == 7 and b.total is None and b.source == SOURCE_OBSERVED
+    assert b.per_entry == 7 and b.total == 7 and b.source == SOURCE_OBSERVED
     assert b.witness == 2
     cost = np.array([1, 2, 5, 1.0])
     r = ipet(fn, costs_of(fn, cost), ob)
@@ -528,10 +528,14 @@ def test_analyze_wcet_observed_bounds_and_facts_over_columns():
     counts = np.array(rows)
     cols = [("g", b.address) for b in g.blocks] + [("f", b.address) for b in f.blocks]
     costs = {"f": costs_of(f, [1, 2, 3, 4, 1]), "g": costs_of(g, [1, 10, 20, 1])}
-    res = analyze_wcet(fns, "f", costs, counts, cols, entry_cost=5)
+    res = analyze_wcet(fns, "f", costs, counts, cols, entry_cost=5, unreached="require")
     assert res.functions["f"].loops[0].bound.per_entry == 4
     assert res.functions["f"].loops[0].bound.source == SOURCE_OBSERVED
     assert res.bound_ticks == 5 + 1 + 2 * 5 + (3 + 22) * 4 + 4 + 1
+    # by default g's branch no input took (cost 20) is left out, and said
+    res = analyze_wcet(fns, "f", costs, counts, cols, entry_cost=5)
+    assert res.bound_ticks == 5 + 1 + 2 * 5 + (3 + 12) * 4 + 4 + 1
+    assert res.unreached == {"g": (addr(g, 2),)} and "no input reached" in res.warnings[0]
     # a fact replaces the observation; decimal offsets work too
     res2 = analyze_wcet(fns, "f", costs, counts, cols, loop_facts={"f+16": 9})
     assert res2.functions["f"].loops[0].bound.per_entry == 9

@@ -114,7 +114,8 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
                               system.counts, system.columns, loop_facts=session.target.loops,
                               recursion=session.target.recursion, entry_cost=fi.entry_cost,
                               cov=fi.cov, cov_index=fi.cov_index, z=fi.z,
-                              observed_paths=session.target.observed_paths)
+                              observed_paths=session.target.observed_paths,
+                              unreached=session.target.unreached)
     except WcetError as exc:
         log.warning("%s: no WCET bound: %s", root, exc)
         return exc

@@ -63,6 +63,9 @@ class Target:
     # [wcet] observed_paths: keep the worst path within the loop envelopes the inputs showed
     # (wcetfit.wcet.envelope); off, only the CFG, loop bounds and count relations limit it
     observed_paths: bool = True
+    # [wcet] unreached: blocks no input reached are left out of the worst path ("observed",
+    # listed among the bound's warnings), or must be bounded like the rest ("require")
+    unreached: str = "observed"
     # [fit] follow_speed: divide the machine's speed over the timing run out of the calls
     # before fitting (wcetfit.timing.speed); off, the fit takes the calls as measured
     follow_speed: bool = True
@@ -78,7 +81,9 @@ _TOP_KEYS: dict[str, tuple[type, ...]] = {
     "wcet": (dict,), "fit": (dict,),
 }
 _REQUIRED = ("binary", "functions", "prototype", "inputs")
-_WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int), "observed_paths": (bool,)}
+_WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int), "observed_paths": (bool,),
+                                           "unreached": (str,)}
+UNREACHED_POLICIES = ("observed", "require")
 _FIT_KEYS: dict[str, tuple[type, ...]] = {"follow_speed": (bool,)}
 _MEASURE_KEYS: dict[str, tuple[type, ...]] = {
     "inputs": (int,), "repeats": (int,), "seed": (int,), "warmup": (int,),
@@ -210,6 +215,11 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
     if not 0.0 < exceedance < 0.01:
         raise TargetError(f"{path}: [wcet] 'exceedance' is a probability per call, "
                           f"0 < p < 0.01, found {wcet['exceedance']!r}")
+    unreached = wcet.get("unreached", "observed")
+    if unreached not in UNREACHED_POLICIES:
+        raise TargetError(f"{path}: [wcet] 'unreached' is \"observed\" (blocks no input "
+                          f"reached are left out of the bound, and listed) or \"require\" "
+                          f"(they need bounds too), found {unreached!r}")
     fit = raw.get("fit", {})
     for key, value in fit.items():
         if key not in _FIT_KEYS:
@@ -221,7 +231,8 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
                   cdef=raw.get("cdef", ""), inputs_module=inputs_module, measure=measure,
                   loops=dict(loops), recursion=dict(recursion), exceedance=exceedance,
                   follow_speed=bool(fit.get("follow_speed", True)),
-                  observed_paths=bool(wcet.get("observed_paths", True)))
+                  observed_paths=bool(wcet.get("observed_paths", True)),
+                  unreached=unreached)
 
 
 # --- the inputs module ---------------------------------------------------------------

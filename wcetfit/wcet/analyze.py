@@ -9,12 +9,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from wcetfit.errors import WcetError
 from wcetfit.model import FunctionModel
 from wcetfit.wcet.flow import Flow, irreducible_blocks
 from wcetfit.wcet.interproc import call_graph, wcet_bound
 from wcetfit.wcet.loops import merge_loop_bounds, observed_loop_bounds, parse_loop_facts
 from wcetfit.wcet.relations import is_structural, observed_relations
-from wcetfit.wcet.result import OVERHEAD, Z95, LoopBound, WcetResult
+from wcetfit.wcet.result import OVERHEAD, Z95, LoopBound, WcetResult, loop_key
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +91,20 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                  cov: np.ndarray | None = None,
                  cov_index: Sequence[tuple[str, int] | str] | None = None,
                  z: float = Z95, use_relations: bool = True,
-                 observed_paths: bool = True) -> WcetResult:
+                 observed_paths: bool = True,
+                 unreached: str = "observed") -> WcetResult:
     """The WCET of ``root`` from the pipeline's data: observed loop bounds from ``counts``
     (columns named by (function, address)), replaced by the target file's [loops] facts
     where given, then :func:`wcet_bound`.  ``recursion`` is the target's [recursion].
     ``observed_paths``: also keep the root's loops within the path envelopes the inputs
-    showed (:mod:`wcetfit.wcet.envelope`; the target's ``[wcet] observed_paths``)."""
+    showed (:mod:`wcetfit.wcet.envelope`; the target's ``[wcet] observed_paths``).
+    ``unreached``: the target's ``[wcet] unreached``: "observed" leaves the blocks no input
+    executed out of the worst path (listed first among the warnings, and in
+    ``WcetResult.unreached``); "require" bounds them like the rest (their loops need
+    [loops] facts)."""
+    if unreached not in ("observed", "require"):
+        raise WcetError(f"unreached policy must be \"observed\" or \"require\", not "
+                        f"{unreached!r}")
     facts = parse_loop_facts(loop_facts, functions)
     names = call_graph(functions, root)
     observed: dict[str, dict[int, LoopBound]] = {}
@@ -113,25 +122,35 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
     idx = [j for j, (f, _) in enumerate(cols) if f == root]
     relations = observed_relations(np.asarray(counts)[:, idx], [cols[j][1] for j in idx]) \
         if idx and use_relations else ()
-    # Most executions of each root block per call, over the inputs: the bound of blocks
-    # in irreducible cycles (observed, like the loop bounds taken from the inputs).
     C = np.asarray(counts)
-    block_max: dict[Any, int] = {cols[j][1]: int(C[:, j].max(initial=0)) for j in idx}
-    fn_root = functions[root]
-    if idx and fn_root.loops is not None:
-        flow = Flow(fn_root)
-        region_blocks = irreducible_blocks(flow, set(flow.blocks))
-        if region_blocks:
-            import networkx as nx
-            part = set(region_blocks)
-            g = nx.DiGraph([(s, d) for s in part for d in flow.succ[s] if d in part])
-            pos = {cols[j][1]: j for j in idx}
-            for comp in nx.strongly_connected_components(g):
-                if all(a in pos for a in comp):
-                    total = C[:, [pos[a] for a in comp]].sum(axis=1).max(initial=0)
-                    block_max[("region", min(comp))] = int(total)
-    # Most activations per call of the root, for recursive callees: their entry block's
-    # count, where no edge inside the function leads back to it.
+    block_max: dict[Any, int] = {}
+    region_bounds: dict[str, dict[Any, int]] = {}
+    unreached_blocks: dict[str, tuple[int, ...]] = {}
+    inputs: dict[str, np.ndarray] = {}
+    for name in names:
+        fn = functions[name]
+        pos = {a: j for j, (f, a) in enumerate(cols) if f == name}
+        limits = _observed_block_limits(fn, C, pos)
+        if name == root:
+            block_max = limits
+        else:
+            region_bounds[name] = limits
+        if not all(a in pos for a in fn.block_addresses):
+            continue
+        X = C[:, [pos[a] for a in fn.block_addresses]]
+        if unreached == "observed":
+            gone = tuple(a for j, a in enumerate(fn.block_addresses) if not X[:, j].any())
+            if gone:
+                unreached_blocks[name] = gone
+        # single calls of the function: every row for the root; for a callee the rows
+        # where it ran exactly once (its entry has no predecessor inside it)
+        if name == root:
+            inputs[name] = X
+        elif not fn.predecessors(fn.entry):
+            inputs[name] = X[X[:, fn.block_addresses.index(fn.entry)] == 1]
+    # Most activations per call of the root, for recursive callees and as a cap on any
+    # callee's calls: their entry block's count, where no edge inside the function leads
+    # back to it.
     activations: dict[str, int] = {}
     totals: dict[str, dict[int, int]] = {}
     for name in names:
@@ -150,8 +169,12 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                         cov=cov, cov_index=cov_index, z=z, relations=relations,
                         envelopes=envelopes,
                         block_bounds=block_max, activation_bounds=activations,
-                        total_bounds=totals)
-    from dataclasses import replace
+                        total_bounds=totals, unreached=unreached_blocks,
+                        region_bounds=region_bounds, inputs=inputs)
+    if unreached_blocks:
+        result = replace(result, unreached=unreached_blocks, unreached_policy=unreached,
+                         warnings=(unreached_note(functions, unreached_blocks),)
+                         + result.warnings)
     binding = result.functions[root].binding_envelopes if root in result.functions else ()
     if binding:
         shown = "; ".join(e.text() for e in binding[:3]) + ("; …" if len(binding) > 3 else "")
@@ -168,3 +191,40 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
             f"input but are not forced by the CFG ({shown}); an input breaking them could "
             f"take longer: vary the inputs if they are not facts of the program")
     return replace(result, relations=tuple(extra), warnings=result.warnings + (note,))
+
+
+def _observed_block_limits(fn: FunctionModel, C: np.ndarray, pos: Mapping[int, int]
+                           ) -> dict[Any, int]:
+    """Most executions of each block per call of the root, over the inputs, and of each
+    irreducible region's blocks together (key ("region", lowest address)): the bounds of
+    cycles that are not natural loops (observed, like the loop bounds taken from the
+    inputs).  Valid per call of ``fn`` too: one call is part of one call of the root."""
+    out: dict[Any, int] = {a: int(C[:, j].max(initial=0)) for a, j in pos.items()}
+    if not pos:
+        return out
+    flow = Flow(fn)
+    region_blocks = irreducible_blocks(flow, set(flow.blocks))
+    if region_blocks:
+        import networkx as nx
+        part = set(region_blocks)
+        g = nx.DiGraph([(s, d) for s in part for d in flow.succ[s] if d in part])
+        for comp in nx.strongly_connected_components(g):
+            if all(a in pos for a in comp):
+                total = C[:, [pos[a] for a in comp]].sum(axis=1).max(initial=0)
+                out[("region", min(comp))] = int(total)
+    return out
+
+
+def unreached_note(functions: Mapping[str, FunctionModel],
+                   unreached: Mapping[str, Sequence[int]]) -> str:
+    """The warning of the "observed" unreached policy: what was left out and what it means."""
+    n = sum(len(v) for v in unreached.values())
+    loops = [loop_key(functions[f], lp.header) for f, blocks in unreached.items()
+             for lp in functions[f].loops if lp.header in set(blocks)]
+    where = ", ".join(f"{f} ({len(b)})" for f, b in unreached.items())
+    shown = ", ".join(loops[:6]) + (" …" if len(loops) > 6 else "")
+    return (f"{n} block(s) no input reached are left out of the worst path: {where}"
+            + (f"; among them {len(loops)} loop(s): {shown}" if loops else "")
+            + ". The bound holds only for executions that keep to the code the inputs ran "
+              "(observed); an input reaching these blocks can take longer. Add such inputs, "
+              "or set [wcet] unreached = \"require\" to bound them by [loops] facts")

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from wcetfit.errors import WcetError
 from wcetfit.model import CALL_INTERNAL, FunctionModel, hexaddr
-from wcetfit.wcet.ipet import ipet
+from wcetfit.wcet.ipet import ipet, missing_loop_bounds, unbounded_message
 from wcetfit.wcet.margin import inlined_margin
 from wcetfit.wcet.result import (Z95, CountRelation, InfeasibleError, IpetResult, LoopBound,
-                                 RecursionBoundError, WcetResult, describe_block)
+                                 RecursionBoundError, UnboundedLoopError, WcetResult,
+                                 describe_block)
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,9 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                activation_bounds: Mapping[str, int] = {},
                total_bounds: Mapping[str, Mapping[int, int]] = {},
                envelopes: Sequence[Any] = (),
+               unreached: Mapping[str, Iterable[int]] = {},
+               region_bounds: Mapping[str, Mapping[Any, int]] = {},
+               inputs: Mapping[str, np.ndarray] = {},
                max_recursion_solves: int = 20000) -> WcetResult:
     """WCET of ``root`` with the binary's own callees, bottom-up over the call graph.
 
@@ -128,7 +132,17 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
     ``activation_bounds``: function → most activations per call of the root seen on the
     inputs, and ``total_bounds``: function → block → most executions per call of the root
     seen: a self-recursive function with both is also bounded over all its activations
-    at once (see below).
+    at once (see below); ``activation_bounds`` also caps the calls of a function from
+    any non-recursive caller (observed, per call of the caller).
+    ``unreached``: function → blocks no input executed, left out of the worst path (the
+    ``[wcet] unreached = "observed"`` policy); a function whose entry is among them is
+    not analysed (no input called it).  ``region_bounds``: function → the ``block_bounds``
+    of :func:`~wcetfit.wcet.ipet.ipet` (irreducible regions) for functions other than the
+    root (whose are ``block_bounds``).  ``inputs``: function → measured count vectors of
+    single calls, in its ``block_addresses`` order, to check each IPET's answer against.
+
+    Every loop that needs a bound and has none, in all functions, is named in one
+    :class:`UnboundedLoopError`.
 
     Context-insensitive: each function gets one WCET, its worst over all callers.  A
     recursive cycle of depth D is computed level by level: at level 1 its in-cycle call
@@ -177,6 +191,22 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
     def fn_bounds(name: str) -> Mapping[int, int | LoopBound]:
         return bounds.get(name, {})
 
+    def caps(name: str) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for cs in functions[name].calls:
+            callee = _callee_name(functions, by_addr, cs) if cs.kind == CALL_INTERNAL else None
+            if callee is not None and callee in activation_bounds and cs.target is not None:
+                out[cs.target] = int(activation_bounds[callee])
+        return out
+
+    skipped = {n for n in graph if n != root and functions[n].entry in set(unreached.get(n, ()))}
+    missing = {n: missing_loop_bounds(functions[n], bounds.get(n, {}), unreached.get(n, ()))
+               for n in graph if n not in skipped}
+    if any(missing.values()):
+        missing = {n: m for n, m in missing.items() if m}
+        raise UnboundedLoopError(unbounded_message(missing),
+                                 [name for m in missing.values() for _, name in m])
+
     def fn_costs(name: str) -> Mapping[int, float]:
         if name not in costs:
             raise WcetError(f"no block costs for {name} (a callee of {root}): is it in the fit?")
@@ -187,17 +217,24 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
         recursive = len(comp) > 1 or comp[0] in graph[comp[0]]
         if not recursive:
             name = comp[0]
+            if name in skipped:
+                continue
             res = ipet(functions[name], fn_costs(name), fn_bounds(name),
                        callee_wcet=callee_costs(name, wcet_of),
                        entry_cost=entry_cost if name == root else 0.0, z=z,
                        relations=relations if name == root else (),
                        envelopes=envelopes if name == root else (),
-                       block_bounds=block_bounds if name == root else {})
+                       block_bounds=block_bounds if name == root else
+                       region_bounds.get(name, {}),
+                       forbidden_blocks=unreached.get(name, ()), call_caps=caps(name),
+                       inputs=inputs.get(name))
             results[name] = res
             wcet_of[name] = res.bound_ticks - res.entry_cost_ticks
             inl[name] = inline(name, res, inl)
             continue
 
+        if members <= skipped:
+            continue
         given = {m: recursion_bounds[m] for m in comp if m in recursion_bounds}
         cycle = _find_cycle(graph, comp)
         if not given:
@@ -236,7 +273,8 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                     r = ipet(functions[m], fn_costs(m), fn_bounds(m),
                              callee_wcet=callee_costs(m, known),
                              entry_cost=entry_cost if m == root else 0.0, z=z,
-                             forbidden_blocks=in_cycle_blocks[m] if d == 1 else ())
+                             forbidden_blocks=set(unreached.get(m, ())) |
+                             (in_cycle_blocks[m] if d == 1 else set()))
                 except InfeasibleError as exc:
                     raise RecursionBoundError(
                         f"recursion {' -> '.join(cycle)}: {m} cannot return without "
@@ -281,6 +319,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                                callee_wcet=callee_costs(m, {**wcet_of, m: 0.0}),
                                entry_cost=entry_cost if m == root else 0.0, z=z,
                                entries=A, total_bounds=total_bounds.get(m, {}),
+                               forbidden_blocks=unreached.get(m, ()),
                                relations=(CountRelation(tuple(sorted(coef.items())), -1),))
                 except InfeasibleError:
                     agg = None          # the observed totals contradict the CFG: keep depth
@@ -296,13 +335,14 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
 
     top = results[root]
     for name in graph:
-        warnings.extend(results[name].warnings)
+        if name in results:
+            warnings.extend(results[name].warnings)
 
     margin = None
     if cov is not None:
         margin = inlined_margin(functions, inl[root], cov, cov_index, z, entry_cost)
 
-    ordered = tuple(m for comp in order_sccs for m in comp)
+    ordered = tuple(m for comp in order_sccs for m in comp if m in results)
     return WcetResult(root=root, bound_ticks=top.bound_ticks, margin_ticks=margin,
                       functions=results, order=ordered, inlined_counts=inl[root],
                       recursion=depth_used, warnings=tuple(dict.fromkeys(warnings)))

@@ -28,6 +28,7 @@ from wcetfit.errors import WcetError
 from wcetfit.model import CALL_IMPORTED, CALL_INDIRECT, CALL_INTERNAL, FunctionModel, hexaddr
 from wcetfit.wcet.flow import SINK, SOURCE, Flow, cycle_outside_loops, irreducible_blocks
 from wcetfit.wcet.margin import path_margin
+from wcetfit.wcet.solve import Problem, Row, input_violations, solve, unbounded_cycle
 from wcetfit.wcet.result import (Z95, CallOutcome, CountRelation, InfeasibleError, IpetResult,
                                  LoopBound, LoopOutcome, PathStep, UnboundedLoopError,
                                  as_loop_bound, describe_block, loop_key)
@@ -47,6 +48,8 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
          total_bounds: Mapping[int, int] = {},
          entries: int = 1,
          envelopes: Sequence[Any] = (),
+         call_caps: Mapping[int, int] = {},
+         inputs: np.ndarray | None = None,
          time_limit: float | None = 60.0) -> IpetResult:
     """Maximize Σ cost·count over the executions of ``fn`` allowed by its CFG and loop bounds.
 
@@ -64,6 +67,10 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
     ``total_bounds``: most executions of single blocks, applied to any block.
     ``envelopes``: observed path envelopes (:class:`wcetfit.wcet.envelope.CountEnvelope`),
     Σ count(blocks) ≤ intercept + slope·count(header).
+    ``call_caps``: call target address → most calls of it per call (observed: the callee's
+    most activations per measured call), over all call sites together.
+    ``inputs``: measured count vectors of single calls (rows, in ``fn.block_addresses``
+    order): each is a feasible point, so the optimum is checked to reach its time.
     ``entries``: most entries into the function (default 1, exactly one): with more, the
     counts are totals over up to that many activations (each activation obeys the CFG and
     the loop bounds per entry, so their sum does too), at least one.
@@ -136,25 +143,17 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
                         + (f" (headers: {', '.join(describe_block(fn, h) for h in sorted(headers))})"
                            if headers else " (it has no loops)"))
     bounds = {h: as_loop_bound(v) for h, v in loop_bounds.items()}
-    unbounded = [lp.header for lp in fn.loops if lp.header in reach and lp.header not in bounds]
+    unbounded = missing_loop_bounds(fn, bounds, forbidden)
     if unbounded:
-        names = [loop_key(fn, h) for h in unbounded]
-        raise UnboundedLoopError(
-            f"{fn.name}: no bound for loop(s) "
-            + ", ".join(describe_block(fn, h) for h in unbounded)
-            + f": add e.g. \"{names[0]}\" = N under [loops] in wcetfit.toml (N = most "
-              f"back-edge traversals per entry into the loop), or inputs that execute it",
-            names)
+        raise UnboundedLoopError(unbounded_message({fn.name: unbounded}),
+                                 [name for _, name in unbounded])
 
-    # The integer program.
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import lil_matrix
-
+    # The integer program (plain data, see wcetfit.wcet.solve).
     nv = len(flow.edges)
-    c = np.zeros(nv)
+    cost = np.zeros(nv)
     for i, (s, _) in enumerate(flow.edges):
         if s != SOURCE:
-            c[i] = -total_cost[s]          # milp minimizes; x_s = Σ out-flows of s
+            cost[i] = total_cost[s]          # count of s = Σ out-flows of s
     lb = np.zeros(nv)
     ub = np.full(nv, np.inf)
     if entries < 1:
@@ -165,15 +164,22 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
         # circulations in parts of the CFG that no execution reaches.
         if (s != SOURCE and s not in reach) or (d != SINK and d not in reach):
             ub[i] = 0.0
-    rows: list[tuple[dict[int, float], float, float]] = []
+    rows: list[Row] = []
+
+    def count_coef(weights: Iterable[tuple[Any, float]]) -> dict[int, float]:
+        coef: dict[int, float] = {}
+        for a, v in weights:
+            for i in flow.outs.get(a, ()):
+                coef[i] = coef.get(i, 0.0) + float(v)
+        return coef
+
     for a in flow.blocks:
         coef: dict[int, float] = {}
         for i in flow.ins[a]:
             coef[i] = coef.get(i, 0.0) + 1.0
         for i in flow.outs[a]:
             coef[i] = coef.get(i, 0.0) - 1.0
-        rows.append((coef, 0.0, 0.0))
-    loop_rows: list[tuple[int, str, int]] = []     # (header, kind, row index)
+        rows.append(Row(coef, 0.0, 0.0, f"flow conservation at {describe_block(fn, a)}"))
     loop_vars: dict[int, tuple[list[int], list[int]]] = {}
     for lp in fn.loops:
         back, entry = flow.loop_vars(lp)
@@ -185,13 +191,15 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
             coef = {i: 1.0 for i in back}
             for i in entry:
                 coef[i] = coef.get(i, 0.0) - float(b.per_entry)
-            loop_rows.append((lp.header, "per_entry", len(rows)))
-            rows.append((coef, -np.inf, 0.0))
+            rows.append(Row(coef, -np.inf, 0.0, f"loop {loop_key(fn, lp.header)}: "
+                            f"≤ {b.per_entry} back edges per entry ({b.source})"))
         if b.total is not None:
-            loop_rows.append((lp.header, "total", len(rows)))
-            rows.append(({i: 1.0 for i in back}, -np.inf, float(b.total)))
+            rows.append(Row({i: 1.0 for i in back}, -np.inf, float(b.total),
+                            f"loop {loop_key(fn, lp.header)}: ≤ {b.total} back edges per "
+                            f"call ({b.source})"))
     for a in irreducible:
-        rows.append(({i: 1.0 for i in flow.outs[a]}, -np.inf, float(block_bounds[a])))
+        rows.append(Row(count_coef([(a, 1.0)]), -np.inf, float(block_bounds[a]),
+                        f"irreducible block {loop_key(fn, a)}: ≤ {block_bounds[a]} (observed)"))
     if irreducible:
         # and the work of each irreducible region together: no more block executions in
         # it than the most any input made (each block at its own maximum at once would
@@ -202,59 +210,96 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
         for comp in nx.strongly_connected_components(g):
             total = block_bounds.get(("region", min(comp)))
             if total is not None:
-                rows.append(({i: 1.0 for a in comp for i in flow.outs[a]}, -np.inf,
-                             float(total)))
+                rows.append(Row(count_coef((a, 1.0) for a in comp), -np.inf, float(total),
+                                f"irreducible region at {loop_key(fn, min(comp))}: ≤ {total} "
+                                f"block executions (observed)"))
     for a, total in total_bounds.items():
         if a in flow.outs:
-            rows.append(({i: 1.0 for i in flow.outs[a]}, -np.inf, float(total)))
+            rows.append(Row(count_coef([(a, 1.0)]), -np.inf, float(total),
+                            f"block {loop_key(fn, a)}: ≤ {total} per call (observed)"))
+    cap_sites: dict[int, list[Any]] = {}
+    for cs in fn.calls:
+        if cs.kind == CALL_INTERNAL and cs.target is not None and cs.target in call_caps:
+            cap_sites.setdefault(cs.target, []).append(cs)
+    cap_rows: dict[int, int] = {}
+    for target, sites in cap_sites.items():
+        cap = int(call_caps[target])
+        cap_rows[target] = len(rows)
+        callee = sites[0].target_name or hexaddr(target)
+        rows.append(Row(count_coef((cs.block, 1.0) for cs in sites), -np.inf, float(cap),
+                        f"calls to {callee}: ≤ {cap} (observed: its most activations per "
+                        f"measured call)"))
     for env in envelopes:
-        coef = {}
-        for a in env.blocks:
-            for i in flow.outs.get(a, ()):
-                coef[i] = coef.get(i, 0.0) + 1.0
-        for i in flow.outs.get(env.header, ()):
-            coef[i] = coef.get(i, 0.0) - float(env.slope)
-        rows.append((coef, -np.inf, float(env.intercept)))
+        coef = count_coef([(a, 1.0) for a in env.blocks] + [(env.header, -float(env.slope))])
+        rows.append(Row(coef, -np.inf, float(env.intercept),
+                        f"path envelope {env.text()} (observed)"))
     for rel in relations:
         # Σ coef·count = rhs, a block's count being the sum of its out-flows.
-        coef = {}
-        for a, v in rel.coefficients:
-            for i in flow.outs.get(a, ()):
-                coef[i] = coef.get(i, 0.0) + float(v)
-        rows.append((coef, float(rel.rhs), float(rel.rhs)))
-    A = lil_matrix((len(rows), nv))
-    rlo = np.empty(len(rows))
-    rhi = np.empty(len(rows))
-    for r, (coef, lo, hi) in enumerate(rows):
-        for i, v in coef.items():
-            A[r, i] = v
-        rlo[r], rhi[r] = lo, hi
-    options: dict[str, Any] = {"mip_rel_gap": 0.0, "presolve": True}
-    if time_limit is not None:
-        options["time_limit"] = float(time_limit)
-    res = milp(c, integrality=np.ones(nv), bounds=Bounds(lb, ub),
-               constraints=LinearConstraint(A.tocsr(), rlo, rhi), options=options)
+        rows.append(Row(count_coef(rel.coefficients), float(rel.rhs), float(rel.rhs),
+                        f"count relation {rel.text()} (observed)"))
+    problem = Problem(cost, lb, ub, rows)
 
-    if res.x is None:
-        if res.status == 2 or "infeasible" in str(res.message).lower():
+    # Each measured input (one call) is a feasible point unless it breaks a constraint:
+    # the optimum must reach its predicted time.
+    cost_b = np.array([total_cost[a] for a in flow.blocks])
+    to_beat: list[tuple[str, float]] = []
+    broken: list[str] = []
+    if inputs is not None and len(inputs):
+        X = np.asarray(inputs, dtype=float)
+        vals = X @ cost_b
+        for k in np.argsort(-vals)[:8]:
+            bad = input_violations(problem, flow, X[k])
+            if bad is None:
+                continue
+            if not bad:
+                to_beat.append((f"input {int(k)}", float(vals[k])))
+                break          # the largest feasible one is enough
+            broken.append(f"input {int(k)} breaks {'; '.join(bad[:3])}")
+    sol = solve(problem, time_limit=time_limit, values_to_beat=to_beat)
+    if sol.flow is None:
+        tried = "; ".join(sol.attempts)
+        if sol.status == "unbounded":
+            hot = unbounded_cycle(problem, flow)
+            if hot:
+                lps = [lp for lp in fn.loops if set(hot) & set(lp.body)]
+                raise UnboundedLoopError(
+                    f"{fn.name}: the IPET problem is unbounded: blocks "
+                    + ", ".join(loop_key(fn, a) for a in hot[:8])
+                    + (" …" if len(hot) > 8 else "")
+                    + " can run without limit"
+                    + (f" (loops containing them: "
+                       f"{', '.join(describe_block(fn, lp.header) for lp in lps)}: bound them "
+                       f"under [loops])" if lps else " (no loop of the model contains them)")
+                    + f" [{tried}]", [loop_key(fn, lp.header) for lp in lps])
+            raise WcetError(f"{fn.name}: the IPET solver answered unbounded, but with every "
+                            f"flow capped no cycle runs away: a solver failure [{tried}]")
+        if sol.status == "infeasible":
+            if broken:
+                raise InfeasibleError(f"{fn.name}: no execution satisfies the constraints: "
+                                      + "; ".join(broken[:3]) + f" [{tried}]")
+            if to_beat:
+                raise WcetError(f"{fn.name}: the IPET solver answered infeasible, but "
+                                f"{to_beat[0][0]} satisfies every constraint: a solver "
+                                f"failure [{tried}]")
             raise InfeasibleError(_infeasible_reason(fn, flow, reach, forbidden))
-        if res.status == 3 or "unbounded" in str(res.message).lower():
-            # Should not happen after the checks above; say what we know.
-            raise UnboundedLoopError(f"{fn.name}: the IPET problem is unbounded "
-                                     f"({res.message})")
-        raise WcetError(f"{fn.name}: the IPET solver failed: {res.message}")
-    f = np.rint(res.x).astype(np.int64)
-    status = "optimal" if res.status == 0 else "time_limit"
+        raise WcetError(f"{fn.name}: the IPET solver failed: {sol.message} [{tried}]")
+    for b in broken:
+        warnings.append(f"{fn.name}: measured {b}: the bound does not cover that input "
+                        f"(a fact of [loops] or an observed limit it contradicts)")
+    if len(sol.attempts) > 1:
+        warnings.append(f"{fn.name}: the IPET solver's first answer was rejected by the check "
+                        f"and the problem solved again ({'; '.join(sol.attempts)})")
+    f = sol.flow
+    status = "optimal" if sol.status == "optimal" else "time_limit"
 
     counts = {a: int(sum(f[i] for i in flow.outs[a])) for a in flow.blocks}
     bound = float(entry_cost) + sum(total_cost[a] * n for a, n in counts.items() if n)
     if status != "optimal":
-        dual = getattr(res, "mip_dual_bound", None)
-        if dual is not None and math.isfinite(dual):
+        if sol.dual_bound is not None:
             # The dual bound is a valid upper bound even when the search stopped early.
-            bound = max(bound, float(entry_cost) - float(dual))
+            bound = max(bound, float(entry_cost) + sol.dual_bound)
         warnings.append(f"{fn.name}: the IPET search hit its time limit; the bound is the "
-                        f"solver's proven upper bound ({res.message})")
+                        f"solver's proven upper bound ({sol.message})")
 
     margin = None
     if cov is not None:
@@ -281,8 +326,16 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
         loops_out.append(LoopOutcome(lp.header, loop_key(fn, lp.header), b, ne, nb, binding))
 
     calls_out = tuple(CallOutcome(cs.block, cs.instruction, cs.kind, cs.target,
-                                  cs.target_name, counts.get(cs.block, 0), w, note)
+                                  cs.target_name, counts.get(cs.block, 0), w, note,
+                                  cap=call_caps.get(cs.target) if cs.target in cap_rows else None)
                       for cs, w, note in call_notes)
+    for target, sites in cap_sites.items():
+        n = sum(counts.get(cs.block, 0) for cs in sites)
+        if n and n >= call_caps[target]:
+            warnings.append(f"{fn.name}: the worst path calls "
+                            f"{sites[0].target_name or hexaddr(target)} {n} times, the most "
+                            f"activations of it seen per measured call (observed): more calls "
+                            f"are possible by the CFG")
     for co in calls_out:
         if co.count and co.kind in (CALL_IMPORTED, CALL_INDIRECT):
             warnings.append(f"{co.kind} call at {describe_block(fn, co.block)}"
@@ -318,3 +371,21 @@ def _infeasible_reason(fn: FunctionModel, flow: Flow, reach: set[int],
                 f"{describe_block(fn, fn.entry)}{why}: no execution can return")
     return (f"{fn.name}: the loop bounds exclude every path from the entry to an exit "
             f"(e.g. a total bound smaller than the iterations every path must make)")
+
+
+def missing_loop_bounds(fn: FunctionModel, bounds: Mapping[int, Any],
+                        forbidden: Iterable[int] = ()) -> list[tuple[int, str]]:
+    """(header, "fn+0xOFF") of every loop reachable without ``forbidden`` that has no bound."""
+    reach = Flow(fn).reachable(forbidden)
+    return [(lp.header, loop_key(fn, lp.header)) for lp in fn.loops
+            if lp.header in reach and lp.header not in bounds]
+
+
+def unbounded_message(missing: Mapping[str, Sequence[tuple[int, str]]]) -> str:
+    """One message for all the loops that need a bound, over all functions."""
+    names = [n for loops in missing.values() for _, n in loops]
+    per_fn = "; ".join(f"{fn}: " + ", ".join(f"{n} ({hexaddr(h)})" for h, n in loops)
+                       for fn, loops in missing.items() if loops)
+    return (f"no bound for loop(s) {per_fn} ({len(names)} in all): add e.g. \"{names[0]}\" = "
+            f"N under [loops] in wcetfit.toml (N = most back-edge traversals per entry into "
+            f"the loop), or inputs that execute them")

@@ -69,7 +69,9 @@ def observed_loop_bounds(fn: FunctionModel, counts: np.ndarray,
     above by min(header − 1, Σ counts of the back edges' sources), and the bound says so.
 
     - Loops entered at most once per call in every input (outermost loops): B is exactly
-      the traversals of that one entry, and the bound is per entry: max over inputs of B.
+      the traversals of that one entry, and the bound is per entry: max over inputs of B;
+      and the same figure in total per call, since the IPET may enter the loop more often
+      than any input did (never one input's longest run × another input's entries).
     - Loops entered several times in one call (inner loops): the counts give the total
       over all entries, not the maximum of one entry (the average B/E is not the max).
       The bound is then a total per call: max over inputs of B.  Exact on what was
@@ -126,8 +128,13 @@ def observed_loop_bounds(fn: FunctionModel, counts: np.ndarray,
         most = int(B[witness])
         max_entries = int(E.max())
         if exact and max_entries <= 1:
-            out[lp.header] = LoopBound(per_entry=most, source=SOURCE_OBSERVED, witness=witness,
-                                       note="max back-edge traversals per entry over the inputs")
+            # The total too: the IPET may enter the loop more often than any input did (an
+            # enclosing loop's bound seen on another input); per entry alone would then
+            # multiply one input's longest run by another's entries.
+            out[lp.header] = LoopBound(per_entry=most, total=most, source=SOURCE_OBSERVED,
+                                       witness=witness,
+                                       note="max back-edge traversals per entry, and per call, "
+                                            "over the inputs")
             continue
         notes = []
         if not exact:

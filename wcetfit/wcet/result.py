@@ -151,6 +151,9 @@ class CallOutcome:
     count: int                 # executions of the calling block on the worst-case path
     callee_wcet_ticks: float | None   # added per execution; None: not modelled
     note: str
+    # most calls of this target per call of the function, over all its call sites
+    # together (observed: the callee's most activations per measured call); None: no cap
+    cap: int | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,11 @@ class WcetResult:
     exceedance: float = 1e-6                   # the probability per call it is set for
     # its factors (wcetfit.pipeline.Dispersion): misfit, call, machine_speed
     dispersion_factors: Mapping[str, float] = field(default_factory=dict)
+    # function → blocks no input executed, left out of the worst path ([wcet] unreached =
+    # "observed", the default; empty under "require"): the bound is for executions that
+    # keep to the code the inputs ran
+    unreached: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    unreached_policy: str = "observed"
 
     @property
     def upper_ticks(self) -> float:

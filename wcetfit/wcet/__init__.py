@@ -8,6 +8,8 @@ edge flows), its worst path, margin and dispersion, and every assumption it rest
   to the bound: :func:`~wcetfit.wcet.analyze.analyze_wcet`, :func:`~wcetfit.wcet.analyze.fit_inputs`;
 - :mod:`~wcetfit.wcet.ipet` — the integer program of one function and its solution;
 - :mod:`~wcetfit.wcet.flow` — its variables: the flow graph, irreducible cycles;
+- :mod:`~wcetfit.wcet.solve` — the program as plain data, solved by HiGHS and checked (the
+  constraints recomputed, the measured inputs as feasible points), failures named;
 - :mod:`~wcetfit.wcet.loops` — loop bounds: observed in the count run, the user's [loops];
 - :mod:`~wcetfit.wcet.relations` — observed count relations, the inputs' row space;
 - :mod:`~wcetfit.wcet.envelope` — the observed path envelopes;

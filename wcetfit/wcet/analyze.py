@@ -171,8 +171,9 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                         block_bounds=block_max, activation_bounds=activations,
                         total_bounds=totals, unreached=unreached_blocks,
                         region_bounds=region_bounds, inputs=inputs)
+    result = replace(result, unreached_policy=unreached)
     if unreached_blocks:
-        result = replace(result, unreached=unreached_blocks, unreached_policy=unreached,
+        result = replace(result, unreached=unreached_blocks,
                          warnings=(unreached_note(functions, unreached_blocks),)
                          + result.warnings)
     binding = result.functions[root].binding_envelopes if root in result.functions else ()

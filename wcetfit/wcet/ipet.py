@@ -248,7 +248,7 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
         X = np.asarray(inputs, dtype=float)
         vals = X @ cost_b
         for k in np.argsort(-vals)[:8]:
-            bad = input_violations(problem, flow, X[k])
+            bad = input_violations(problem, flow, X[k], name=not broken)
             if bad is None:
                 continue
             if not bad:

@@ -155,11 +155,12 @@ def solve(p: Problem, *, time_limit: float | None = 60.0,
 
 
 def input_violations(p: Problem, flow: Flow, counts: np.ndarray,
-                     max_rows: int = 400) -> list[str] | None:
+                     max_rows: int = 400, name: bool = True) -> list[str] | None:
     """The constraints one input's block counts (in ``flow.blocks`` order, one call) break:
     [] when some edge flow with these counts satisfies every row, else the rows whose
-    removal alone admits one (``["a combination of constraints"]`` when none does), None
-    when the check could not be made."""
+    removal alone admits one (``["a combination of constraints"]`` when none does;
+    ``["a constraint"]`` without looking when not ``name``: one LP per row), None when the
+    check could not be made."""
     fixed = [Row({i: 1.0 for i in flow.outs[a]}, float(n), float(n), "")
              for a, n in zip(flow.blocks, counts)]
     fixed.append(Row({flow.source_var: 1.0}, 1.0, 1.0, ""))
@@ -177,6 +178,13 @@ def input_violations(p: Problem, flow: Flow, counts: np.ndarray,
     if ok:
         return []
     out: list[str] = []
+    cfg_only = Problem(cost, p.lb, np.where(p.ub == 0, np.inf, p.ub),
+                       [r for r in p.rows if r.label.startswith("flow conservation")])
+    res, _ = _milp(cfg_only, presolve=True, integral=False, extra=fixed)
+    if res.x is None:
+        return ["the CFG itself (these counts are no execution of the model)"]
+    if not name:
+        return ["a constraint"]
     # an edge no execution may take (forbidden, unreachable) that the input used
     if feasible(ub=np.where(p.ub == 0, np.inf, p.ub)):
         out.append("an edge the program forbids (ub = 0)")

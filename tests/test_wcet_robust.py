@@ -350,3 +350,27 @@ def test_target_unreached_policy(tmp_path):
     with pytest.raises(TargetError, match=r"\[wcet\] 'unreached' is \"observed\"") as ei:
         tg.load_target(_target(tmp_path, '[wcet]\nunreached = "ignore"\n'))
     assert "\n" not in str(ei.value)
+
+
+def test_callee_called_several_times_bounded_over_all_its_activations():
+    # f calls g on each of its (up to 3) loop passes; g's loop runs 10 times in total per
+    # call of f on input 0 (all in one activation), 3 on input 1 (once per activation)
+    g = make_fn("g", 0x5000, 3, [(0, 1), (1, 1), (1, 2)], [2],
+                loops=[(1, [1], [(1, 1)], [(0, 1)], None, 1)])
+    f = make_fn("f", 0x4000, 4, [(0, 1), (1, 2), (1, 3), (2, 1)], [3],
+                loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)],
+                calls=[(2, CALL_INTERNAL, 0x5000, "g")])
+    fc = simulate(f, [0, 0, 0, 1])
+    rows = np.array([np.concatenate([fc, [3, 13, 3]]), np.concatenate([fc, [3, 6, 3]])])
+    cols = [("f", a) for a in f.block_addresses] + [("g", a) for a in g.block_addresses]
+    costs = {"f": costs_of(f, [1, 1, 1, 1]), "g": costs_of(g, [1, 10, 1])}
+    res = analyze_wcet({"f": f, "g": g}, "f", costs, rows, cols, observed_paths=False,
+                       use_relations=False)
+    per_call = 1 + 11 * 10 + 1                       # g's loop total (10) in every call
+    assert 9 + 3 * per_call == 345                   # what charging per call would give
+    # all of g's activations at once: 3 entries, 10 back edges, 13 loop-block runs
+    assert res.bound_ticks == 9 + 3 + 13 * 10 + 3 == 145
+    # ... which is input 0's own predicted time: the bound is tight here
+    assert res.bound_ticks == rows[0] @ np.array([1, 1, 1, 1, 1, 10, 1.0])
+    assert any("all its activations bounded at once" in w for w in res.warnings)
+    assert res.inlined_counts[("g", addr(g, 1))] == 13

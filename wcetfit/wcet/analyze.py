@@ -158,8 +158,10 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
         pos = [j for j, (f, a) in enumerate(cols) if f == name and a == fn.entry]
         if name != root and pos and not fn.predecessors(fn.entry):
             activations[name] = int(C[:, pos[0]].max(initial=0))
+            # (under "require", blocks no input ran are bounded by the facts, not by 0)
             totals[name] = {a: int(C[:, j].max(initial=0))
-                            for j, (f, a) in enumerate(cols) if f == name}
+                            for j, (f, a) in enumerate(cols)
+                            if f == name and (unreached == "observed" or C[:, j].any())}
     envelopes: tuple[Any, ...] = ()
     if idx and observed_paths:
         from wcetfit.wcet.envelope import observed_envelopes

@@ -9,8 +9,14 @@ The bound of one function is an integer linear program over the flows of its CFG
                per loop:  Σ back-edge flows ≤ N · Σ entry-edge flows   (per-entry bound N)
                           Σ back-edge flows ≤ T                       (total bound T per call)
 
+               per call target:  Σ calling blocks ≤ A   (the callee's observed activations)
+               observed relations, path envelopes, irreducible regions' observed counts
+
 solved with ``scipy.optimize.milp`` (HiGHS), with a zero relative MIP gap so that the
-bound is the optimum, not a near-optimal path.
+bound is the optimum, not a near-optimal path, and checked (:mod:`wcetfit.wcet.solve`):
+the flow against every constraint, the optimum against every measured input's time.
+Blocks no input reached may be forbidden (``[wcet] unreached``); every reachable loop
+without a bound is an error naming them all.
 
 Loop bounds: :mod:`wcetfit.wcet.loops`; the margin: :mod:`wcetfit.wcet.margin`; callees:
 :mod:`wcetfit.wcet.interproc`.

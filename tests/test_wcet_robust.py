@@ -374,3 +374,19 @@ def test_callee_called_several_times_bounded_over_all_its_activations():
     assert res.bound_ticks == rows[0] @ np.array([1, 1, 1, 1, 1, 10, 1.0])
     assert any("all its activations bounded at once" in w for w in res.warnings)
     assert res.inlined_counts[("g", addr(g, 1))] == 13
+
+
+def test_a_false_unbounded_verdict_is_called_a_solver_failure(monkeypatch):
+    fn = make_fn("f", 0x1000, 4, [(0, 1), (1, 2), (2, 1), (1, 3)], [3],
+                 loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)])
+    real = wsolve._milp
+
+    class _Unbounded:
+        x, status, message = None, 3, "model_status is Unbounded"
+
+    def lying(p, **kw):
+        return (_Unbounded(), 1.0) if kw.get("integral", True) else real(p, **kw)
+    monkeypatch.setattr(wsolve, "_milp", lying)
+    with pytest.raises(WcetError, match="no cycle runs away: a solver failure") as ei:
+        ipet(fn, costs_of(fn, [1, 2, 5, 1]), {addr(fn, 1): 4})
+    assert not isinstance(ei.value, UnboundedLoopError)

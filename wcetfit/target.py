@@ -70,6 +70,9 @@ class Target:
     # timed: how many of the best it times and keeps as inputs (wcetfit.search)
     search_budget: int = 300
     search_timed: int = 10
+    # [flow]: name -> linear constraint over block counts per call, e.g.
+    # "16*N(adler32_z+0x80) + N(adler32_z+0x417) <= 6000" (wcetfit.wcet.flowfacts)
+    flow: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def store_dir(self) -> str:
@@ -79,7 +82,7 @@ class Target:
 _TOP_KEYS: dict[str, tuple[type, ...]] = {
     "binary": (str,), "functions": (list,), "prototype": (str,), "cdef": (str,),
     "inputs": (str,), "measure": (dict,), "loops": (dict,), "recursion": (dict,),
-    "wcet": (dict,), "fit": (dict,), "search": (dict,),
+    "wcet": (dict,), "fit": (dict,), "search": (dict,), "flow": (dict,),
 }
 _REQUIRED = ("binary", "functions", "prototype", "inputs")
 _WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int), "observed_paths": (bool,)}
@@ -220,6 +223,9 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         if key not in _FIT_KEYS:
             raise _unknown_key(f"{path}: [fit]", key, _FIT_KEYS)
         _check_type(f"{path}: [fit] '{key}'", value, _FIT_KEYS[key])
+    flow = raw.get("flow", {})
+    for key, value in flow.items():
+        _check_type(f"{path}: [flow] '{key}'", value, (str,))
     search = raw.get("search", {})
     for key, value in search.items():
         if key not in _SEARCH_KEYS:
@@ -235,7 +241,7 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
                   follow_speed=bool(fit.get("follow_speed", True)),
                   observed_paths=bool(wcet.get("observed_paths", True)),
                   search_budget=int(search.get("budget", 300)),
-                  search_timed=int(search.get("timed", 10)))
+                  search_timed=int(search.get("timed", 10)), flow=dict(flow))
 
 
 # --- the inputs module ---------------------------------------------------------------

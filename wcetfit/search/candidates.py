@@ -144,3 +144,24 @@ def column_vector(columns: Sequence[tuple[str, int]], blocks_of: Mapping[str, Se
         if fn in counts:
             vec[c] = counts[fn][where[(fn, a)]]
     return vec
+
+
+def describe_input(target: Target, function: str, index: int,
+                   sequences: Mapping[int, ChoiceSequence] | None = None) -> str | None:
+    """A short summary of input ``index``'s arguments (a searched input's from its stored
+    draws), or None when ``generate`` cannot rebuild it here."""
+    from wcetfit.errors import WcetfitError
+    from wcetfit.target import describe_args, load_inputs_module
+    from wcetfit.timing.thunk import build_harness
+
+    try:
+        ffi = build_harness(target.prototype, target.cdef).ffi
+        generate = load_inputs_module(target)
+        if sequences and index in sequences:
+            args = Replay(sequences)(generate, target, ffi, function, index)
+        else:
+            args = generate_input(generate, target, ffi, function, index)
+        return describe_args(ffi, args)
+    except WcetfitError as exc:
+        log.info("input %d: arguments not described: %s", index, exc)
+        return None

@@ -265,4 +265,6 @@ def stored_measurements(session: Session, root: str) -> tuple[Any, Any]:
         raise FitError(f"{root}: no times stored for seed {m.seed}, method {method}, "
                        f"{m.repeats} repeats: run `wcetfit time {session.target.directory}` "
                        "(or `wcetfit analyze`) first")
-    return counts, times
+    # Inputs the worst-case search found and timed (wcetfit.search) are rows like the others.
+    from wcetfit.search.store import load_search_rows, with_search_rows
+    return with_search_rows(counts, times, load_search_rows(session.store, root, m.seed))

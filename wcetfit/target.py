@@ -69,6 +69,13 @@ class Target:
     # [fit] follow_speed: divide the machine's speed over the timing run out of the calls
     # before fitting (wcetfit.timing.speed); off, the fit takes the calls as measured
     follow_speed: bool = True
+    # [search] budget: candidates the worst-case search of `analyze` counts (0: no search);
+    # timed: how many of the best it times and keeps as inputs (wcetfit.search)
+    search_budget: int = 300
+    search_timed: int = 10
+    # [flow]: name -> linear constraint over block counts per call, e.g.
+    # "16*N(adler32_z+0x80) + N(adler32_z+0x417) <= 6000" (wcetfit.wcet.flowfacts)
+    flow: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def store_dir(self) -> str:
@@ -78,13 +85,14 @@ class Target:
 _TOP_KEYS: dict[str, tuple[type, ...]] = {
     "binary": (str,), "functions": (list,), "prototype": (str,), "cdef": (str,),
     "inputs": (str,), "measure": (dict,), "loops": (dict,), "recursion": (dict,),
-    "wcet": (dict,), "fit": (dict,),
+    "wcet": (dict,), "fit": (dict,), "search": (dict,), "flow": (dict,),
 }
 _REQUIRED = ("binary", "functions", "prototype", "inputs")
 _WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int), "observed_paths": (bool,),
                                            "unreached": (str,)}
 UNREACHED_POLICIES = ("observed", "require")
 _FIT_KEYS: dict[str, tuple[type, ...]] = {"follow_speed": (bool,)}
+_SEARCH_KEYS: dict[str, tuple[type, ...]] = {"budget": (int,), "timed": (int,)}
 _MEASURE_KEYS: dict[str, tuple[type, ...]] = {
     "inputs": (int,), "repeats": (int,), "seed": (int,), "warmup": (int,),
     "timeout": (int, float), "method": (str,), "trace_cap": (int,),
@@ -225,6 +233,16 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         if key not in _FIT_KEYS:
             raise _unknown_key(f"{path}: [fit]", key, _FIT_KEYS)
         _check_type(f"{path}: [fit] '{key}'", value, _FIT_KEYS[key])
+    flow = raw.get("flow", {})
+    for key, value in flow.items():
+        _check_type(f"{path}: [flow] '{key}'", value, (str,))
+    search = raw.get("search", {})
+    for key, value in search.items():
+        if key not in _SEARCH_KEYS:
+            raise _unknown_key(f"{path}: [search]", key, _SEARCH_KEYS)
+        _check_type(f"{path}: [search] '{key}'", value, _SEARCH_KEYS[key])
+        if value < 0:
+            raise TargetError(f"{path}: [search] '{key}' must be >= 0, found {value}")
 
     return Target(directory=directory, path=path, binary=os.path.abspath(binary),
                   functions=tuple(functions), prototype=raw["prototype"],
@@ -232,7 +250,8 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
                   loops=dict(loops), recursion=dict(recursion), exceedance=exceedance,
                   follow_speed=bool(fit.get("follow_speed", True)),
                   observed_paths=bool(wcet.get("observed_paths", True)),
-                  unreached=unreached)
+                  unreached=unreached, search_budget=int(search.get("budget", 300)),
+                  search_timed=int(search.get("timed", 10)), flow=dict(flow))
 
 
 # --- the inputs module ---------------------------------------------------------------
@@ -282,9 +301,14 @@ def _user_frame(exc: BaseException, module_path: str) -> str:
 
 
 def generate_input(generate: Callable[[InputContext], Any], target: Target, ffi: Any,
-                   function: str, index: int) -> tuple:
-    """Call ``generate`` for one input; the user's exception becomes one InputsError line."""
-    ctx = InputContext(rng=input_rng(target.measure.seed, index), ffi=ffi, index=index,
+                   function: str, index: int, *, rng: Any = None,
+                   ctx_index: int | None = None) -> tuple:
+    """Call ``generate`` for one input; the user's exception becomes one InputsError line.
+
+    ``rng`` and ``ctx_index`` stand in for the input's own generator and number (the
+    worst-case search replays recorded draws, :mod:`wcetfit.search.choices`)."""
+    ctx = InputContext(rng=input_rng(target.measure.seed, index) if rng is None else rng,
+                       ffi=ffi, index=index if ctx_index is None else ctx_index,
                        function=function)
     try:
         args = generate(ctx)

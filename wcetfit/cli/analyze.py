@@ -26,16 +26,32 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.report import check_outputs, emit
     from wcetfit.count.run import run_counts
     from wcetfit.timing.run import run_times
-    from wcetfit.pipeline import analyze_stage, open_session
+    from wcetfit.pipeline import analyze_stage, open_session, stored_measurements
 
     check_outputs(args)
     s = open_session(args.target, fresh=args.fresh, **measure_overrides(args))
     roots = list(s.target.functions)
     with progress_bars() as update:
-        counts = run_counts(s.target, s.store, s.model, roots,
-                            progress=lambda d, t: update("count", d, t))
-        times = run_times(s.target, s.store, s.roots,
-                          progress=lambda d, t: update("time", d, t))
-    analyses = [analyze_stage(s, root, counts[root], times[root]) for root in roots]
+        run_counts(s.target, s.store, s.model, roots, progress=lambda d, t: update("count", d, t))
+        run_times(s.target, s.store, s.roots, progress=lambda d, t: update("time", d, t))
+        _search(s, roots, update)
+    analyses = [analyze_stage(s, root, *stored_measurements(s, root)) for root in roots]
     emit(analyses, args)
     return 0
+
+
+def _search(s, roots, update) -> None:  # type: ignore[no-untyped-def]
+    """The worst-case search step ([search] budget; once per target: a later analyze
+    reuses the inputs it kept, `wcetfit search` searches again)."""
+    from wcetfit.search.engine import SearchOptions
+    from wcetfit.search.store import load_search_rows
+    from wcetfit.search.workflow import run_search
+
+    t = s.target
+    if t.search_budget == 0 or t.search_timed == 0:
+        return
+    for root in roots:
+        if load_search_rows(s.store, root, t.measure.seed) is not None:
+            continue
+        run_search(s, root, SearchOptions(budget=t.search_budget, timed=t.search_timed),
+                   progress=lambda d, n: update("search", d, n))

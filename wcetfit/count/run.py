@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 class _CountWorker:
     """Child-process side of the count run: one instrumented copy per measured function."""
 
-    def __init__(self, target: Target, model: Any, roots: Sequence[str], trace: bool):
+    def __init__(self, target: Target, model: Any, roots: Sequence[str], trace: bool,
+                 inputs: Callable[..., tuple] | None = None):
         from wcetfit.count.instrumented import Counter, InstrumentedCopy
         from wcetfit.loader import load_binary
         from wcetfit.count.relocate import closure
@@ -37,6 +38,9 @@ class _CountWorker:
         self.target = target
         self.harness = build_harness(target.prototype, target.cdef)
         self.generate = load_inputs_module(target)
+        # ``inputs(generate, target, ffi, function, index)`` builds one input's arguments:
+        # generate_input by default, replayed choice sequences for the worst-case search.
+        self.inputs = inputs or generate_input
         binary = load_binary(target.binary)
         self.counters = []
         for root in roots:
@@ -51,12 +55,12 @@ class _CountWorker:
     def run(self, index: int, start: Callable[[str], None]) -> dict[str, Any]:
         out = {}
         for root, counter in self.counters:
-            args = generate_input(self.generate, self.target, self.harness.ffi,
-                                  counter.function, index)
+            args = self.inputs(self.generate, self.target, self.harness.ffi,
+                               counter.function, index)
             pack = self.harness.pack(counter.function, args)
             fresh = None
             if getattr(pack, "unrestored", ()):
-                fresh = self.harness.pack(counter.function, generate_input(
+                fresh = self.harness.pack(counter.function, self.inputs(
                     self.generate, self.target, self.harness.ffi, counter.function, index))
             summary = describe_args(self.harness.ffi, args)
             res = counter.count(index, pack, fresh, start=lambda: start(summary))

@@ -28,7 +28,7 @@ class _TimingWorker:
     """Child-process side of the timing run: the original code, pinned, restored args."""
 
     def __init__(self, target: Target, functions: Sequence[tuple[str, int]], method: str,
-                 repeats: int | None = None):
+                 repeats: int | None = None, inputs: Callable[..., tuple] | None = None):
         from wcetfit.timing import tsc
         from wcetfit.loader import load_binary
         from wcetfit.timing.thunk import build_harness
@@ -38,6 +38,7 @@ class _TimingWorker:
         self.repeats = target.measure.repeats if repeats is None else repeats
         self.harness = build_harness(target.prototype, target.cdef)
         self.generate = load_inputs_module(target)
+        self.inputs = inputs or generate_input     # as in the count run's worker
         binary = load_binary(target.binary)
         self.functions = [(name, prototype_name(self.harness, name), binary.runtime(addr))
                           for name, addr in functions]
@@ -52,7 +53,7 @@ class _TimingWorker:
         out = {}
         m = self.target.measure
         for name, proto, address in self.functions:
-            args = generate_input(self.generate, self.target, self.harness.ffi, name, index)
+            args = self.inputs(self.generate, self.target, self.harness.ffi, name, index)
             pack = self.harness.pack(proto, args)
             start(describe_args(self.harness.ffi, args))
             timed = time_input(self.harness, proto, address, pack, self.repeats, m.warmup,

@@ -1,0 +1,96 @@
+"""[flow] facts and observed loop relations: parsing, resolution, and the hull's truth."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from wcetfit.errors import TargetError
+from wcetfit.wcet.flowfacts import holds, parse_flow_facts
+from wcetfit.wcet.loop_hull import loop_relations, upper_hull_edges
+
+
+class _F:
+    """Stands in for a FunctionModel where only names, addresses, blocks and loops count."""
+
+    def __init__(self, name, address, blocks, loops=()):
+        self.name, self.address = name, address
+        self.block_addresses = tuple(blocks)
+        self.loops = tuple(type("L", (), {"header": h})() for h in loops)
+
+
+FNS = {"f": _F("f", 0x1000, [0x1000, 0x1010, 0x1040, 0x1080], [0x1010, 0x1040]),
+       "g": _F("g", 0x2000, [0x2000, 0x2008])}
+
+
+def test_a_fact_is_read_term_by_term():
+    (fact,) = parse_flow_facts({"len": "16*N(f+0x10) + N(0x1040) - 4 <= 6000 - N(f+0x80)"},
+                               FNS)
+    terms = {(t.kind, t.function, t.address): t.coef for t in fact.terms}
+    assert terms == {("N", "f", 0x1010): 16.0, ("N", "f", 0x1040): 1.0,
+                     ("N", "f", 0x1080): 1.0}
+    assert fact.relation == "<=" and fact.constant == 6004.0
+    assert holds(fact, {("f", 0x1010): 375, ("f", 0x1040): 4}, {})
+    assert not holds(fact, {("f", 0x1010): 375, ("f", 0x1040): 5}, {})
+
+
+def test_activations_and_other_relations():
+    (fact,) = parse_flow_facts({"a": "A(g) >= 2*N(f+0x40)"}, FNS)
+    assert fact.relation == ">=" and fact.constant == 0.0
+    assert holds(fact, {("f", 0x1040): 3}, {"g": 6}) and not holds(fact, {("f", 0x1040): 3},
+                                                                      {"g": 5})
+
+
+@pytest.mark.parametrize("text, says", [
+    ("N(f+0x11) <= 3", "does not start a block of f; nearest blocks"),
+    ("N(h+0x10) <= 3", "no function 'h'"),
+    ("3 <= 4", "names no count"),
+    ("N(f+0x10) < 3", "exactly one of"),
+    ("N(f+0x10) <= 3 <= 4", "exactly one of"),
+    ("N(f+0x10) N(f+0x40) <= 3", "a + or - is missing"),
+    ("N(f+0x10) + ? <= 3", "cannot read"),
+    ("A(h) <= 3", "no function 'h'"),
+    ("N(0x9999) <= 1", "does not start a block"),
+])
+def test_bad_facts_are_one_line_errors(text, says):
+    with pytest.raises(TargetError) as e:
+        parse_flow_facts({"x": text}, FNS)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_fact_must_be_a_string():
+    with pytest.raises(TargetError, match="expected a string"):
+        parse_flow_facts({"x": 3}, FNS)
+
+
+# --- the hull -------------------------------------------------------------------------------
+
+def test_every_hull_edge_lies_above_every_point_and_touches_two():
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        x = rng.integers(0, 30, 40).astype(float)
+        y = rng.integers(0, 30, 40).astype(float)
+        for slope, icpt in upper_hull_edges(x, y):
+            line = icpt + slope * x
+            assert (y <= line + 1e-9).all()
+            assert np.isclose(y, line).sum() >= 2
+
+
+def test_adler_like_loops_get_the_relation_per_loop_bounds_miss():
+    """len ≤ 6000 split into len//16 block iterations and len % 16 remainder ones: the
+    loop bounds alone allow (375, 15); the hull does not."""
+    lens = np.concatenate([np.arange(0, 6001, 37), [5999, 6000, 5998]])
+    x, y = lens // 16, lens % 16
+    counts = np.stack([np.ones_like(lens), x, y, np.ones_like(lens)], axis=1)
+    rels = loop_relations(FNS["f"], counts, FNS["f"].block_addresses)
+    assert rels, "no relation found"
+    # (375, 15) breaks at least one relation; every measured input keeps all of them.
+    assert any(not r.holds({0x1010: 375, 0x1040: 15}) for r in rels)
+    for xi, yi in zip(x, y):
+        assert all(r.holds({0x1010: xi, 0x1040: yi}) for r in rels)
+    # The best the IPET can then do with both loops costed is what an input reaches.
+    best = max(16 * xi + 15 * yi for xi, yi in itertools.product(range(376), range(16))
+               if all(r.holds({0x1010: xi, 0x1040: yi}) for r in rels))
+    assert best == max(16 * a + 15 * b for a, b in zip(x, y))

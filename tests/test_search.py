@@ -1,0 +1,211 @@
+"""The worst-case search: choice sequences, mutations, and a search with a known answer.
+
+Truth: replaying a recorded choice sequence must give byte-identical arguments (checked
+on every sample's own ``generate``); a normalised mutated sequence must replay exactly
+too and keep every draw inside the range its call allowed; and on a small C function
+whose slowest input is known (the most bytes above 200 in the longest buffer) the search
+must find that input, where random generation with the same budget does not.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wcetfit.search.choices import ChoiceRng, ChoiceSequence
+from wcetfit.search.mutate import crossover, mutate
+from wcetfit.search.store import sequence_from_json, sequence_to_json
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ["adpcm", "crc", "isort", "bsearch", "fir", "matmul", "statemachine", "chain"]
+
+
+def _args_bytes(ffi, args) -> list:
+    out = []
+    for a in args:
+        if isinstance(a, (int, float)):
+            out.append(a)
+        else:
+            out.append(bytes(ffi.buffer(a)))
+    return out
+
+
+def _sample(name: str):
+    from wcetfit.search.candidates import Normaliser
+    from wcetfit.target import load_target
+
+    target = load_target(str(ROOT / "samples" / name))
+    if not os.path.exists(target.binary):
+        pytest.skip(f"{target.binary} not built (make samples)")
+    return target, Normaliser(target, target.functions[0])
+
+
+def _replay(norm, seq: ChoiceSequence) -> list:
+    from wcetfit.search.candidates import Replay
+
+    args = Replay({0: seq})(norm._generate, norm.target, norm._ffi, norm.function, 0)
+    return _args_bytes(norm._ffi, args)
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_a_recorded_input_replays_exactly(name):
+    from wcetfit.target import generate_input
+
+    target, norm = _sample(name)
+    for index in (0, 3, 9):
+        seq = norm.record(index)
+        direct = generate_input(norm._generate, target, norm._ffi, norm.function, index)
+        assert _replay(norm, seq) == _args_bytes(norm._ffi, direct)
+
+
+@pytest.mark.parametrize("name", ["crc", "isort", "bsearch", "statemachine", "adpcm"])
+def test_mutated_sequences_replay_exactly_and_stay_in_range(name):
+    _target, norm = _sample(name)
+    rng = np.random.default_rng(7)
+    parents = [norm.record(i) for i in range(6)]
+    changed = 0
+    for k in range(60):
+        a = parents[k % len(parents)]
+        cand = mutate(crossover(a, parents[(k + 1) % len(parents)], rng) if k % 3 == 0 else a,
+                      rng)
+        seq = norm.normalise(cand)
+        assert seq is not None
+        changed += _replay(norm, seq) != _replay(norm, a)
+        again = norm.normalise(seq)            # normalised: a fixed point of replaying
+        assert _replay(norm, again) == _replay(norm, seq)
+        for c in seq.choices:
+            if c.bounds is not None:
+                low, high, integral = c.bounds
+                v = np.asarray(c.value, dtype=np.float64)
+                assert (v >= low).all() and (v <= high).all(), (c.method, c.bounds)
+                if integral:
+                    assert (v == np.rint(v)).all()
+    assert changed >= 40, f"only {changed} of 60 mutations changed the input"
+
+
+def test_choice_sequences_survive_json():
+    rng = ChoiceRng(np.random.default_rng([1, 2]))
+    rng.integers(0, 10)
+    rng.integers(0, 256, 5, dtype=np.uint8)
+    rng.bytes(7)
+    rng.uniform(-1.0, 1.0)
+    rng.random(3)
+    rng.choice([1, 2, 3])
+    seq = ChoiceSequence(4, tuple(rng.recorded))
+    back = sequence_from_json(sequence_to_json(seq))
+    assert back.index == 4 and len(back.choices) == len(seq.choices)
+    for a, b in zip(seq.choices, back.choices):
+        assert a.method == b.method and a.bounds == b.bounds
+        assert type(a.value) is type(b.value)
+        assert np.array_equal(np.asarray(a.value), np.asarray(b.value)) \
+            if not isinstance(a.value, bytes) else a.value == b.value
+
+
+# --- a function whose slowest input is known --------------------------------------------
+
+HEAVY_C = r"""
+int heavy(const unsigned char *b, int n) {
+    int acc = 0;
+    for (int i = 0; i < n; i++) {
+        if (b[i] > 200) {
+            for (int j = 0; j < 16; j++)
+                acc = acc * 31 + b[i] + j;
+        } else {
+            acc += b[i];
+        }
+    }
+    return acc;
+}
+"""
+
+HEAVY_INPUTS = """
+import numpy as np
+
+def generate(ctx):
+    n = int(ctx.rng.integers(0, 65))
+    b = ctx.rng.integers(0, 256, max(n, 1))
+    return (ctx.ffi.new("unsigned char[]", b.tolist()), n)
+"""
+
+
+@pytest.fixture(scope="module")
+def heavy_target(tmp_path_factory):
+    d = tmp_path_factory.mktemp("heavy")
+    (d / "heavy.c").write_text(HEAVY_C)
+    # -O1 keeps the inner loop a loop: its block runs 16 times per heavy byte.
+    subprocess.run(["gcc", "-O1", "-fno-unroll-loops", "-shared", "-fPIC", "-o",
+                    str(d / "libheavy.so"), str(d / "heavy.c")], check=True)
+    (d / "inputs.py").write_text(HEAVY_INPUTS)
+    (d / "wcetfit.toml").write_text(textwrap.dedent("""
+        binary = "libheavy.so"
+        functions = ["heavy"]
+        prototype = "int heavy(const unsigned char *b, int n);"
+        inputs = "inputs.py"
+        [measure]
+        inputs = 60
+        repeats = 3
+        [search]
+        budget = 0
+    """))
+    return d
+
+
+def _heavy_bytes(norm, seq) -> int:
+    """How many bytes of the candidate's buffer (within n) are above 200: the truth."""
+    from wcetfit.search.candidates import Replay
+
+    buf, n = Replay({0: seq})(norm._generate, norm.target, norm._ffi, norm.function, 0)
+    return int(sum(buf[i] > 200 for i in range(n)))
+
+
+@pytest.mark.slow
+def test_search_finds_the_known_slowest_input(heavy_target):
+    from wcetfit.count.run import run_counts
+    from wcetfit.pipeline import open_session
+    from wcetfit.search.candidates import Normaliser
+    from wcetfit.search.engine import SearchOptions
+    from wcetfit.search.store import load_search_rows
+    from wcetfit.search.workflow import run_search
+    from wcetfit.timing.run import run_times
+
+    s = open_session(str(heavy_target))
+    run_counts(s.target, s.store, s.model, ["heavy"])
+    run_times(s.target, s.store, s.roots)
+    norm = Normaliser(s.target, "heavy")
+    measured_best = max(_heavy_bytes(norm, norm.record(i)) for i in range(60))
+
+    found = run_search(s, "heavy", SearchOptions(budget=300, timed=4))
+    rnd = run_search(s, "heavy", SearchOptions(budget=300, timed=4, strategy="random"),
+                     keep=False)
+    best_found = max(_heavy_bytes(norm, c.sequence) for c in found.outcome.best)
+    best_random = max(_heavy_bytes(norm, c.sequence) for c in rnd.outcome.best)
+    print(f"heavy bytes: measured {measured_best}, search {best_found}, random {best_random}; "
+          f"predicted {found.outcome.best[0].predicted_ticks:.0f} vs {rnd.outcome.best[0].predicted_ticks:.0f} ticks")
+    # The slowest input has all 64 bytes above 200; random inputs have about 13 of n.
+    assert best_found == 64
+    assert best_random < 64 and measured_best < 64
+    assert found.outcome.best[0].predicted_ticks > rnd.outcome.best[0].predicted_ticks
+    # The timed candidates are kept as inputs of the store and join the fit's rows.
+    rows = load_search_rows(s.store, "heavy", s.target.measure.seed)
+    assert rows is not None and len(rows.indices) == len(found.timed_indices) > 0
+    from wcetfit.pipeline import stored_measurements
+    counts, times = stored_measurements(s, "heavy")
+    assert set(rows.indices.tolist()) <= set(counts.indices.tolist())
+    assert set(rows.indices.tolist()) <= set(times.indices.tolist())
+    # Each kept candidate regenerates from the store to the input that was counted.
+    for k, seq in zip(rows.indices, rows.sequences):
+        again = norm.normalise(seq)
+        assert _replay(norm, again) == _replay(norm, seq)
+
+
+def test_search_command_refuses_bad_budget(heavy_target):
+    import sys
+    r = subprocess.run([sys.executable, "-m", "wcetfit", "search", str(heavy_target),
+                        "--budget", "0"], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.startswith("error:") and r.stderr.count("\n") == 1

@@ -1,0 +1,107 @@
+"""`wcetfit search`: look for the slowest inputs with the fitted model, time the best."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "search", help="search inputs the model predicts to be slow; time and keep the best",
+        description="Mutate the draws generate(ctx) takes from ctx.rng (starting from the "
+                    "slowest measured inputs), count each candidate natively, score it by "
+                    "the fitted model's predicted time, then time the best candidates and "
+                    "keep them as inputs of the store: the fit, the WCET and the report "
+                    "use them from then on.  Needs counts and times (`wcetfit analyze`).")
+    p.add_argument("target", metavar="TARGET_DIR", help="folder holding wcetfit.toml")
+    p.add_argument("--budget", type=int, default=500, metavar="N",
+                   help="candidates to count (default 500)")
+    p.add_argument("--timed", type=int, default=10, metavar="K",
+                   help="best candidates to time and keep (default 10)")
+    p.add_argument("--random", action="store_true",
+                   help="spend the budget on fresh inputs of generate instead (the "
+                        "reference the search is measured against); nothing is kept")
+    p.add_argument("--function", metavar="NAME", help="only this measured function")
+    p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' = stdout)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from wcetfit.cli.common import check_output_path, write_json
+    from wcetfit.cli.progress import progress_bars
+    from wcetfit.errors import TargetError
+    from wcetfit.pipeline import open_session
+    from wcetfit.search.engine import SearchOptions
+    from wcetfit.search.workflow import run_search
+
+    if args.budget < 1 or args.timed < 0:
+        raise TargetError("--budget must be at least 1 and --timed at least 0")
+    check_output_path(args.json)
+    s = open_session(args.target)
+    roots = [args.function] if args.function else list(s.target.functions)
+    unknown = [r for r in roots if r not in s.target.functions]
+    if unknown:
+        raise TargetError(f"{unknown[0]} is not a measured function of {args.target} "
+                          f"(those are: {', '.join(s.target.functions)})")
+    options = SearchOptions(budget=args.budget, timed=args.timed,
+                            strategy="random" if args.random else "mutate")
+    out = sys.stdout if args.json != "-" else sys.stderr
+    reports = {}
+    with progress_bars() as update:
+        for root in roots:
+            reports[root] = run_search(s, root, options, keep=not args.random,
+                                       progress=lambda d, t: update("search", d, t))
+    for root, rep in reports.items():
+        _summary(out, root, rep, kept=not args.random)
+    write_json(args.json, {"schema": "wcetfit.search/1",
+                           "functions": [search_json(root, rep) for root, rep in reports.items()]})
+    return 0
+
+
+def _summary(out: Any, root: str, rep: Any, *, kept: bool) -> None:
+    from wcetfit.timing.tsc import ticks_to_ns
+
+    o, hz = rep.outcome, rep.tsc_hz
+    best = o.best[0].predicted_ticks if o.best else float("nan")
+    new = sum(c.new_blocks > 0 for c in o.best)
+    out.write(f"{root}: {o.counted} candidates counted ({o.strategy}), {o.rejected} rejected "
+              f"by generate(), {len(o.failures)} crashed or hung\n")
+    out.write(f"  predicted: best candidate {best:,.0f} ticks ({ticks_to_ns(best, hz):,.0f} ns)"
+              f" vs {o.start_predicted_ticks:,.0f} ticks for the slowest measured input\n")
+    found = rep.found_max_ticks
+    out.write(f"  measured:  {len(rep.timed_indices)} candidates timed, slowest median "
+              f"{found:,.0f} ticks ({ticks_to_ns(found, hz):,.0f} ns) vs "
+              f"{rep.measured_max_ticks:,.0f} ticks ({ticks_to_ns(rep.measured_max_ticks, hz):,.0f}"
+              f" ns) for the slowest measured input\n")
+    if new:
+        out.write(f"  {new} of the best candidates reach blocks no measured input ran\n")
+    for f in o.failures[:5]:
+        out.write(f"  failed: {f.describe()}\n")
+    out.write("  kept as inputs of the store\n" if kept and len(rep.timed_indices)
+              else "  nothing kept\n")
+
+
+def search_json(root: str, rep: Any) -> dict[str, Any]:
+    from wcetfit.timing.tsc import ticks_to_ns
+
+    o, hz = rep.outcome, rep.tsc_hz
+    return {"function": root, "strategy": o.strategy, "counted": o.counted,
+            "rejected": o.rejected,
+            "failures": [{"index": f.index, "kind": f.kind, "message": f.message,
+                          "arguments": f.arguments} for f in o.failures],
+            "start_predicted_ticks": o.start_predicted_ticks,
+            "best_predicted_ticks": [c.predicted_ticks for c in o.best],
+            "history_predicted_ticks": list(o.history),
+            "timed": [{"index": int(k), "predicted_ticks": float(p),
+                       "median_ticks": float(_nanmedian(t)),
+                       "median_ns": ticks_to_ns(float(_nanmedian(t)), hz)}
+                      for k, t, p in zip(rep.timed_indices, rep.timed_ticks, rep.timed_predicted)],
+            "measured_max_ticks": rep.measured_max_ticks,
+            "found_max_ticks": rep.found_max_ticks}
+
+
+def _nanmedian(row: Any) -> float:
+    import numpy as np
+    return float(np.nanmedian(row)) if np.isfinite(row).any() else float("nan")

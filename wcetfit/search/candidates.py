@@ -1,0 +1,167 @@
+"""Candidates of the search: made valid, counted natively, timed — each in a child.
+
+A candidate is a choice sequence (:mod:`wcetfit.search.choices`).  Before it is counted
+it is *normalised* here, in the analyzer's process: ``generate`` runs on it once with a
+recording generator, so what is kept is the record of the draws it really took (clipped
+to their ranges, fresh where the shape changed), which replays to the same input exactly.
+A ``generate`` that raises on a candidate rejects that candidate only.
+
+Counting and timing reuse the count run's and the timing run's workers
+(:mod:`wcetfit.count.run`, :mod:`wcetfit.timing.run`) with the candidates' replayed draws
+in place of the inputs' own generators, in child processes (:mod:`wcetfit.isolate`): a
+candidate that crashes or hangs the function is reported with its arguments and the
+search goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from wcetfit.errors import InputsError
+from wcetfit.isolate import InputFailure, run_isolated
+from wcetfit.search.choices import ChoiceRng, ChoiceSequence
+from wcetfit.target import Target, generate_input, input_rng
+
+log = logging.getLogger(__name__)
+
+# Candidates are stored under input numbers from here on, far above any generated input,
+# so that they never collide with ``generate``'s own inputs 0, 1, 2, …
+SEARCH_BASE = 1 << 40
+
+
+class Replay:
+    """``inputs(generate, target, ffi, function, index)`` for the workers: the input of a
+    candidate number is its choice sequence replayed."""
+
+    def __init__(self, sequences: Mapping[int, ChoiceSequence]):
+        self.sequences = dict(sequences)
+
+    def __call__(self, generate: Callable, target: Target, ffi: Any, function: str,
+                 index: int) -> tuple:
+        seq = self.sequences[index]
+        rng = ChoiceRng(input_rng(target.measure.seed, seq.index), seq.choices)
+        return generate_input(generate, target, ffi, function, index, rng=rng,
+                              ctx_index=seq.index)
+
+
+@dataclass
+class Normaliser:
+    """Runs ``generate`` in this process to record (or re-record) choice sequences."""
+
+    target: Target
+    function: str
+
+    def __post_init__(self) -> None:
+        from wcetfit.target import load_inputs_module
+        from wcetfit.timing.thunk import build_harness
+
+        self._ffi = build_harness(self.target.prototype, self.target.cdef).ffi
+        self._generate = load_inputs_module(self.target)
+
+    def record(self, index: int) -> ChoiceSequence:
+        """The draws of the target's own input ``index``."""
+        return self.normalise(ChoiceSequence(index, ()))
+
+    def normalise(self, seq: ChoiceSequence) -> ChoiceSequence | None:
+        """The effective draws of ``seq`` (None when ``generate`` rejects it)."""
+        rng = ChoiceRng(input_rng(self.target.measure.seed, seq.index), seq.choices)
+        try:
+            generate_input(self._generate, self.target, self._ffi, self.function, seq.index,
+                           rng=rng, ctx_index=seq.index)
+        except InputsError as exc:
+            log.debug("candidate rejected by generate(): %s", exc)
+            return None
+        return ChoiceSequence(seq.index, tuple(rng.recorded))
+
+
+def count_candidates(target: Target, model: Any, root: str,
+                     sequences: Mapping[int, ChoiceSequence]
+                     ) -> tuple[dict[int, dict[str, np.ndarray]], list[InputFailure]]:
+    """Block counts (function name → counts in its model's block order) per candidate."""
+    from wcetfit.count.run import _CountWorker
+
+    out: dict[int, dict[str, np.ndarray]] = {}
+    failures: list[InputFailure] = []
+
+    def on_result(key: int, result: dict[str, Any]) -> None:
+        counts, _trace = result[root]
+        out[key] = counts
+
+    replay = Replay(sequences)
+    run = run_isolated(lambda: _CountWorker(target, model, [root], False, inputs=replay),
+                       sorted(sequences), timeout=3 * target.measure.timeout,
+                       on_result=on_result, on_failure=failures.append)
+    if run.interrupted:
+        raise KeyboardInterrupt
+    return out, failures
+
+
+def time_candidates(target: Target, root: str, address: int, method: str,
+                    sequences: Mapping[int, ChoiceSequence], repeats: int
+                    ) -> tuple[np.ndarray, np.ndarray, list[InputFailure]]:
+    """(keys, ticks[candidate, repeat], failures): timed in passes like the timing run
+    (:func:`wcetfit.timing.run.run_times`), so a slow period of the machine hits single
+    repeats of many candidates rather than every repeat of one."""
+    from wcetfit.timing.run import _TimingWorker
+
+    keys = np.array(sorted(sequences), dtype=np.int64)
+    pos = {int(k): i for i, k in enumerate(keys)}
+    ticks = np.full((len(keys), repeats), np.nan)
+    failures: list[InputFailure] = []
+    failed: set[int] = set()
+    replay = Replay(sequences)
+    m = target.measure
+    for r in range(repeats):
+        def on_result(key: int, result: dict[str, tuple[np.ndarray, int]], r: int = r) -> None:
+            row, migrated = result[root]
+            if not migrated:
+                ticks[pos[key], r] = row[0]
+
+        def on_failure(f: InputFailure) -> None:
+            failures.append(f)
+            failed.add(f.index)
+
+        todo = [int(k) for k in keys if int(k) not in failed]
+        run = run_isolated(lambda: _TimingWorker(target, [(root, address)], method, repeats=1,
+                                                 inputs=replay),
+                           todo, timeout=m.timeout * (m.warmup + 2), on_result=on_result,
+                           on_failure=on_failure)
+        if run.interrupted:
+            raise KeyboardInterrupt
+    return keys, ticks, failures
+
+
+def column_vector(columns: Sequence[tuple[str, int]], blocks_of: Mapping[str, Sequence[int]],
+                  counts: Mapping[str, np.ndarray]) -> np.ndarray:
+    """One candidate's counts in the fit's column order ((function, block) pairs)."""
+    where = {(fn, a): i for fn, blocks in blocks_of.items() for i, a in enumerate(blocks)}
+    vec = np.zeros(len(columns), dtype=np.int64)
+    for c, (fn, a) in enumerate(columns):
+        if fn in counts:
+            vec[c] = counts[fn][where[(fn, a)]]
+    return vec
+
+
+def describe_input(target: Target, function: str, index: int,
+                   sequences: Mapping[int, ChoiceSequence] | None = None) -> str | None:
+    """A short summary of input ``index``'s arguments (a searched input's from its stored
+    draws), or None when ``generate`` cannot rebuild it here."""
+    from wcetfit.errors import WcetfitError
+    from wcetfit.target import describe_args, load_inputs_module
+    from wcetfit.timing.thunk import build_harness
+
+    try:
+        ffi = build_harness(target.prototype, target.cdef).ffi
+        generate = load_inputs_module(target)
+        if sequences and index in sequences:
+            args = Replay(sequences)(generate, target, ffi, function, index)
+        else:
+            args = generate_input(generate, target, ffi, function, index)
+        return describe_args(ffi, args)
+    except WcetfitError as exc:
+        log.info("input %d: arguments not described: %s", index, exc)
+        return None

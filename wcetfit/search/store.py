@@ -1,0 +1,155 @@
+"""Searched inputs in the target's store, and their rows joined to the fit's.
+
+The search keeps the candidates it timed as ``search-<function>-s<seed>`` in the store:
+their choice sequences (so any later run regenerates the same arguments), their block
+counts and their ticks.  :func:`with_search_rows` appends them to the ordinary inputs'
+counts and times, under input numbers from :data:`~wcetfit.search.candidates.SEARCH_BASE`
+on, so the fit, the WCET and the report see them as inputs like the others.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from wcetfit.measurements import CountSet, FunctionCounts, TimeSet
+from wcetfit.search.choices import Choice, ChoiceSequence
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SearchRows:
+    """Candidates kept by the search, with their counts and ticks."""
+
+    function: str
+    seed: int
+    method: str
+    tsc_hz: float
+    indices: np.ndarray                       # SEARCH_BASE + k
+    sequences: tuple[ChoiceSequence, ...]     # one per index
+    functions: tuple[FunctionCounts, ...]     # counts per function, rows = indices
+    ticks: np.ndarray                         # [indices, repeats]
+    predicted_ticks: np.ndarray               # the model's prediction when it was kept
+
+
+def search_name(function: str, seed: int) -> str:
+    safe = "".join(c if c.isalnum() or c in "_." else "_" for c in function)
+    return f"search-{safe}-s{seed}"
+
+
+# --- choice sequences as JSON --------------------------------------------------------------
+
+def _value_to_json(v: Any) -> dict[str, Any]:
+    if isinstance(v, (bytes, bytearray)):
+        return {"bytes": base64.b64encode(bytes(v)).decode("ascii")}
+    if isinstance(v, np.ndarray):
+        return {"array": base64.b64encode(np.ascontiguousarray(v).tobytes()).decode("ascii"),
+                "dtype": v.dtype.str, "shape": list(v.shape)}
+    if isinstance(v, (bool, np.bool_)):
+        return {"bool": bool(v)}
+    if isinstance(v, (int, np.integer)):
+        return {"int": int(v), "numpy": isinstance(v, np.integer)}
+    return {"float": float(v), "numpy": isinstance(v, np.floating)}
+
+
+def _value_from_json(d: dict[str, Any]) -> Any:
+    if "bytes" in d:
+        return base64.b64decode(d["bytes"])
+    if "array" in d:
+        raw = base64.b64decode(d["array"])
+        return np.frombuffer(raw, dtype=np.dtype(d["dtype"])).reshape(d["shape"]).copy()
+    if "bool" in d:
+        return bool(d["bool"])
+    if "int" in d:
+        return np.int64(d["int"]) if d.get("numpy") else int(d["int"])
+    return np.float64(d["float"]) if d.get("numpy") else float(d["float"])
+
+
+def sequence_to_json(seq: ChoiceSequence) -> dict[str, Any]:
+    return {"index": seq.index,
+            "choices": [{"method": c.method, "value": _value_to_json(c.value),
+                         "bounds": list(c.bounds) if c.bounds else None}
+                        for c in seq.choices]}
+
+
+def sequence_from_json(d: dict[str, Any]) -> ChoiceSequence:
+    return ChoiceSequence(int(d["index"]), tuple(
+        Choice(c["method"], _value_from_json(c["value"]),
+               tuple(c["bounds"]) if c["bounds"] else None) for c in d["choices"]))
+
+
+# --- the store ------------------------------------------------------------------------------
+
+def save_search_rows(store: Any, rows: SearchRows) -> None:
+    meta = {"kind": "search", "function": rows.function, "seed": rows.seed,
+            "method": rows.method, "tsc_hz": rows.tsc_hz,
+            "functions": [{"name": fc.name, "address": hex(fc.address)}
+                          for fc in rows.functions],
+            "sequences": [sequence_to_json(s) for s in rows.sequences]}
+    arrays = {"indices": rows.indices, "ticks": rows.ticks,
+              "predicted": rows.predicted_ticks}
+    for i, fc in enumerate(rows.functions):
+        arrays[f"blocks{i}"] = np.asarray(fc.blocks, dtype=np.uint64)
+        arrays[f"counts{i}"] = fc.counts
+    store.save(search_name(rows.function, rows.seed), meta, arrays)
+
+
+def load_search_rows(store: Any, function: str, seed: int) -> SearchRows | None:
+    got = store.load(search_name(function, seed), machine=True)
+    if got is None:
+        return None
+    meta, arrays = got
+    fcs = tuple(FunctionCounts(f["name"], int(f["address"], 16),
+                               tuple(int(a) for a in arrays[f"blocks{i}"]), arrays[f"counts{i}"])
+                for i, f in enumerate(meta["functions"]))
+    return SearchRows(meta["function"], int(meta["seed"]), meta["method"], float(meta["tsc_hz"]),
+                      arrays["indices"], tuple(sequence_from_json(s) for s in meta["sequences"]),
+                      fcs, arrays["ticks"], arrays["predicted"])
+
+
+def merge_rows(old: SearchRows | None, new: SearchRows) -> SearchRows:
+    """``old``'s candidates and ``new``'s in one (numbers of ``new`` follow ``old``'s)."""
+    if old is None or old.method != new.method or old.ticks.shape[1] != new.ticks.shape[1] \
+            or [f.blocks for f in old.functions] != [f.blocks for f in new.functions]:
+        return new
+    fcs = tuple(FunctionCounts(a.name, a.address, a.blocks, np.vstack([a.counts, b.counts]))
+                for a, b in zip(old.functions, new.functions))
+    return replace(new, indices=np.concatenate([old.indices, new.indices]),
+                   sequences=old.sequences + new.sequences, functions=fcs,
+                   ticks=np.vstack([old.ticks, new.ticks]),
+                   predicted_ticks=np.concatenate([old.predicted_ticks, new.predicted_ticks]))
+
+
+def with_search_rows(counts: CountSet, times: TimeSet, rows: SearchRows | None
+                     ) -> tuple[CountSet, TimeSet]:
+    """The measured inputs' counts and times with the searched inputs' rows appended
+    (unchanged when there are none, or when they were timed otherwise: another method,
+    another number of repeats, or counted on another block layout)."""
+    if rows is None or len(rows.indices) == 0:
+        return counts, times
+    if rows.method != times.method or rows.ticks.shape[1] != times.ticks.shape[1]:
+        log.info("searched inputs of %s were timed with %s × %d, not %s × %d: left out",
+                 rows.function, rows.method, rows.ticks.shape[1], times.method,
+                 times.ticks.shape[1])
+        return counts, times
+    if [(f.name, f.blocks) for f in rows.functions] != \
+            [(f.name, f.blocks) for f in counts.functions]:
+        log.warning("%s: counted on another block layout than the stored counts: left "
+                    "out (run `wcetfit search` again)", search_name(rows.function, rows.seed))
+        return counts, times
+    fcs = tuple(FunctionCounts(a.name, a.address, a.blocks, np.vstack([a.counts, b.counts]))
+                for a, b in zip(counts.functions, rows.functions))
+    counts = replace(counts, indices=np.concatenate([counts.indices, rows.indices]),
+                     functions=fcs)
+    done = times.done if times.done is not None else np.isfinite(times.ticks)
+    times = replace(times, indices=np.concatenate([times.indices, rows.indices]),
+                    ticks=np.vstack([times.ticks, rows.ticks]),
+                    done=np.vstack([done, np.isfinite(rows.ticks)]))
+    return counts, times
+
+

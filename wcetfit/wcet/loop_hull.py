@@ -1,0 +1,88 @@
+"""Observed relations between the loops of one function: the upper hull of their counts.
+
+Per-loop bounds let the worst path run every loop of a function at its own maximum at
+once, though no input can: zlib's ``adler32_z`` runs its 16-byte block loop ``len/16``
+times and its remainder loop ``len % 16`` times, so with ``len`` ≤ 6,000 the two maxima
+(374 and 15) never meet — the IPET took both, 1.97× the slowest call.  For every pair of
+loops of a function (siblings or nested), the inputs' pairs of header counts (x, y) lie
+under the upper convex hull of those points; each edge of that hull is a line
+``y ≤ a + b·x`` above every input, and together they keep the worst path where the inputs
+were (for adler32_z: y ≤ 15·(375 − x) near the longest inputs).
+
+Like observed loop bounds and path envelopes, these are facts about the inputs, not about
+the program: the ones that bind the worst path are listed, and ``[wcet] observed_paths =
+false`` drops them with the envelopes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Sequence
+
+import numpy as np
+
+from wcetfit.model import FunctionModel
+from wcetfit.wcet.envelope import CountEnvelope
+
+log = logging.getLogger(__name__)
+
+# Pairs grow with the square of a function's loops; past this many loops only pairs of
+# loops whose counts both vary are related (the others add nothing a bound does not).
+MAX_LOOPS = 40
+
+
+def upper_hull_edges(x: np.ndarray, y: np.ndarray) -> list[tuple[float, float]]:
+    """(slope, intercept) of every non-vertical edge of the upper convex hull of the points
+    (x_i, y_i): each line lies on or above every point."""
+    pts = sorted(set(zip(np.asarray(x, float).tolist(), np.asarray(y, float).tolist())))
+    # per x only the highest point matters
+    top: dict[float, float] = {}
+    for px, py in pts:
+        top[px] = max(py, top.get(px, -np.inf))
+    pts = sorted(top.items())
+    hull: list[tuple[float, float]] = []
+    for p in pts:            # Andrew's monotone chain, upper part
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (x2 - x1) * (p[1] - y1) - (y2 - y1) * (p[0] - x1) >= 0:
+                hull.pop()
+            else:
+                break
+        hull.append(p)
+    out = []
+    for (x1, y1), (x2, y2) in zip(hull, hull[1:]):
+        slope = (y2 - y1) / (x2 - x1)
+        out.append((slope, y1 - slope * x1))
+    return out
+
+
+def loop_relations(fn: FunctionModel, counts: np.ndarray, addresses: Sequence[int], *,
+                   min_inputs: int = 5) -> tuple[CountEnvelope, ...]:
+    """Hull edges between the header counts of every pair of ``fn``'s loops, as
+    envelopes ``N(y) ≤ intercept + slope·N(x)``; only those that cut below both loops'
+    observed maxima (an edge that does not is implied by the loop bounds)."""
+    col = {a: i for i, a in enumerate(addresses)}
+    headers = [lp.header for lp in fn.loops if lp.header in col]
+    if len(headers) < 2:
+        return ()
+    counts = np.asarray(counts, dtype=float)
+    varying = [h for h in headers if np.ptp(counts[:, col[h]]) > 0]
+    if len(headers) > MAX_LOOPS:
+        headers = varying
+    out: list[CountEnvelope] = []
+    for hx, hy in itertools.permutations(headers, 2):
+        x, y = counts[:, col[hx]], counts[:, col[hy]]
+        entered = (x > 0) | (y > 0)
+        if entered.sum() < min_inputs or np.ptp(x) == 0:
+            continue
+        xmax, ymax = x.max(), y.max()
+        for slope, intercept in upper_hull_edges(x, y):
+            if slope >= 0:
+                continue          # rising edges: y's own bound and the envelopes hold them
+            # The edge matters only where it lies below y's maximum within x's range.
+            if intercept + slope * xmax >= ymax:
+                continue
+            out.append(CountEnvelope((hy,), hx, float(slope), float(intercept)))
+    log.debug("%s: %d loop relations", fn.name, len(out))
+    return tuple(out)

@@ -94,3 +94,49 @@ def test_adler_like_loops_get_the_relation_per_loop_bounds_miss():
     best = max(16 * xi + 15 * yi for xi, yi in itertools.product(range(376), range(16))
                if all(r.holds({0x1010: xi, 0x1040: yi}) for r in rels))
     assert best == max(16 * a + 15 * b for a, b in zip(x, y))
+
+
+# --- in the IPET ----------------------------------------------------------------------------
+
+def _two_loops():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_wcet import make_fn
+    fn = make_fn("f", 0x1000, 6, [(0, 1), (1, 2), (2, 1), (1, 3), (3, 4), (4, 3), (3, 5)],
+                 [5], loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1),
+                             (3, [3, 4], [(4, 3)], [(1, 3)], None, 1)])
+    lens = np.concatenate([np.arange(0, 6001, 13), [5999, 6000]])
+    x, y = lens // 16, lens % 16
+    counts = np.stack([np.ones_like(x), x + 1, x, y + 1, y, np.ones_like(x)], axis=1)
+    columns = [("f", b.address) for b in fn.blocks]
+    costs = {"f": {fn.blocks[2].address: 16.0, fn.blocks[4].address: 1.0}}
+    for b in fn.blocks:
+        costs["f"].setdefault(b.address, 0.0)
+    return fn, counts, columns, costs
+
+
+@pytest.mark.parametrize("observed_paths, flow, expected", [
+    (False, {}, 375 * 16 + 15),         # each loop at its own maximum: no input does that
+    (True, {}, 6000),                   # the observed loop relation keeps to the inputs
+    (False, {"len": "16*N(f+0x20) + N(f+0x40) <= 6000"}, 6000),   # the user's fact does
+])
+def test_loop_relations_and_flow_facts_bound_sibling_loops(observed_paths, flow, expected):
+    from wcetfit.wcet.analyze import analyze_wcet
+
+    fn, counts, columns, costs = _two_loops()
+    res = analyze_wcet({"f": fn}, "f", costs, counts, columns, use_relations=False,
+                       observed_paths=observed_paths, flow_facts=flow)
+    assert res.bound_ticks == pytest.approx(expected)
+    if flow:
+        assert any("[flow]" in w for w in res.warnings)
+
+
+def test_a_flow_fact_an_input_breaks_is_said():
+    from wcetfit.wcet.analyze import analyze_wcet
+
+    fn, counts, columns, costs = _two_loops()
+    res = analyze_wcet({"f": fn}, "f", costs, counts, columns, use_relations=False,
+                       observed_paths=False, flow_facts={"len": "16*N(f+0x20) <= 4000"})
+    assert res.bound_ticks < 6000
+    assert any("does not cover that input" in w for w in res.warnings)

@@ -115,6 +115,7 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
                               recursion=session.target.recursion, entry_cost=fi.entry_cost,
                               cov=fi.cov, cov_index=fi.cov_index, z=fi.z,
                               observed_paths=session.target.observed_paths,
+                              flow_facts=session.target.flow,
                               unreached=session.target.unreached)
     except WcetError as exc:
         log.warning("%s: no WCET bound: %s", root, exc)

@@ -92,12 +92,15 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                  cov_index: Sequence[tuple[str, int] | str] | None = None,
                  z: float = Z95, use_relations: bool = True,
                  observed_paths: bool = True,
-                 unreached: str = "observed") -> WcetResult:
+                 unreached: str = "observed",
+                 flow_facts: Mapping[str, str] = {}) -> WcetResult:
     """The WCET of ``root`` from the pipeline's data: observed loop bounds from ``counts``
     (columns named by (function, address)), replaced by the target file's [loops] facts
     where given, then :func:`wcet_bound`.  ``recursion`` is the target's [recursion].
     ``observed_paths``: also keep the root's loops within the path envelopes the inputs
     showed (:mod:`wcetfit.wcet.envelope`; the target's ``[wcet] observed_paths``).
+    ``flow_facts``: the target's ``[flow]`` (:mod:`wcetfit.wcet.flowfacts`), constraints on
+    the root's block counts per call.
     ``unreached``: the target's ``[wcet] unreached``: "observed" leaves the blocks no input
     executed out of the worst path (listed first among the warnings, and in
     ``WcetResult.unreached``); "require" bounds them like the rest (their loops need
@@ -106,6 +109,8 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
         raise WcetError(f"unreached policy must be \"observed\" or \"require\", not "
                         f"{unreached!r}")
     facts = parse_loop_facts(loop_facts, functions)
+    from wcetfit.wcet.flowfacts import parse_flow_facts, root_constraints
+    user_facts = root_constraints(parse_flow_facts(flow_facts, functions), functions[root])
     names = call_graph(functions, root)
     observed: dict[str, dict[int, LoopBound]] = {}
     cols = list(columns)
@@ -165,15 +170,23 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
     envelopes: tuple[Any, ...] = ()
     if idx and observed_paths:
         from wcetfit.wcet.envelope import observed_envelopes
-        envelopes = observed_envelopes(functions[root], np.asarray(counts)[:, idx],
-                                       [cols[j][1] for j in idx])
+        from wcetfit.wcet.loop_hull import loop_relations
+        addrs = [cols[j][1] for j in idx]
+        envelopes = observed_envelopes(functions[root], np.asarray(counts)[:, idx], addrs) \
+            + loop_relations(functions[root], np.asarray(counts)[:, idx], addrs)
     result = wcet_bound(functions, root, costs, bounds, recursion, entry_cost=entry_cost,
                         cov=cov, cov_index=cov_index, z=z, relations=relations,
-                        envelopes=envelopes,
+                        envelopes=envelopes, facts=user_facts,
                         block_bounds=block_max, activation_bounds=activations,
                         total_bounds=totals, unreached=unreached_blocks,
                         region_bounds=region_bounds, inputs=inputs)
     result = replace(result, unreached_policy=unreached)
+    if user_facts:
+        note = (f"{root}: the bound rests on {len(user_facts)} flow fact(s) given in [flow] ("
+                + "; ".join(f.label.split(": ", 1)[1].rsplit(" (", 1)[0]
+                            for f in user_facts[:3]) + ("; …" if len(user_facts) > 3 else "")
+                + "): if one is not a fact of the program, the bound does not hold")
+        result = replace(result, warnings=result.warnings + (note,))
     if unreached_blocks:
         result = replace(result, unreached=unreached_blocks,
                          warnings=(unreached_note(functions, unreached_blocks),)

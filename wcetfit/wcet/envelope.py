@@ -48,7 +48,8 @@ class CountEnvelope:
         lhs = " + ".join(f"N({a:#x})" for a in self.blocks)
         if self.slope == 0:
             return f"{lhs} ≤ {self.intercept:g}"
-        return f"{lhs} ≤ {self.intercept:g} + {self.slope:.4g}·N({self.header:#x})"
+        sign = "+" if self.slope > 0 else "−"
+        return f"{lhs} ≤ {self.intercept:g} {sign} {abs(self.slope):.4g}·N({self.header:#x})"
 
     def holds(self, counts: dict[int, float]) -> bool:
         y = sum(counts.get(a, 0) for a in self.blocks)

@@ -164,3 +164,38 @@ def holds(fact: FlowFact, count_of: Mapping[tuple[str, int], float],
     if fact.relation == ">=":
         return value >= fact.constant - tol * max(1.0, abs(fact.constant))
     return abs(value - fact.constant) <= tol * max(1.0, abs(fact.constant))
+
+
+@dataclass(frozen=True)
+class LinearConstraint:
+    """One row of the IPET: low ≤ Σ coef·count(block) ≤ high over one function's blocks."""
+
+    coefficients: tuple[tuple[int, float], ...]
+    low: float
+    high: float
+    label: str
+
+
+def root_constraints(facts: tuple[FlowFact, ...], root: FunctionModel
+                     ) -> tuple[LinearConstraint, ...]:
+    """The facts as rows of the root function's IPET.  A callee is bounded per call of its
+    own (wcetfit.wcet.interproc), so its blocks are no variables of the root's problem:
+    a fact naming them is refused rather than dropped."""
+    out = []
+    for f in facts:
+        coef: dict[int, float] = {}
+        const = f.constant
+        for t in f.terms:
+            if t.kind == "A" and t.function == root.name:
+                const -= t.coef              # the measured function runs once per call
+                continue
+            if t.function != root.name:
+                raise TargetError(f"[flow] '{f.name}': names {t.function}, a function the "
+                                  f"measured one calls; flow facts may name only blocks of "
+                                  f"{root.name} (callees are bounded per call)")
+            coef[t.address] = coef.get(t.address, 0.0) + t.coef
+        low, high = {"<=": (-float("inf"), const), ">=": (const, float("inf")),
+                     "==": (const, const)}[f.relation]
+        out.append(LinearConstraint(tuple(coef.items()), low, high,
+                                    f"flow fact '{f.name}': {f.text} (given in [flow])"))
+    return tuple(out)

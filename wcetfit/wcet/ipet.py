@@ -54,6 +54,7 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
          total_bounds: Mapping[int, int] = {},
          entries: int = 1,
          envelopes: Sequence[Any] = (),
+         facts: Sequence[Any] = (),
          call_caps: Mapping[int, int] = {},
          inputs: np.ndarray | None = None,
          time_limit: float | None = 60.0) -> IpetResult:
@@ -239,6 +240,10 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
         coef = count_coef([(a, 1.0) for a in env.blocks] + [(env.header, -float(env.slope))])
         rows.append(Row(coef, -np.inf, float(env.intercept),
                         f"path envelope {env.text()} (observed)"))
+    for fact in facts:
+        # the user's [flow] facts (wcetfit.wcet.flowfacts.LinearConstraint)
+        rows.append(Row(count_coef(fact.coefficients), float(fact.low), float(fact.high),
+                        fact.label))
     for rel in relations:
         # Σ coef·count = rhs, a block's count being the sum of its out-flows.
         rows.append(Row(count_coef(rel.coefficients), float(rel.rhs), float(rel.rhs),

@@ -279,6 +279,10 @@ class _Writer:
             self.notes.append(f"{p.name}: a union passed by value, left zero")
             return [f"    {name} = ffi.new(\"{t.cname} *\")[0]  # a union: left zero; set "
                     "the member the function reads"]
+        if t.kind == "function":                 # cffi's kind of a function pointer
+            self.notes.append(f"{p.name}: a callback, left NULL")
+            return [f"    {name} = ffi.NULL  # a callback: pass ffi.callback(...) if the "
+                    "function calls it"]
         if t.kind != "pointer":
             self.notes.append(f"{p.name}: {t.cname} is not filled")
             return [f"    {name} = None  # {t.cname}: fill it in"]

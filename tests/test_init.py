@@ -240,6 +240,7 @@ def test_buffers_sized_from_their_length_parameters(built, tmp_path):
         assert -2**31 <= level < 2**31
 
 
+@pytest.mark.slow
 def test_target_written_loads_and_its_loops_are_valid_keys(built, tmp_path):
     from wcetfit.scaffold.create import create_target
     from wcetfit.static import binary
@@ -282,6 +283,7 @@ def test_bad_input_one_line_exit_2(built, tmp_path, args, message):
     assert not (tmp_path / "t" / "wcetfit.toml").exists()
 
 
+@pytest.mark.slow
 def test_existing_target_needs_force(built, tmp_path):
     d, _ = built
     args = ["init", str(tmp_path / "t"), "--binary", str(d / "libplain.so"), "--function",
@@ -291,6 +293,7 @@ def test_existing_target_needs_force(built, tmp_path):
     assert wcetfit(*args, "--force").returncode == 0
 
 
+@pytest.mark.slow
 def test_wrong_prototype_fails_then_corrected_runs_without_fresh(built, tmp_path):
     """A run that failed before measuring does not bind the store to its prototype."""
     d, _ = built
@@ -313,6 +316,7 @@ def test_wrong_prototype_fails_then_corrected_runs_without_fresh(built, tmp_path
     assert "prototype changed" in one_error_line(wcetfit("count", str(target), "--inputs", "5"))
 
 
+@pytest.mark.slow
 def test_function_named_by_address_takes_any_prototype_name(built, tmp_path):
     """Count and time accept a function named "0x…" declared under another name."""
     from wcetfit.static.elfinfo import read_elf

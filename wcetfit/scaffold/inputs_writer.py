@@ -307,9 +307,9 @@ class _Writer:
             init = f", {helper}(rng)" if helper else ""
             return [f"    {name} = ffi.new(\"{ptype}\"{init})  # {t.cname}: one "
                     f"{item.kind}, {role}"]
-        if i not in pairs and item.cname == "char":     # a C string needs no length
+        if i not in pairs and item.cname == "char" and const:   # a C string: no length
             return [f"    {name} = ffi.new(\"char[]\", _text(rng, MAX_LEN))  # a NUL-"
-                    f"terminated text; {role}"]
+                    "terminated text; input"]
         if i in pairs:
             c = pairs[i]
             n = f"{names[c]}_cap" if c in inout else names[c]

@@ -195,7 +195,8 @@ class _Writer:
             if t is not None and t.tag == "DW_TAG_pointer_type":   # a const pointer
                 return self._decl(t, f"{q} {inner}".strip() if q else inner)
             text = self._decl(t, inner)
-            return f"{q} {text}" if q else text
+            # a qualified array: its elements carry the qualifier already
+            return f"{q} {text}" if q and not text.startswith(f"{q} ") else text
         if tag == "DW_TAG_pointer_type":
             t = _target(die)
             wrapped = f"*{inner}"

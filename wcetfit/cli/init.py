@@ -34,8 +34,10 @@ def run(args: argparse.Namespace) -> int:
 
     t = create_target(args.target, args.binary, args.function, args.header, force=args.force)
     shown = args.target
+    what = (f"{t.function} ({hexaddr(t.address)})" if t.function == t.declaration.function
+            else f"{t.function} (declared as {t.declaration.function})")
     print(f"wrote {os.path.join(shown, 'wcetfit.toml')} and {os.path.join(shown, 'inputs.py')} "
-          f"for {t.function} ({hexaddr(t.address)})")
+          f"for {what}")
     print(f"  prototype ({t.declaration.source}): {t.declaration.prototype}")
     bounded = [lp for lp in t.loops if lp.reducible]
     if t.loops:

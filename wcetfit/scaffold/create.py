@@ -188,7 +188,8 @@ def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: D
     rel = os.path.relpath(binary, directory)
     shown = rel if not rel.startswith(os.pardir + os.sep + os.pardir) else binary
     lines = [
-        f"# Written by `wcetfit init` for {name} ({hexaddr(fn.address)}) in {binary};",
+        f"# Written by `wcetfit init` for {name}"
+        f"{'' if name.lower() == hexaddr(fn.address) else f' ({hexaddr(fn.address)})'} in {binary};",
         f"# its prototype and types come from the {decl.source}.",
         "# `wcetfit analyze` on this folder measures it; inputs.py says what to vary.",
     ]

@@ -50,7 +50,7 @@ def preprocess(header: str, *, compiler: str = "gcc") -> str:
         raise TargetError(f"{compiler} not found: it preprocesses the header (install gcc)")
     source = (f"#include <stddef.h>\n#include <stdio.h>\n"
               f"#include \"{os.path.abspath(header)}\"\n")
-    cmd = [compiler, "-E", "-P", "-I", os.path.dirname(os.path.abspath(header)),
+    cmd = [compiler, "-E", "-I", os.path.dirname(os.path.abspath(header)),
            *(f"-D{d}" for d in _GNU_DEFINES), "-x", "c", "-"]
     try:
         out = subprocess.run(cmd, input=source, capture_output=True, text=True, timeout=60)
@@ -203,7 +203,7 @@ class _Extractor:
             self._walk(node.type, False, False)
         elif isinstance(node, c_ast.IdentifierType):
             for n in node.names:
-                if n in self.typedefs and n not in KNOWN_TYPEDEFS:
+                if n in self.typedefs and (n not in KNOWN_TYPEDEFS or self._own(n)):
                     self._keep(self.typedefs[n], need, follow_ptr)
         elif isinstance(node, (c_ast.Struct, c_ast.Union)):
             if node.decls is not None:
@@ -221,6 +221,14 @@ class _Extractor:
                     self._walk_expr(e.value)
             elif node.name and ("enum", node.name) in self.tags:
                 self._keep(self.tags[("enum", node.name)], True, False)
+
+    def _own(self, typedef: str) -> bool:
+        """The header itself (not a system header it includes) defines this standard
+        name: keep its definition (an old ``typedef int bool;`` is not cffi's _Bool;
+        if it clashes with the harness's own, the harness build says so)."""
+        coord = getattr(self.ast.ext[self.typedefs[typedef]], "coord", None)
+        return coord is not None and bool(coord.file) and \
+            os.path.abspath(coord.file) == os.path.abspath(self.header)
 
     def _walk_expr(self, expr: object) -> None:
         """Enum constants and sizeof types inside an array size or enumerator value."""

@@ -425,3 +425,18 @@ def test_header_errors_are_target_errors(tmp_path):
     """))
     with pytest.raises(TargetError, match="gcc -E failed"):
         declaration_from_header(str(h), ["f"])
+
+
+def test_header_own_standard_typedef_is_kept_and_parse_errors_name_the_line(tmp_path):
+    """A header's own `typedef int bool;` is not cffi's 1-byte _Bool: it is kept in the
+    cdef (the harness build then says whether it clashes) rather than silently dropped;
+    a header that does not parse is named by its own file and line."""
+    from wcetfit.scaffold.header import declaration_from_header
+
+    h = tmp_path / "own.h"
+    h.write_text("#include <stddef.h>\ntypedef int bool;\nint flag(bool b, size_t n);\n")
+    decl = declaration_from_header(str(h), ["flag"])
+    assert decl.cdef == "typedef int bool;"          # size_t is the system's: not repeated
+    h.write_text("int ok(int x);\n\ntemplate <class T> int flag(T x);\n")
+    with pytest.raises(TargetError, match=r"own\.h:3"):
+        declaration_from_header(str(h), ["flag"])

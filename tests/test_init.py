@@ -440,3 +440,28 @@ def test_header_own_standard_typedef_is_kept_and_parse_errors_name_the_line(tmp_
     h.write_text("int ok(int x);\n\ntemplate <class T> int flag(T x);\n")
     with pytest.raises(TargetError, match=r"own\.h:3"):
         declaration_from_header(str(h), ["flag"])
+
+
+@pytest.mark.slow
+def test_library_struct_with_a_tag_the_harness_defines_is_renamed(tmp_path):
+    """glibc's struct tm reaches the harness's own C through <Python.h>: the library's
+    definition is declared as struct wf_tm (same layout, no clash) and the harness builds."""
+    from wcetfit.scaffold.header import declaration_from_header
+    from wcetfit.timing.thunk import build_harness
+
+    if not os.path.exists("/usr/include/time.h"):
+        pytest.skip("/usr/include/time.h is not installed")
+    decl = declaration_from_header("/usr/include/time.h", ["timegm"])
+    assert decl.prototype == "time_t timegm(struct wf_tm *__tp);"
+    assert "struct wf_tm" in decl.cdef and "tm_gmtoff" in decl.cdef
+    harness = build_harness(decl.prototype, decl.cdef)
+    # the layout is the compiler's own struct tm
+    (tmp_path / "tm.c").write_text(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <time.h>\n"
+        "int main(void) { printf(\"%zu %zu\\n\", sizeof(struct tm), "
+        "offsetof(struct tm, tm_zone)); return 0; }\n")
+    subprocess.run(["gcc", "-o", str(tmp_path / "tm"), str(tmp_path / "tm.c")], check=True)
+    size, zone = map(int, subprocess.run([str(tmp_path / "tm")], capture_output=True,
+                                         text=True, check=True).stdout.split())
+    assert harness.ffi.sizeof("struct wf_tm") == size
+    assert dict(harness.ffi.typeof("struct wf_tm").fields)["tm_zone"].offset == zone

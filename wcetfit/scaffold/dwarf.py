@@ -164,7 +164,7 @@ class _Writer:
         if tag in ("DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_enumeration_type"):
             kind = {"DW_TAG_structure_type": "struct", "DW_TAG_union_type": "union",
                     "DW_TAG_enumeration_type": "enum"}[tag]
-            name = _name(die)
+            name = self._tag(kind, _name(die))
             if name:
                 return f"{kind} {name}"
             return self._body(die, kind)      # anonymous: written where it is used
@@ -259,7 +259,7 @@ class _Writer:
                      "DW_TAG_enumeration_type"):
             kind = {"DW_TAG_structure_type": "struct", "DW_TAG_union_type": "union",
                     "DW_TAG_enumeration_type": "enum"}[tag]
-            name = _name(die)
+            name = self._tag(kind, _name(die))
             if die.offset in self.busy:
                 return
             complete = "DW_AT_declaration" not in die.attributes
@@ -285,8 +285,14 @@ class _Writer:
             if m.tag == "DW_TAG_member":
                 self._need(_target(m), True, False)
 
+    def _tag(self, kind: str, name: str | None) -> str | None:
+        """A tag the harness's own C defines becomes wf_<tag> (header.harness_tags)."""
+        from wcetfit.scaffold.header import harness_tags
+
+        return f"wf_{name}" if name and (kind, name) in harness_tags() else name
+
     def _body(self, die: Any, kind: str) -> str:
-        name = _name(die)
+        name = self._tag(kind, _name(die))
         head = f"{kind} {name}" if name else kind
         if kind == "enum":
             items = [f"{_name(e)} = {e.attributes['DW_AT_const_value'].value}"

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import logging
 import os
 import shutil
 import subprocess
+import sysconfig
 from typing import Iterator
 
 from wcetfit.errors import TargetError
@@ -50,8 +52,11 @@ def preprocess(header: str, *, compiler: str = "gcc") -> str:
         raise TargetError(f"{compiler} not found: it preprocesses the header (install gcc)")
     source = (f"#include <stddef.h>\n#include <stdio.h>\n"
               f"#include \"{os.path.abspath(header)}\"\n")
-    cmd = [compiler, "-E", "-I", os.path.dirname(os.path.abspath(header)),
-           *(f"-D{d}" for d in _GNU_DEFINES), "-x", "c", "-"]
+    return _cpp(source, header, ["-I", os.path.dirname(os.path.abspath(header))], compiler)
+
+
+def _cpp(source: str, header: str, flags: list[str], compiler: str = "gcc") -> str:
+    cmd = [compiler, "-E", *flags, *(f"-D{d}" for d in _GNU_DEFINES), "-x", "c", "-"]
     try:
         out = subprocess.run(cmd, input=source, capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
@@ -75,6 +80,31 @@ def parse_header(header: str) -> object:
         raise TargetError(f"{header}: cannot parse it after gcc -E ({line}); write the "
                           "prototype and cdef in wcetfit.toml by hand, or pass --header "
                           "with a header holding plain C declarations") from None
+
+
+@functools.lru_cache(maxsize=1)
+def harness_tags() -> frozenset[tuple[str, str]]:
+    """The struct/union/enum tags the call harness's C defines before the cdef (its
+    prelude's headers and <Python.h>, which brings glibc's ``struct tm``).  The cdef is pasted into that C, so a library
+    type with one of these tags is declared as ``wf_<tag>`` instead: the same layout,
+    a name that does not clash."""
+    from pycparser import c_ast, c_parser
+
+    from wcetfit.timing.thunk import _C_PRELUDE   # the one list of the harness's headers
+
+    if shutil.which("gcc") is None:
+        return frozenset()
+    # cffi compiles the harness inside its own C file, which includes <Python.h> first
+    include = sysconfig.get_paths()["include"]
+    try:
+        ast = c_parser.CParser().parse(_cpp("#include <Python.h>\n" + _C_PRELUDE,
+                                            "the harness prelude", ["-I", include]))
+    except Exception as exc:  # pycparser's errors: fall back to the prelude alone
+        log.debug("harness tags from <Python.h> not parsed (%s)", exc)
+        ast = c_parser.CParser().parse(_cpp(_C_PRELUDE, "the harness prelude", []))
+    return frozenset((_kind(t), t.name) for ext in ast.ext for t in _tag_nodes(ext)
+                     if t.name and ((t.values if isinstance(t, c_ast.Enum) else t.decls)
+                                    is not None))
 
 
 def declaration_from_header(header: str, names: list[str]) -> Declaration:
@@ -149,6 +179,7 @@ class _Extractor:
         for p in params:
             self._walk(p.type, need=True, follow_ptr=True)
         self._walk(fdecl.type, need=False, follow_ptr=False)
+        self._rename(decl)
         decl.storage, decl.funcspec = [], []
         gen = _Generator()
         spelled: list[Param] = []
@@ -176,6 +207,15 @@ class _Extractor:
                 params[0].type.type.names == ["void"]:
             return []
         return params
+
+    def _rename(self, decl: object) -> None:
+        """Tags the harness's own C defines become wf_<tag> (see :func:`harness_tags`)."""
+        clash = harness_tags()
+        for node in [decl] + [self.ast.ext[i] for i in sorted(self.needed)]:
+            for t in _tag_nodes(node):
+                if t.name and (_kind(t), t.name) in clash:
+                    t.name = f"wf_{t.name}"
+        self.forward = {(k, f"wf_{n}" if (k, n) in clash else n): None for k, n in self.forward}
 
     # -- following types --
 

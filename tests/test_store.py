@@ -24,7 +24,7 @@ def test_round_trip_and_names(tmp_path):
 
 
 def test_other_binary_refused_with_what_differs(tmp_path):
-    st.Store(str(tmp_path), ID)
+    st.Store(str(tmp_path), ID).save("counts", {}, {"x": np.zeros(1)})
     with pytest.raises(StoreError, match="binary changed"):
         st.Store(str(tmp_path), st.StoreIdentity("c" * 64, "b" * 64))
     with pytest.raises(StoreError, match="prototype changed"):
@@ -65,3 +65,27 @@ def test_interrupted_write_leaves_previous_version(tmp_path, monkeypatch):
     meta, arrays = s.load("d")
     assert meta["v"] == 1 and arrays["x"].tolist() == [1, 1, 1]
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
+
+
+def test_identity_binds_only_once_something_is_measured(tmp_path):
+    """A run that failed before measuring (a wrong prototype) leaves a store that takes
+    the corrected identity; its leftovers (empty datasets, failures) go with the old one."""
+    other = st.StoreIdentity("a" * 64, "d" * 64)
+    s = st.Store(str(tmp_path), ID)
+    s.save("counts", {"failures": ["crash"]}, {"indices": np.zeros(0)}, measured=False)
+    s = st.Store(str(tmp_path), other)                # no error: nothing was measured
+    assert s.names() == []                            # the old identity's leftovers are gone
+    assert json.loads((tmp_path / "store.json").read_text())["prototype_sha256"] == "d" * 64
+    s.save("counts", {}, {"indices": np.arange(3)})   # measured: bound from now on
+    with pytest.raises(StoreError, match="prototype changed"):
+        st.Store(str(tmp_path), ID)
+    assert st.Store(str(tmp_path), other).load("counts") is not None
+
+
+def test_store_without_bound_key_counts_as_bound(tmp_path):
+    st.Store(str(tmp_path), ID)
+    meta = json.loads((tmp_path / "store.json").read_text())
+    del meta["bound"]                                 # written before the key existed
+    (tmp_path / "store.json").write_text(json.dumps(meta))
+    with pytest.raises(StoreError, match="binary changed"):
+        st.Store(str(tmp_path), st.StoreIdentity("c" * 64, "b" * 64))

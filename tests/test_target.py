@@ -132,3 +132,22 @@ def test_describe_args():
     ffi = cffi.FFI()
     s = tg.describe_args(ffi, (ffi.new("short[]", [1, 2, 3]), 3, 2.5))
     assert s == "(short[3] {1, 2, 3}, 3, 2.5)"
+
+
+def test_prototype_name_one_rule_for_count_and_time():
+    """A function named by symbol is declared under it; one named by 0x… address under
+    any name, when the prototype declares just that one function."""
+    from types import SimpleNamespace
+
+    from wcetfit.errors import MeasurementError
+    from wcetfit.measurements import prototype_name
+
+    one = SimpleNamespace(functions={"crc32": None})
+    two = SimpleNamespace(functions={"first": None, "second": None})
+    assert prototype_name(one, "crc32") == "crc32"
+    assert prototype_name(one, "0x47c0") == "crc32"
+    assert prototype_name(two, "second") == "second"
+    with pytest.raises(MeasurementError, match="declares crc32 but not adler32"):
+        prototype_name(one, "adler32")
+    with pytest.raises(MeasurementError, match="named by address"):
+        prototype_name(two, "0x47c0")

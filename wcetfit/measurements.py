@@ -14,6 +14,7 @@ only the inputs that are still missing.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -123,7 +124,8 @@ def save_counts(store: Store, cs: CountSet) -> None:
         arrays["trace_offsets"] = np.cumsum([0] + [len(cs.trace[i]) for i in order])
         arrays["trace_data"] = (np.concatenate([cs.trace[i] for i in order])
                                 if order else np.zeros(0, np.int32))
-    store.save(counts_name(cs.function, cs.seed), meta, arrays)
+    store.save(counts_name(cs.function, cs.seed), meta, arrays,
+               measured=len(cs.indices) > 0)
 
 
 def load_counts(store: Store, function: str, seed: int) -> CountSet | None:
@@ -149,7 +151,8 @@ def save_times(store: Store, ts: TimeSet) -> None:
             "machine": machine_fingerprint(), "failures": _failures_to_json(ts.failures)}
     done = ts.done if ts.done is not None else np.isfinite(ts.ticks)
     store.save(times_name(ts.function, ts.seed, ts.method, ts.ticks.shape[1]), meta,
-               {"indices": ts.indices, "ticks": ts.ticks, "done": done})
+               {"indices": ts.indices, "ticks": ts.ticks, "done": done},
+               measured=bool(np.any(done)))
 
 
 def load_times(store: Store, function: str, seed: int, method: str,
@@ -217,14 +220,22 @@ def measure_saving(make_worker: Callable[[], Any], todo: Sequence[int], *, timeo
 # --- which prototype belongs to which measured function ----------------------------------
 
 def prototype_name(harness: Any, function: str) -> str:
-    """The name under which ``function`` is declared in the target's prototype.
+    """The name under which ``function`` (as wcetfit.toml names it) is declared in the
+    target's prototype.  Count, timing and split runs all ask here.
 
-    A function given by ``0x…`` address (a stripped or static function) is declared
-    under any name; the prototype must then declare exactly one function.
+    A function named by symbol is declared under that name.  A function given by
+    ``0x…`` address (a stripped or static function) is declared under any name: its own
+    if the prototype has it, else the one function the prototype declares.
     """
-    if function in harness.functions:
+    declared = list(harness.functions)
+    if function in declared:
         return function
-    if len(harness.functions) == 1:
-        return next(iter(harness.functions))
-    raise MeasurementError(f"the prototype declares {', '.join(harness.functions)} but not "
-                           f"{function}: declare every measured function")
+    if re.fullmatch(r"0[xX][0-9a-fA-F]+", function):
+        if len(declared) == 1:
+            return declared[0]
+        raise MeasurementError(f"{function} is named by address and the prototype declares "
+                               f"{', '.join(declared)}: a function named by address takes "
+                               "any name only when the prototype declares just one function")
+    raise MeasurementError(f"the prototype declares {', '.join(declared)} but not {function}: "
+                           "declare every measured function under the name wcetfit.toml "
+                           "gives it (only one named by 0x… address may have another name)")

@@ -98,10 +98,13 @@ class Store:
             shutil.rmtree(directory)
         os.makedirs(directory, exist_ok=True)
         meta_path = os.path.join(directory, STORE_FILE)
+        # The identity binds the store only once something is measured (see save): a run
+        # that failed before measuring (a wrong prototype, say) does not lock the target.
+        self._bound = False
         if os.path.exists(meta_path):
             self._check(meta_path)
         else:
-            self._write_json(meta_path, {"format": FORMAT_VERSION, **asdict(identity)})
+            self._write_meta()
 
     def _check(self, meta_path: str) -> None:
         try:
@@ -120,6 +123,16 @@ class Store:
                              "use --fresh to measure again")
         differs = [f"{key} was {meta.get(key, '?')[:12]}…, now {value[:12]}…"
                    for key, value in asdict(self.identity).items() if meta.get(key) != value]
+        self._bound = bool(meta.get("bound", True))    # stores before "bound": bound
+        if differs and not self._bound:
+            # Nothing measured under the old identity: what is stored (empty datasets,
+            # failures of a wrong prototype) belongs to it and goes; the new one is taken.
+            log.info("%s: nothing measured yet; taking the new identity (%s)",
+                     self.directory, "; ".join(differs))
+            for name in self.names():
+                self.drop(name)
+            self._write_meta()
+            return
         if differs:
             what = "the binary changed" if "binary_sha256" in differs[0] else "the prototype changed"
             raise StoreError(f"{self.directory} holds measurements of another target ({what}: "
@@ -135,7 +148,18 @@ class Store:
             raise ValueError(f"bad dataset name {name!r}")
         return os.path.join(self.directory, f"{name}.npz")
 
-    def save(self, name: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+    def _write_meta(self) -> None:
+        self._write_json(os.path.join(self.directory, STORE_FILE),
+                         {"format": FORMAT_VERSION, **asdict(self.identity),
+                          "bound": self._bound})
+
+    def save(self, name: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray],
+             *, measured: bool = True) -> None:
+        """Write one dataset.  ``measured``: it holds measurements (not only failures or
+        nothing), so the store is bound to its identity from now on."""
+        if measured and not self._bound:
+            self._bound = True          # bound first: a crash between leaves it bound
+            self._write_meta()
         payload = dict(arrays)
         if "__meta__" in payload:
             raise ValueError("'__meta__' is reserved")

@@ -13,7 +13,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from wcetfit.errors import MeasurementError
 from wcetfit.isolate import InputFailure
 from wcetfit.measurements import (CountSet, FunctionCounts, Progress, load_counts,
                                   measure_saving, prototype_name, save_counts)
@@ -45,28 +44,48 @@ class _CountWorker:
         self.counters = []
         for root in roots:
             fn = model.function(root).name
-            if prototype_name(self.harness, fn) != fn:
-                raise MeasurementError(f"{root}: the count run needs the prototype to declare "
-                                       f"the function under its symbol name {fn}")
+            # The copy knows the function by its symbol; the prototype may declare it
+            # under another name (a function named by address): the same rule as timing.
+            proto = prototype_name(self.harness, root)
             copy = InstrumentedCopy(binary, closure(model.functions, [fn]), trace=trace,
                                     trace_cap=target.measure.trace_cap)
-            self.counters.append((root, Counter(copy, fn, self.harness)))
+            harness = self.harness if proto == fn else _Declared(self.harness, fn, proto)
+            self.counters.append((root, proto, Counter(copy, fn, harness)))
 
     def run(self, index: int, start: Callable[[str], None]) -> dict[str, Any]:
         out = {}
-        for root, counter in self.counters:
-            args = self.inputs(self.generate, self.target, self.harness.ffi,
-                               counter.function, index)
-            pack = self.harness.pack(counter.function, args)
+        for root, proto, counter in self.counters:
+            args = self.inputs(self.generate, self.target, self.harness.ffi, root, index)
+            pack = self.harness.pack(proto, args)
             fresh = None
             if getattr(pack, "unrestored", ()):
-                fresh = self.harness.pack(counter.function, self.inputs(
-                    self.generate, self.target, self.harness.ffi, counter.function, index))
+                fresh = self.harness.pack(proto, self.inputs(
+                    self.generate, self.target, self.harness.ffi, root, index))
             summary = describe_args(self.harness.ffi, args)
             res = counter.count(index, pack, fresh, start=lambda: start(summary))
             out[root] = ({k: np.asarray(v, dtype=np.int64) for k, v in res.counts.items()},
                          None if res.trace is None else np.asarray(res.trace, np.uint32))
         return out
+
+
+class _Declared:
+    """The harness as a Counter sees it: calls of ``symbol`` go to the prototype's
+    ``declared`` function (a function named by address, declared under another name)."""
+
+    def __init__(self, harness: Any, symbol: str, declared: str):
+        self._harness, self._symbol, self._declared = harness, symbol, declared
+
+    def _name(self, function: str) -> str:
+        return self._declared if function == self._symbol else function
+
+    def pack(self, function: str, args: tuple, *a: Any, **k: Any) -> Any:
+        return self._harness.pack(self._name(function), args, *a, **k)
+
+    def call(self, function: str, fn_address: int, pack: Any, *a: Any, **k: Any) -> Any:
+        return self._harness.call(self._name(function), fn_address, pack, *a, **k)
+
+    def __getattr__(self, name: str) -> Any:      # snapshot, restore, ffi, …
+        return getattr(self._harness, name)
 
 
 def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *,

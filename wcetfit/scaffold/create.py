@@ -1,0 +1,236 @@
+"""``wcetfit init``: a new target folder for one function of a library.
+
+The steps: model the function (it must exist in the binary: a symbol or a ``0x…``
+link-time address); find its declaration in the header given, else in the binary's
+DWARF; check that the call harness builds from it; write ``wcetfit.toml`` (with the
+loops the static model found as commented ``[loops]`` entries) and ``inputs.py``
+(:mod:`wcetfit.scaffold.inputs_writer`); and check that ``generate`` makes arguments
+the harness accepts, the slow inputs included.  Nothing is measured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+
+from wcetfit.errors import BinaryError, TargetError, WcetfitError
+from wcetfit.model import BinaryModel, FunctionModel, hexaddr, parse_addr
+from wcetfit.scaffold.declaration import Declaration
+from wcetfit.target import TARGET_FILE
+
+log = logging.getLogger(__name__)
+
+INPUTS_FILE = "inputs.py"
+CHECKED_INPUTS = 10          # generate() is tried on inputs 0..9 (9 is a slow one)
+
+
+@dataclass(frozen=True)
+class LoopEntry:
+    key: str                 # "crc32_z+0x4c", as [loops] names it
+    function: str
+    header: int
+    blocks: int
+    depth: int
+    reducible: bool
+
+
+@dataclass(frozen=True)
+class CreatedTarget:
+    directory: str
+    toml_path: str
+    inputs_path: str
+    function: str            # as the target names it (symbol or "0x…")
+    address: int
+    declaration: Declaration
+    loops: tuple[LoopEntry, ...]
+    notes: tuple[str, ...]   # parameters that need the user's attention
+
+
+def _is_address(name: str) -> bool:
+    try:
+        parse_addr(name)
+        return name.lower().startswith("0x")
+    except ValueError:
+        return False
+
+
+def _names_of(model: BinaryModel, requested: str, fn: FunctionModel) -> list[str]:
+    """The names a declaration may carry: the one asked for, then the symbol's aliases."""
+    names = [] if _is_address(requested) else [requested]
+    names.append(fn.name)
+    names += [alias for alias, canon in model.aliases.items() if canon == fn.name]
+    names = [n for n in dict.fromkeys(names) if not _is_address(n)]
+    # versioned symbols (crc32@@ZLIB_1.2.0) are declared without the version
+    names += [n.split("@")[0] for n in names if "@" in n]
+    return list(dict.fromkeys(names))
+
+
+def loop_entries(model: BinaryModel, root: str) -> tuple[LoopEntry, ...]:
+    """Every loop of the function and of the binary's functions it reaches, root first."""
+    from wcetfit.wcet.ipet import loop_key
+
+    root_fn = model.function(root)
+    order = [root_fn] + sorted((f for f in model.functions.values() if f is not root_fn),
+                               key=lambda f: f.address)
+    return tuple(LoopEntry(loop_key(fn, lp.header), fn.name, lp.header, len(lp.body),
+                           lp.depth, lp.reducible)
+                 for fn in order for lp in sorted(fn.loops, key=lambda lp: lp.header))
+
+
+def find_declaration(binary: str, model: BinaryModel, function: str,
+                     header: str | None) -> Declaration:
+    from wcetfit.scaffold.dwarf import declaration_from_dwarf
+    from wcetfit.scaffold.header import declaration_from_header
+
+    fn = model.function(function)
+    names = _names_of(model, function, fn)
+    if header is not None:
+        if not names:
+            raise TargetError(f"{function} has no symbol name to look up in {header}; "
+                              "write its prototype in wcetfit.toml by hand")
+        return declaration_from_header(header, names)
+    decl = declaration_from_dwarf(binary, names, fn.address)
+    if decl is None:
+        raise TargetError(f"{binary} has no debugging information (DWARF) describing "
+                          f"{function}: pass --header FILE.h, the header that declares it")
+    return decl
+
+
+def create_target(directory: str, binary: str, function: str, header: str | None = None,
+                  *, force: bool = False) -> CreatedTarget:
+    """Write ``directory/wcetfit.toml`` and ``directory/inputs.py`` for ``function``."""
+    from wcetfit.static import binary as static
+    from wcetfit.timing.thunk import build_harness, parse_signatures
+
+    from wcetfit.scaffold.inputs_writer import write_inputs
+
+    binary = os.path.abspath(binary)
+    if not os.path.isfile(binary):
+        raise BinaryError(f"{binary}: no such file")
+    if header is not None and not os.path.isfile(header):
+        raise TargetError(f"{header}: no such header file")
+    directory = os.path.abspath(directory)
+    toml_path = os.path.join(directory, TARGET_FILE)
+    inputs_path = os.path.join(directory, INPUTS_FILE)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise TargetError(f"{directory} exists and is not a directory")
+    existing = [p for p in (toml_path, inputs_path) if os.path.exists(p)]
+    if existing and not force:
+        raise TargetError(f"{existing[0]} exists; pass --force to overwrite "
+                          f"{' and '.join(os.path.basename(p) for p in existing)}")
+
+    model = static.load_model(binary, [function], with_callees=True)
+    fn = model.function(function)
+    decl = find_declaration(binary, model, function, header)
+    try:
+        build_harness(decl.prototype, decl.cdef)
+    except WcetfitError as exc:
+        raise TargetError(f"the declarations of {decl.function} found in the {decl.source} "
+                          f"do not make a call harness ({exc}); write prototype and cdef "
+                          "by hand") from None
+    ffi, functions = parse_signatures(decl.prototype, decl.cdef)
+    inputs = write_inputs(decl, ffi, functions[0][1])
+    # A function named by address keeps its address in the target; its prototype may
+    # declare it under any name (wcetfit.measurements.prototype_name).
+    name = function if _is_address(function) else decl.function
+    loops = loop_entries(model, function)
+    os.makedirs(directory, exist_ok=True)
+    _write(inputs_path, inputs.text)
+    _write(toml_path, toml_text(binary, directory, name, fn, decl, loops, header,
+                                recursive_functions(model)))
+    _check_inputs(directory, name)
+    return CreatedTarget(directory, toml_path, inputs_path, name, fn.address, decl, loops,
+                         inputs.notes)
+
+
+def _write(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _check_inputs(directory: str, function: str) -> None:
+    """generate() of the new target makes arguments the harness takes (inputs 0..9)."""
+    from wcetfit.measurements import prototype_name
+    from wcetfit.target import generate_input, load_inputs_module, load_target
+    from wcetfit.timing.thunk import build_harness
+
+    target = load_target(directory)
+    harness = build_harness(target.prototype, target.cdef)
+    generate = load_inputs_module(target)
+    proto = prototype_name(harness, function)
+    try:
+        for i in range(CHECKED_INPUTS):
+            harness.pack(proto, generate_input(generate, target, harness.ffi, function, i))
+    except WcetfitError as exc:
+        raise TargetError(f"the inputs.py written for {function} does not work ({exc}); "
+                          f"this is a wcetfit bug: edit {target.inputs_module}") from None
+
+
+def _toml_string(text: str) -> str:
+    return json.dumps(text)        # a JSON string of ASCII is a TOML basic string
+
+
+def _toml_multiline(text: str) -> str:
+    if not text.strip():
+        return '""'
+    if "'''" in text:
+        return _toml_string(text)
+    return "'''\n" + text.strip("\n") + "\n'''"
+
+
+def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: Declaration,
+              loops: tuple[LoopEntry, ...], header: str | None,
+              recursive: list[str] = ()) -> str:
+    rel = os.path.relpath(binary, directory)
+    shown = rel if not rel.startswith(os.pardir + os.sep + os.pardir) else binary
+    lines = [
+        f"# Written by `wcetfit init` for {name}"
+        f"{'' if name.lower() == hexaddr(fn.address) else f' ({hexaddr(fn.address)})'} in {binary};",
+        f"# its prototype and types come from the {decl.source}.",
+        "# `wcetfit analyze` on this folder measures it; inputs.py says what to vary.",
+    ]
+    if name != decl.function:
+        lines.append(f"# {name} is named by its address: the prototype may call it anything "
+                     f"(here {decl.function}).")
+    lines += [
+        f"binary = {_toml_string(shown)}",
+        f"functions = [{_toml_string(name)}]",
+        f"prototype = {_toml_string(decl.prototype)}",
+        f"cdef = {_toml_multiline(decl.cdef)}",
+        f"inputs = {_toml_string(INPUTS_FILE)}",
+        "",
+        "[measure]",
+        "inputs = 500          # how many generated inputs (rows of the linear system)",
+        "repeats = 10          # timed calls per input",
+        "seed = 1              # input i is drawn from numpy.random.default_rng([seed, i])",
+        "",
+        "# Loop bounds: the most times a loop's back edges are taken per entry into it.",
+        "# Without one, a loop's bound is the largest the inputs showed (\"observed\" in the",
+        "# report); give the bound the function's contract guarantees (e.g. from the",
+        "# longest buffer, MAX_LEN in inputs.py) by removing the '#' and setting N.",
+        "[loops]",
+    ]
+    if not loops:
+        lines.append("# (the static model found no loops)")
+    for lp in loops:
+        what = (f"{lp.function}: loop at {hexaddr(lp.header)}, {lp.blocks} block"
+                f"{'' if lp.blocks == 1 else 's'}, depth {lp.depth}")
+        if not lp.reducible:
+            what += "; not a natural loop: it cannot be bounded"
+        lines.append(f"# {_toml_string(lp.key)} = N    # {what}")
+    if recursive:
+        lines += ["", "[recursion]          # most nested activations of a recursive function"]
+        lines += [f"# {_toml_string(r)} = N" for r in recursive]
+    if header is not None:
+        lines += ["", f"# header: {os.path.abspath(header)}"]
+    return "\n".join(lines) + "\n"
+
+
+def recursive_functions(model: BinaryModel) -> list[str]:
+    """Functions that call themselves directly (their [recursion] entries)."""
+    return sorted(f.name for f in model.functions.values()
+                  if any(c.target == f.address and c.kind == "internal" for c in f.calls))

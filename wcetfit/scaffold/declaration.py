@@ -1,0 +1,40 @@
+"""What a new target needs to know about the function it calls: its prototype, the type
+declarations the prototype uses (the target's ``cdef``) and its parameters' names.
+
+Two sources produce it: a C header (:mod:`wcetfit.scaffold.header`) and the binary's
+DWARF debugging information (:mod:`wcetfit.scaffold.dwarf`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Type names the call harness already knows without a declaration: cffi's built-in
+# types, which are also the names the harness's C prelude (<stdint.h>, <stddef.h>,
+# <stdio.h>, <stdbool.h>, <uchar.h>, <wchar.h>, <sys/types.h>) defines.  Declaring them
+# again in the cdef would shadow cffi's own meaning of the name.
+KNOWN_TYPEDEFS = frozenset("""
+    FILE bool char16_t char32_t wchar_t size_t ssize_t ptrdiff_t intptr_t uintptr_t
+    intmax_t uintmax_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t
+    int_least8_t int_least16_t int_least32_t int_least64_t
+    uint_least8_t uint_least16_t uint_least32_t uint_least64_t
+    int_fast8_t int_fast16_t int_fast32_t int_fast64_t
+    uint_fast8_t uint_fast16_t uint_fast32_t uint_fast64_t
+""".split())
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str          # as declared; "argN" (1-based) when the declaration names none
+    spelling: str      # the parameter's type as the source spells it (typedef names kept)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One function's declaration, ready for a target's wcetfit.toml."""
+
+    function: str                  # the name the prototype declares
+    prototype: str                 # e.g. "uLong crc32(uLong crc, const Bytef *buf, uInt len);"
+    cdef: str                      # the typedefs and struct/union/enum definitions it needs
+    params: tuple[Param, ...]
+    source: str                    # where it came from, for the target file's comment

@@ -1,0 +1,371 @@
+"""A function's prototype and the type declarations it needs, from a C header.
+
+The header is preprocessed with ``gcc -E`` (so its macros, ``#include``\\ s and
+configuration are resolved as a compiler would) with the GNU extensions pycparser does
+not know defined away (``__attribute__``, ``__asm__``, ``__extension__``, ``__restrict``,
+…), then parsed with pycparser.  From the function's declaration wcetfit follows every
+type name it uses, transitively, and keeps the typedefs and struct/union/enum
+definitions reached, in the header's own order (which is a valid declaration order).
+
+A struct is defined in full when its fields matter: when a parameter points to it or
+holds it, or another kept struct holds it by value.  A struct reached only through a
+pointer inside another struct stays a forward declaration (``struct state;``): the
+inputs cannot fill what they do not know, and the cdef stays short.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+import logging
+import os
+import shutil
+import subprocess
+import sysconfig
+from typing import Iterator
+
+from wcetfit.errors import TargetError
+from wcetfit.scaffold.declaration import KNOWN_TYPEDEFS, Declaration, Param
+
+log = logging.getLogger(__name__)
+
+# GNU C the parser does not know, removed by the preprocessor itself.  __int128 and
+# _FloatN are spelled as types cffi cannot call with; they only matter (and then fail
+# the harness build, loudly) when the function's own types use them.
+_GNU_DEFINES = (
+    "__attribute__(x)=", "__asm__(x)=", "__asm(x)=", "__extension__=", "__restrict=",
+    "__restrict__=", "__inline=inline", "__inline__=inline", "__const=const",
+    "__volatile__=volatile", "__signed__=signed", "__builtin_va_list=char*",
+    "_Noreturn=", "__typeof__(x)=int", "__alignof__(x)=8", "_Float128=long double",
+    "_Float64x=long double", "_Float64=double", "_Float32=float", "_Float32x=double",
+    "__float128=long double", "_Float16=short", "__int128=long long",
+)
+
+
+def preprocess(header: str, *, compiler: str = "gcc") -> str:
+    """The header after ``gcc -E``, GNU extensions defined away.  <stddef.h> and
+    <stdio.h> come first, as many library headers (libjpeg's) expect."""
+    if not os.path.isfile(header):
+        raise TargetError(f"{header}: no such header file")
+    if shutil.which(compiler) is None:
+        raise TargetError(f"{compiler} not found: it preprocesses the header (install gcc)")
+    source = (f"#include <stddef.h>\n#include <stdio.h>\n"
+              f"#include \"{os.path.abspath(header)}\"\n")
+    return _cpp(source, header, ["-I", os.path.dirname(os.path.abspath(header))], compiler)
+
+
+def _cpp(source: str, header: str, flags: list[str], compiler: str = "gcc") -> str:
+    cmd = [compiler, "-E", *flags, *(f"-D{d}" for d in _GNU_DEFINES), "-x", "c", "-"]
+    try:
+        out = subprocess.run(cmd, input=source, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise TargetError(f"{header}: the preprocessor did not finish in 60 s") from None
+    if out.returncode != 0:
+        first = next((ln for ln in out.stderr.splitlines() if "error" in ln),
+                     out.stderr.strip().splitlines()[0] if out.stderr.strip() else "")
+        raise TargetError(f"{header}: gcc -E failed: {first.strip()}")
+    return out.stdout
+
+
+def parse_header(header: str) -> object:
+    """pycparser's AST of the preprocessed header (TargetError when it does not parse)."""
+    from pycparser import c_parser
+
+    text = preprocess(header)
+    try:
+        return c_parser.CParser().parse(text, filename=os.path.basename(header))
+    except Exception as exc:  # pycparser's ParseError, or its lexer's errors
+        line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TargetError(f"{header}: cannot parse it after gcc -E ({line}); write the "
+                          "prototype and cdef in wcetfit.toml by hand, or pass --header "
+                          "with a header holding plain C declarations") from None
+
+
+@functools.lru_cache(maxsize=1)
+def harness_tags() -> frozenset[tuple[str, str]]:
+    """The struct/union/enum tags the call harness's C defines before the cdef (its
+    prelude's headers and <Python.h>, which brings glibc's ``struct tm``).  The cdef is pasted into that C, so a library
+    type with one of these tags is declared as ``wf_<tag>`` instead: the same layout,
+    a name that does not clash."""
+    from pycparser import c_ast, c_parser
+
+    from wcetfit.timing.thunk import _C_PRELUDE   # the one list of the harness's headers
+
+    if shutil.which("gcc") is None:
+        return frozenset()
+    # cffi compiles the harness inside its own C file, which includes <Python.h> first
+    include = sysconfig.get_paths()["include"]
+    try:
+        ast = c_parser.CParser().parse(_cpp("#include <Python.h>\n" + _C_PRELUDE,
+                                            "the harness prelude", ["-I", include]))
+    except Exception as exc:  # pycparser's errors: fall back to the prelude alone
+        log.debug("harness tags from <Python.h> not parsed (%s)", exc)
+        ast = c_parser.CParser().parse(_cpp(_C_PRELUDE, "the harness prelude", []))
+    return frozenset((_kind(t), t.name) for ext in ast.ext for t in _tag_nodes(ext)
+                     if t.name and ((t.values if isinstance(t, c_ast.Enum) else t.decls)
+                                    is not None))
+
+
+def declaration_from_header(header: str, names: list[str]) -> Declaration:
+    """The declaration of the first of ``names`` the header declares (a function's symbol
+    name and its aliases)."""
+    ast = parse_header(header)
+    return _Extractor(ast, header).declaration(names)
+
+
+# --- walking the AST -----------------------------------------------------------------
+
+def _tag_nodes(node: object) -> Iterator[object]:
+    """Every struct/union/enum node inside ``node``."""
+    from pycparser import c_ast
+
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (c_ast.Struct, c_ast.Union, c_ast.Enum)):
+            yield n
+        stack.extend(child for _, child in n.children())
+
+
+def _kind(node: object) -> str:
+    from pycparser import c_ast
+
+    return ("struct" if isinstance(node, c_ast.Struct) else
+            "union" if isinstance(node, c_ast.Union) else "enum")
+
+
+class _Extractor:
+    def __init__(self, ast: object, header: str):
+        from pycparser import c_ast
+
+        self.ast = ast
+        self.header = header
+        self.typedefs: dict[str, int] = {}           # typedef name -> ext index
+        self.tags: dict[tuple[str, str], int] = {}   # (kind, tag) -> ext index of its body
+        self.enumerators: dict[str, int] = {}        # enum constant -> ext index
+        self.functions: dict[str, int] = {}
+        for i, ext in enumerate(ast.ext):
+            if isinstance(ext, c_ast.Typedef):
+                self.typedefs.setdefault(ext.name, i)
+            elif isinstance(ext, c_ast.Decl) and isinstance(ext.type, c_ast.FuncDecl) \
+                    and ext.name:
+                self.functions.setdefault(ext.name, i)
+            for t in _tag_nodes(ext):
+                has_body = (t.values is not None) if isinstance(t, c_ast.Enum) \
+                    else t.decls is not None
+                if has_body and t.name:
+                    self.tags.setdefault((_kind(t), t.name), i)
+                if isinstance(t, c_ast.Enum) and t.values is not None:
+                    for e in t.values.enumerators:
+                        self.enumerators.setdefault(e.name, i)
+        self.needed: set[int] = set()
+        self.forward: dict[tuple[str, str], None] = {}
+        self._seen: set[tuple[int, bool, bool]] = set()
+
+    # -- the function --
+
+    def declaration(self, names: list[str]) -> Declaration:
+        from pycparser import c_ast
+
+        name = next((n for n in names if n in self.functions), None)
+        if name is None:
+            close = difflib.get_close_matches(names[0], list(self.functions), n=3)
+            raise TargetError(f"{self.header} declares no function {' or '.join(names)}"
+                              + (f" (close: {', '.join(close)})" if close else ""))
+        decl = copy.deepcopy(self.ast.ext[self.functions[name]])
+        fdecl = decl.type
+        params = self._params(fdecl)
+        for p in params:
+            self._walk(p.type, need=True, follow_ptr=True)
+        self._walk(fdecl.type, need=False, follow_ptr=False)
+        self._rename(decl)
+        decl.storage, decl.funcspec = [], []
+        gen = _Generator()
+        spelled: list[Param] = []
+        for i, p in enumerate(params):
+            pname = p.name or f"arg{i + 1}"
+            if not p.name:
+                _set_declname(p, pname)
+            spelled.append(Param(pname, gen._generate_type(p.type, emit_declname=False).strip()))
+        prototype = " ".join(gen.visit(decl).split()) + ";"
+        return Declaration(function=name, prototype=prototype, cdef=self._cdef(),
+                           params=tuple(spelled), source=f"header {self.header}")
+
+    def _params(self, fdecl: object) -> list:
+        from pycparser import c_ast
+
+        if fdecl.args is None:
+            return []
+        params = list(fdecl.args.params)
+        if any(isinstance(p, c_ast.EllipsisParam) for p in params):
+            raise TargetError(f"{self.header}: the function is variadic (...); wcetfit "
+                              "calls fixed prototypes only")
+        if len(params) == 1 and isinstance(params[0], c_ast.Typename) and \
+                isinstance(params[0].type, c_ast.TypeDecl) and \
+                isinstance(params[0].type.type, c_ast.IdentifierType) and \
+                params[0].type.type.names == ["void"]:
+            return []
+        return params
+
+    def _rename(self, decl: object) -> None:
+        """Tags the harness's own C defines become wf_<tag> (see :func:`harness_tags`)."""
+        clash = harness_tags()
+        for node in [decl] + [self.ast.ext[i] for i in sorted(self.needed)]:
+            for t in _tag_nodes(node):
+                if t.name and (_kind(t), t.name) in clash:
+                    t.name = f"wf_{t.name}"
+        self.forward = {(k, f"wf_{n}" if (k, n) in clash else n): None for k, n in self.forward}
+
+    # -- following types --
+
+    def _walk(self, node: object, need: bool, follow_ptr: bool) -> None:
+        """Keep what ``node``'s type needs.  ``need``: the type is used by value (its
+        definition is needed); ``follow_ptr``: a pointer's target is used by value too
+        (a parameter's pointee: the inputs fill its fields)."""
+        from pycparser import c_ast
+
+        if node is None:
+            return
+        if isinstance(node, c_ast.PtrDecl):
+            self._walk(node.type, need=follow_ptr, follow_ptr=False)
+        elif isinstance(node, c_ast.ArrayDecl):
+            self._walk(node.type, need, follow_ptr)
+            self._walk_expr(node.dim)
+        elif isinstance(node, (c_ast.TypeDecl, c_ast.Typename)):
+            self._walk(node.type, need, follow_ptr)
+        elif isinstance(node, c_ast.Decl):
+            self._walk(node.type, need, follow_ptr)
+            self._walk_expr(node.bitsize)
+        elif isinstance(node, c_ast.FuncDecl):      # a function pointer's type: names only
+            for p in (node.args.params if node.args is not None else []):
+                self._walk(p, False, False)
+            self._walk(node.type, False, False)
+        elif isinstance(node, c_ast.IdentifierType):
+            for n in node.names:
+                if n in self.typedefs and (n not in KNOWN_TYPEDEFS or self._own(n)):
+                    self._keep(self.typedefs[n], need, follow_ptr)
+        elif isinstance(node, (c_ast.Struct, c_ast.Union)):
+            if node.decls is not None:
+                for d in node.decls:
+                    self._walk(d, True, False)
+            elif node.name:
+                key = (_kind(node), node.name)
+                if need and key in self.tags:
+                    self._keep(self.tags[key], True, False)
+                elif key not in self.tags or self.tags[key] not in self.needed:
+                    self.forward[key] = None
+        elif isinstance(node, c_ast.Enum):
+            if node.values is not None:
+                for e in node.values.enumerators:
+                    self._walk_expr(e.value)
+            elif node.name and ("enum", node.name) in self.tags:
+                self._keep(self.tags[("enum", node.name)], True, False)
+
+    def _own(self, typedef: str) -> bool:
+        """The header itself (not a system header it includes) defines this standard
+        name: keep its definition (an old ``typedef int bool;`` is not cffi's _Bool;
+        if it clashes with the harness's own, the harness build says so)."""
+        coord = getattr(self.ast.ext[self.typedefs[typedef]], "coord", None)
+        return coord is not None and bool(coord.file) and \
+            os.path.abspath(coord.file) == os.path.abspath(self.header)
+
+    def _walk_expr(self, expr: object) -> None:
+        """Enum constants and sizeof types inside an array size or enumerator value."""
+        from pycparser import c_ast
+
+        if expr is None:
+            return
+        stack = [expr]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, c_ast.ID) and n.name in self.enumerators:
+                self._keep(self.enumerators[n.name], True, False)
+            elif isinstance(n, c_ast.Typename):
+                self._walk(n, True, False)
+                continue
+            stack.extend(child for _, child in n.children())
+
+    def _keep(self, index: int, need: bool, follow_ptr: bool) -> None:
+        if (index, need, follow_ptr) in self._seen:
+            return
+        self._seen.add((index, need, follow_ptr))
+        self.needed.add(index)
+        ext = self.ast.ext[index]
+        from pycparser import c_ast
+
+        if isinstance(ext, c_ast.Typedef):
+            self._walk(ext.type, need, follow_ptr)
+        else:   # a tag definition (struct S {...};), or a declaration holding one
+            for t in _tag_nodes(ext):
+                self._walk(t, True, False)
+
+    # -- the cdef --
+
+    def _cdef(self) -> str:
+        gen = _Generator()
+        defined = set()
+        for i in sorted(self.needed):
+            for t in _tag_nodes(self.ast.ext[i]):
+                if t.name:
+                    defined.add((_kind(t), t.name))
+        lines = [f"{kind} {tag};" for kind, tag in self.forward
+                 if (kind, tag) not in defined and kind != "enum"]
+        for i in sorted(self.needed):
+            ext = self.ast.ext[i]
+            lines.append(gen.visit(_without_storage(ext)).strip() + ";")
+        return "\n".join(lines)
+
+
+def _without_storage(ext: object) -> object:
+    from pycparser import c_ast
+
+    if isinstance(ext, c_ast.Decl) and (ext.storage or ext.funcspec):
+        ext = copy.copy(ext)
+        ext.storage, ext.funcspec = [], []
+    return ext
+
+
+def _set_declname(param: object, name: str) -> None:
+    """Give an unnamed parameter a name (its innermost TypeDecl carries it)."""
+    from pycparser import c_ast
+
+    param.name = name
+    node = param.type
+    while not isinstance(node, c_ast.TypeDecl):
+        node = node.type
+    node.declname = name
+
+
+class _Generator:
+    """pycparser's C generator, except that a struct body shared by several declarators
+    (``typedef struct S {…} S_t, *S_p;``) is written once; later uses name it."""
+
+    def __new__(cls):  # built lazily: pycparser is imported only when a header is parsed
+        from pycparser import c_ast, c_generator
+
+        class Gen(c_generator.CGenerator):
+            def __init__(self) -> None:
+                super().__init__()
+                self.done: dict[int, str] = {}
+
+            def visit_Typedef(self, n):   # noqa: N802 (pycparser's visitor names)
+                inner = n.type
+                while isinstance(inner, (c_ast.PtrDecl, c_ast.ArrayDecl, c_ast.TypeDecl)):
+                    inner = inner.type
+                out = super().visit_Typedef(n)
+                if isinstance(inner, (c_ast.Struct, c_ast.Union, c_ast.Enum)) \
+                        and not inner.name and isinstance(n.type, c_ast.TypeDecl):
+                    self.done.setdefault(id(inner), n.name)
+                return out
+
+            def _generate_struct_union_enum(self, n, name):
+                if id(n) in self.done:
+                    return self.done[id(n)]
+                out = super()._generate_struct_union_enum(n, name)
+                body = n.values if isinstance(n, c_ast.Enum) else n.decls
+                if body is not None and n.name:
+                    self.done[id(n)] = f"{name} {n.name}"
+                return out
+
+        return Gen()

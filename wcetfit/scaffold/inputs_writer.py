@@ -1,0 +1,436 @@
+"""The inputs module of a new target: ``generate(ctx)`` filling every parameter by its type.
+
+What each parameter gets (cffi tells the types; the declaration gives the names):
+
+* a pointer to data (``const Bytef *buf``, ``void *p``, ``double *x``) is a buffer, sized
+  from the length parameter it pairs with.  Pairs are found by name first (``dest`` with
+  ``destLen``, ``source`` with ``sourceLen``), then by position and type: an integer
+  right after the pointer (``(buf, len)``, ``(p, n)``) or, for a pointer with none, the
+  nearest integer named like a length (an output buffer sized like its input).  A
+  pointer to an integer named like a length (``uLongf *destLen``) is an in-out
+  capacity: it holds its buffer's size.  Lengths range over ``0..MAX_LEN`` with every
+  ``SLOW_EVERY``-th input at ``MAX_LEN``, the slow calls a WCET needs.
+* integers range over their type (at most 32 bits), with the ends, 0, 1 and small values
+  drawn often because those are what branches test; enums take their declared values;
+  floating values are uniform in ±1000; ``char`` is one byte.
+* a pointer to a struct is one struct filled field by field by a helper function
+  (``_struct_tm(rng)``), nested structs and arrays included; pointers inside structs
+  stay NULL (their memory would not be restored between timed calls).
+* what cannot be made up — opaque handles, callbacks, pointers to pointers — is NULL,
+  said in a comment and in :attr:`InputsText.notes` for the user.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from wcetfit.scaffold.declaration import Declaration, Param
+
+MAX_LEN = 4096
+UNSIZED_LEN = 4096
+
+_LENGTH_WORD = r"(len|length|size|sz|count|cnt|num|nbytes|bytes|nelem|nelems|nmemb|items)"
+_LENGTHY = re.compile(rf"(?i)({_LENGTH_WORD}|^n$|^n_|^n[A-Z])")
+# Integers right after a pointer that are not its length, by the names libraries use.
+_NOT_LENGTH = re.compile(r"(?i)^(flags?|mode|level|crc|adler|seed|key|val|value|c|ch|byte|"
+                         r"fill|off|offset|pos|idx|index|start|init|hash|sum|mask|shift|"
+                         r"flush|strategy|options?|kind|type|x|y|z)$")
+_FLOATS = ("float", "double", "long double")
+_CHARS = ("char16_t", "char32_t", "wchar_t")
+
+
+@dataclass(frozen=True)
+class InputsText:
+    text: str                      # the module
+    notes: tuple[str, ...]         # one line per parameter that needs the user's attention
+
+
+def _is_int(ct: Any) -> bool:
+    return ct.kind == "primitive" and ct.cname not in _FLOATS + _CHARS + ("char", "_Bool")
+
+
+def _int_range(ffi: Any, ct: Any, bits: int | None = None) -> tuple[int, int, bool]:
+    """(lo, hi, narrowed) of an integer type, at most 32 bits wide."""
+    size_bits = bits if bits is not None else 8 * ffi.sizeof(ct)
+    signed = int(ffi.cast(ct, -1)) < 0
+    width = min(size_bits, 32)
+    if signed:
+        return -(1 << (width - 1)), (1 << (width - 1)) - 1, width < size_bits
+    return 0, (1 << width) - 1, width < size_bits
+
+
+def _pow(v: int) -> str:
+    """Readable bounds: 2**32 - 1 rather than 4294967295."""
+    for sign in (1, -1):
+        for k in (7, 8, 15, 16, 31, 32):
+            if v == sign * (1 << k):
+                return f"{'-' if sign < 0 else ''}2**{k}"
+            if sign > 0 and v == (1 << k) - 1:
+                return f"2**{k} - 1"
+    return str(v)
+
+
+def _strip_const(spelling: str) -> str:
+    """``const Bytef *`` -> ``Bytef *``: the type to allocate."""
+    text = " ".join(w for w in spelling.replace("*", " * ").split()
+                    if w not in ("const", "volatile", "restrict", "__restrict"))
+    return re.sub(r"\*\s+(?=\*)", "*", text)
+
+
+# Names the generated module uses itself: a parameter called so gets a trailing "_".
+_TAKEN = frozenset("ctx rng ffi np k len max min range bytes int bool float chr".split())
+
+
+def _ident(text: str) -> str:
+    s = re.sub(r"\W+", "_", text).strip("_") or "value"
+    return s + "_" if keyword.iskeyword(s) or s in _TAKEN else s
+
+
+def _times(n: str, size: int) -> str:
+    return n if size == 1 else f"{n} * {size}"
+
+
+class _Writer:
+    def __init__(self, decl: Declaration, ffi: Any, fctype: Any):
+        self.decl, self.ffi, self.fctype = decl, ffi, fctype
+        self.params: list[Param] = list(decl.params)
+        self.types: list[Any] = list(fctype.args)
+        self.helpers: dict[str, list[str]] = {}     # helper name -> its lines
+        self.helper_of: dict[str, str] = {}         # struct cname -> helper name
+        self.notes: list[str] = []
+
+    # -- scalars --
+
+    def scalar(self, ct: Any, bits: int | None = None) -> tuple[str, str]:
+        """(expression drawing a value of ``ct`` from ``rng``, comment)."""
+        ffi = self.ffi
+        if ct.kind == "enum":
+            values = sorted(ct.elements)
+            names = ", ".join(ct.elements[v] for v in values[:6]) + \
+                (", …" if len(values) > 6 else "")
+            return f"_pick(rng, {values})", f"{ct.cname}: {names}"
+        if ct.cname in _FLOATS:
+            return "_float(rng, -1000.0, 1000.0)", f"{ct.cname}: set the range that matters"
+        if ct.cname == "_Bool":
+            return "bool(rng.integers(0, 2))", "_Bool"
+        if ct.cname == "char":
+            return "bytes([_int(rng, 0, 255)])", "char (cffi takes one byte)"
+        if ct.cname in _CHARS:
+            return "chr(_int(rng, 32, 126))", ct.cname
+        lo, hi, narrowed = _int_range(ffi, ct, bits)
+        what = f"{ct.cname}{f' : {bits}' if bits is not None else ''}"
+        return (f"_int(rng, {_pow(lo)}, {_pow(hi)})",
+                f"{what}{' (drawn in 32 bits)' if narrowed else ''}: narrow it to what the "
+                f"function expects")
+
+    # -- structs --
+
+    def struct_helper(self, ct: Any, hint: str) -> str:
+        """Name of a helper ``_struct_x(rng)`` returning ``ct``'s fields as a dict."""
+        if ct.cname in self.helper_of:
+            return self.helper_of[ct.cname]
+        base = ct.cname if "$" not in ct.cname else hint
+        name = "_" + _ident(base if base.startswith(("struct", "union")) else f"struct {base}")
+        while name in self.helpers:
+            name += "_"
+        self.helper_of[ct.cname] = name
+        self.helpers[name] = []          # reserved before the fields (nested structs)
+        lines = [f"def {name}(rng):",
+                 f'    """{ct.cname if "$" not in ct.cname else hint}, field by field."""',
+                 "    return {"]
+        for fname, field in ct.fields or ():
+            expr, comment = self.field(field.type, field.bitsize, fname)
+            if expr is None:
+                lines.append(f"        # {fname!r}: {comment}")
+            else:
+                lines.append(f"        {fname!r}: {expr},  # {comment}")
+        lines.append("    }")
+        self.helpers[name] = lines
+        return name
+
+    def field(self, ct: Any, bitsize: int, fname: str) -> tuple[str | None, str]:
+        if ct.kind in ("primitive", "enum"):
+            return self.scalar(ct, bitsize if bitsize is not None and bitsize >= 0 else None)
+        if ct.kind == "struct":
+            return f"{self.struct_helper(ct, fname)}(rng)", ct.cname
+        if ct.kind == "union":
+            return None, f"{ct.cname}: a union, left zero"
+        if ct.kind == "pointer":
+            return None, (f"{ct.cname}: left NULL (memory a struct points to is not "
+                          "restored between timed calls; set it in generate if needed)")
+        if ct.kind == "array":
+            n = ct.length or 0
+            item = ct.item
+            if item.cname == "char":
+                return f"_text(rng, {max(n - 1, 0)})", f"{ct.cname}: a NUL-terminated text"
+            if item.kind in ("primitive", "enum") and item.cname not in _CHARS:
+                expr, comment = self.scalar(item)
+                return f"[{expr} for _ in range({n})]", f"{ct.cname}; each {comment}"
+            if item.kind == "struct":
+                return (f"[{self.struct_helper(item, fname)}(rng) for _ in range({n})]",
+                        ct.cname)
+            return None, f"{ct.cname}: left zero"
+        return None, f"{ct.cname}: left zero"
+
+    # -- parameters --
+
+    def pairs(self) -> tuple[dict[int, int], set[int]]:
+        """Buffer parameter -> its length parameter; and the in-out length pointers."""
+        params, types = self.params, self.types
+        value_len = {i for i, t in enumerate(types) if _is_int(t)}
+        inout = {i for i, t in enumerate(types)
+                 if t.kind == "pointer" and _is_int(t.item) and _LENGTHY.search(params[i].name)}
+        buffers = [i for i, t in enumerate(types) if i not in inout and self.buffer_kind(t)]
+        out: dict[int, int] = {}
+        named: set[int] = set()
+        for b in buffers:                       # by name: dest/destLen, source/sourceLen
+            bn = params[b].name.lower().replace("_", "")
+            for c in sorted(value_len | inout):
+                cn = params[c].name.lower().replace("_", "")
+                rest = cn[len(bn):] if cn.startswith(bn) else \
+                    cn[:-len(bn)] if cn.endswith(bn) else None
+                if rest and re.fullmatch(rf"{_LENGTH_WORD}|n|num|len", rest):
+                    out[b] = c
+                    named.add(c)
+                    break
+        for b in buffers:
+            if b in out:
+                continue
+            struct_items = self.types[b].item.kind in ("struct", "union")
+            nxt = b + 1
+            if nxt in value_len and nxt not in named and (
+                    _LENGTHY.search(params[nxt].name) or
+                    (not struct_items and not _NOT_LENGTH.match(params[nxt].name))):
+                out[b] = nxt
+                continue
+            if struct_items:
+                continue
+            lengthy = [c for c in sorted(value_len) if _LENGTHY.search(params[c].name)
+                       and c not in named]
+            after = [c for c in lengthy if c > b]
+            before = [c for c in lengthy if c < b]
+            if after:
+                out[b] = after[0]
+            elif before:
+                out[b] = before[-1]
+        return out, {c for c in out.values() if c in inout}
+
+    def buffer_kind(self, t: Any) -> bool:
+        if t.kind != "pointer":
+            return False
+        item = t.item
+        if item.kind in ("void", "primitive", "enum"):
+            return True
+        if item.kind in ("struct", "union"):
+            try:
+                self.ffi.sizeof(item)
+                return True
+            except Exception:  # an incomplete (opaque) type
+                return False
+        return False
+
+    def write(self) -> InputsText:
+        ffi = self.ffi
+        params, types = self.params, self.types
+        pairs, inout = self.pairs()
+        names = [_ident(p.name) for p in params]
+        seen: dict[str, int] = {}
+        for i, n in enumerate(names):           # two parameters "arg" would collide
+            if n in seen:
+                names[i] = f"{n}_{i + 1}"
+            seen[names[i]] = i
+        body: list[str] = []
+        lengths = sorted(set(pairs.values()))
+        for c in lengths:                       # lengths first: buffers are sized from them
+            t = types[c]
+            users = ", ".join(params[b].name for b, l in pairs.items() if l == c)
+            if c in inout:
+                body.append(f"    {names[c]}_cap = UNSIZED_LEN  # capacity of {users}, in "
+                            f"elements; *{params[c].name} holds it")
+                continue
+            _, hi, _ = _int_range(ffi, t)
+            cap = "MAX_LEN" if hi >= MAX_LEN else f"min(MAX_LEN, {_pow(hi)})"
+            body.append(f"    {names[c]} = _length(ctx, {cap})  # {t.cname}: the length of "
+                        f"{users}; check whether it counts elements or bytes")
+        for i, (p, t) in enumerate(zip(params, types)):
+            if i in lengths:
+                if i in inout:
+                    body.append(f"    {names[i]} = ffi.new(\"{_strip_const(p.spelling)}\", "
+                                f"{names[i]}_cap)  # in-out: the capacity in, the length out")
+                continue
+            body.extend(self.param_lines(i, p, t, names, pairs, inout))
+        args = ", ".join(names)
+        body.append(f"    return ({args}{',' if len(names) == 1 else ''})")
+        return InputsText(self.module(body), tuple(self.notes))
+
+    def param_lines(self, i: int, p: Param, t: Any, names: list[str], pairs: dict[int, int],
+                    inout: set[int]) -> list[str]:
+        ffi, name = self.ffi, names[i]
+        if t.kind in ("primitive", "enum"):
+            expr, comment = self.scalar(t)
+            return [f"    {name} = {expr}  # {comment}"]
+        if t.kind == "struct":
+            helper = self.struct_helper(t, p.name)
+            return [f"    {name} = ffi.new(\"{t.cname} *\", {helper}(rng))[0]  # by value"]
+        if t.kind == "union":
+            self.notes.append(f"{p.name}: a union passed by value, left zero")
+            return [f"    {name} = ffi.new(\"{t.cname} *\")[0]  # a union: left zero; set "
+                    "the member the function reads"]
+        if t.kind == "function":                 # cffi's kind of a function pointer
+            self.notes.append(f"{p.name}: a callback, left NULL")
+            return [f"    {name} = ffi.NULL  # a callback: pass ffi.callback(...) if the "
+                    "function calls it"]
+        if t.kind != "pointer":
+            self.notes.append(f"{p.name}: {t.cname} is not filled")
+            return [f"    {name} = None  # {t.cname}: fill it in"]
+        item = t.item
+        ptype = _strip_const(p.spelling)
+        if item.kind == "function":
+            self.notes.append(f"{p.name}: a callback, left NULL")
+            return [f"    {name} = ffi.NULL  # a callback: pass ffi.callback(...) if the "
+                    "function calls it"]
+        if item.kind == "pointer":
+            self.notes.append(f"{p.name}: a pointer to a pointer ({t.cname}), left NULL")
+            return [f"    {name} = ffi.NULL  # {t.cname}: build what it points to"]
+        if not self.buffer_kind(t):
+            self.notes.append(f"{p.name}: {t.cname} points to an opaque type, left NULL "
+                              "(create it with the library's own constructor in generate)")
+            return [f"    {name} = ffi.NULL  # {t.cname}: an opaque handle; create one with "
+                    "the library's constructor"]
+        const = bool(re.search(r"\bconst\b|_const", p.spelling))
+        role = "input" if const else "output or in-out"
+        if i not in pairs and item.kind in ("struct", "union"):
+            helper = self.struct_helper(item, p.name) if item.kind == "struct" else None
+            init = f", {helper}(rng)" if helper else ""
+            return [f"    {name} = ffi.new(\"{ptype}\"{init})  # {t.cname}: one "
+                    f"{item.kind}, {role}"]
+        if i not in pairs and item.cname == "char" and const:   # a C string: no length
+            return [f"    {name} = ffi.new(\"char[]\", _text(rng, MAX_LEN))  # a NUL-"
+                    "terminated text; input"]
+        if i in pairs:
+            c = pairs[i]
+            n = f"{names[c]}_cap" if c in inout else names[c]
+            how = (f"sized from {self.params[c].name}" if c not in inout else
+                   f"its capacity is *{self.params[c].name}")
+        else:
+            n = "UNSIZED_LEN"
+            how = "no length parameter found: check the size the function needs"
+            self.notes.append(f"{p.name}: no length parameter found; {UNSIZED_LEN} elements")
+        if item.kind in ("struct", "union"):
+            helper = self.struct_helper(item, p.name)
+            return [f"    {name} = ffi.new(\"{item.cname}[]\", max({n}, 1))  # {how}; {role}",
+                    f"    for k in range({n}):",
+                    f"        {name}[k] = {helper}(rng)"]
+        if item.kind == "void":
+            elem, esize = "unsigned char", 1
+        else:
+            elem = ptype[:-1].strip() if ptype.endswith("*") else item.cname
+            esize = ffi.sizeof(item)
+        if item.kind == "void" or _is_int(item) or item.cname in ("char", "_Bool") + _CHARS:
+            return [f"    {name} = _buffer(ffi, \"{elem}\", {n}, {esize}, rng)  # {how}; {role}; "
+                    "random bytes: vary the data that steers branches"]
+        lines = [f"    {name} = ffi.new(\"{elem}[]\", max({n}, 1))  # {how}; {role}"]
+        if item.kind == "enum":
+            expr, _ = self.scalar(item)
+            lines.append(f"    for k in range({n}):")
+            lines.append(f"        {name}[k] = {expr}")
+        elif item.cname in ("float", "double"):
+            np_t = "np.float32" if item.cname == "float" else "np.float64"
+            lines.append(f"    ffi.memmove({name}, rng.uniform(-1000.0, 1000.0, {n})"
+                         f".astype({np_t}).tobytes(), {_times(n, esize)})  # set the range "
+                         "that matters")
+        return lines
+
+    def module(self, body: list[str]) -> str:
+        d = self.decl
+        helpers = "\n\n\n".join("\n".join(lines) for lines in self.helpers.values())
+        return _TEMPLATE.format(
+            function=d.function, source=d.source, prototype=d.prototype,
+            max_len=MAX_LEN, unsized=UNSIZED_LEN,
+            helpers=("\n\n\n" + helpers) if helpers else "",
+            body="\n".join(body))
+
+
+def write_inputs(decl: Declaration, ffi: Any, fctype: Any) -> InputsText:
+    """The inputs module for ``decl`` (``ffi``/``fctype``: its prototype parsed by cffi)."""
+    if len(decl.params) != len(fctype.args):
+        raise ValueError(f"{decl.function}: {len(decl.params)} parameter names for "
+                         f"{len(fctype.args)} parameters")
+    return _Writer(decl, ffi, fctype).write()
+
+
+_TEMPLATE = '''\
+"""Inputs for {function}, written by `wcetfit init` from the {source}:
+
+    {prototype}
+
+generate(ctx) builds the arguments of one call: ctx.rng is this input's own seeded
+numpy Generator, ctx.ffi knows the prototype's types, ctx.index is the input's number.
+Every parameter gets a value of its type; the comment beside it says what it is.
+
+The bound is only as good as the inputs.  Make some of them as slow as the function
+can be (the longest buffers, the data that takes the longest paths: SLOW_EVERY below),
+and vary independently whatever changes which blocks run; narrow the ranges to the
+values the function is meant to get (values it rejects early make fast, dull calls).
+"""
+
+import numpy as np
+
+MAX_LEN = {max_len}        # the longest buffer (elements; bytes for void *)
+UNSIZED_LEN = {unsized}    # the size of buffers no length parameter describes
+SLOW_EVERY = 10       # every SLOW_EVERY-th input takes the longest buffers
+
+
+def _int(rng, lo, hi):
+    """An integer in [lo, hi]: the ends, 0 and 1 often, small values often (branches
+    test them), else uniform."""
+    r = rng.random()
+    if r < 0.2:
+        edges = [v for v in (lo, hi, 0, 1) if lo <= v <= hi]
+        return edges[int(rng.integers(len(edges)))]
+    if r < 0.5 and lo <= 16 and hi >= -16:
+        return int(rng.integers(max(lo, -16), min(hi, 16) + 1))
+    return lo + int(rng.integers(0, hi - lo + 1, dtype=np.uint64))
+
+
+def _pick(rng, values):
+    return values[int(rng.integers(len(values)))]
+
+
+def _float(rng, lo, hi):
+    return 0.0 if rng.random() < 0.1 else float(rng.uniform(lo, hi))
+
+
+def _length(ctx, hi=MAX_LEN):
+    """A buffer length: hi on every SLOW_EVERY-th input, else mostly uniform in 1..hi with
+    a few empty and short ones."""
+    if ctx.index % SLOW_EVERY == SLOW_EVERY - 1:
+        return hi
+    r = ctx.rng.random()
+    if r < 0.03:
+        return 0
+    return int(ctx.rng.integers(1, min(hi, 16) + 1 if r < 0.1 else hi + 1))
+
+
+def _buffer(ffi, ctype, n, size, rng):
+    """max(n, 1) elements of ctype holding random bytes, starting at a random offset
+    from 16-byte alignment: code often treats an unaligned head apart (its loop runs
+    only then)."""
+    skew = int(rng.integers(0, 16 // size)) * size if size < 16 and 16 % size == 0 else 0
+    raw = bytearray(skew) + bytearray(rng.bytes(max(n, 1) * size))
+    return ffi.from_buffer(ctype + "[]", memoryview(raw)[skew:], require_writable=True)
+
+
+def _text(rng, most):
+    """Printable ASCII of random length up to ``most`` (cffi adds the NUL)."""
+    n = int(rng.integers(0, most + 1)) if most else 0
+    return bytes(rng.integers(32, 127, n, dtype=np.uint8)){helpers}
+
+
+def generate(ctx):
+    rng, ffi = ctx.rng, ctx.ffi
+{body}
+'''

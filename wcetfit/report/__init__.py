@@ -94,6 +94,20 @@ class Finding:
     message: str
     advice: str = ""
 
+    @classmethod
+    def of(cls, item: Any, prefix: str = "") -> "Finding":
+        """A finding from whatever a stage reports: a string, a mapping or an object with
+        ``message``/``text`` and ``remedy``/``advice`` (the stages' warnings grow fields;
+        the report lists them all the same way)."""
+        if isinstance(item, Finding):
+            return cls(prefix + item.message, item.advice)
+        get = item.get if isinstance(item, Mapping) else (lambda k: getattr(item, k, None))
+        if isinstance(item, str):
+            return cls(prefix + item)
+        msg = get("message") or get("text")
+        adv = get("remedy") or get("advice") or ""
+        return cls(prefix + (str(msg) if msg else str(item)), str(adv))
+
 
 @dataclass(frozen=True)
 class WcetSummary:
@@ -103,6 +117,7 @@ class WcetSummary:
     exceedance: float | None         # the probability per call the dispersion is set for
     dispersion_factors: Mapping[str, float]   # misfit, call, machine_speed (root only)
     envelopes: tuple[Any, ...]       # observed path envelopes the worst path touches (root)
+    relations: tuple[Any, ...]       # observed count relations the bound keeps to (root)
     point_ticks: float | None        # with the point costs
     margin_ticks: float | None       # z · standard error of the worst path (None: no covariance)
     max_observed_ticks: float | None     # max over inputs of the median of its repeats
@@ -418,6 +433,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         exceedance=wres.exceedance if (ires and is_root) else None,
         dispersion_factors=dict(wres.dispersion_factors) if (ires and is_root) else {},
         envelopes=tuple(wres.envelopes) if (ires and is_root) else (),
+        relations=tuple(getattr(wres, "relations", ())) if (ires and is_root) else (),
         point_ticks=ires.bound_ticks if ires else None,
         margin_ticks=(wres.margin_ticks if is_root else ires.margin_ticks) if ires else None,
         max_observed_ticks=max_obs, max_observed_input=max_obs_i,
@@ -460,9 +476,10 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         # what the bound rests on beyond the CFG and the loop bounds (observed relations
         # and path envelopes, recursion bounded by observed activations, ...); imported and
         # indirect calls on the path have their own findings above
-        for text in wres.warnings:
-            if not text.startswith((f"{CALL_IMPORTED} call at", f"{CALL_INDIRECT} call at")):
-                warns.append(Finding(text, ""))
+        for item in wres.warnings:
+            f = Finding.of(item)
+            if not f.message.startswith((f"{CALL_IMPORTED} call at", f"{CALL_INDIRECT} call at")):
+                warns.append(f)
     if is_root and path_residual is not None and path_residual > ESTIMABLE_TOL:
         warns.append(Finding(
             "the worst-case path uses count combinations the inputs never produced: its "
@@ -476,8 +493,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             "block costs depend on data or cache state here: treat the bound with suspicion"))
     val = dict(ff.validation) if ff else {}
     if is_root and ff is not None:
-        for text in ff.extra.get("warnings", []) or []:
-            warns.append(Finding(f"fit: {text}", ""))
+        for item in ff.extra.get("warnings", []) or []:
+            warns.append(Finding.of(item, "fit: "))
         fit_rows = ff.extra.get("rows")
         if isinstance(fit_rows, Mapping) and fit_rows.get("rejected"):
             reasons = fit_rows.get("rejected_by_reason") or {}

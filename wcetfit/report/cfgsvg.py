@@ -247,7 +247,7 @@ def _block_lines(fr: FunctionReport, r: BlockRow, tsc_hz: float | None) -> list[
     else:
         cost = f"group {r.group}" if r.group is not None else "not estimable alone"
     ns = F.ns(r.cost_ticks, tsc_hz) if r.cost_ticks is not None else ""
-    share = ("≈" if not r.estimable else "") + F.pct(r.share) if r.share is not None else ""
+    share = F.pct(r.share) if r.share is not None and r.estimable else ""
     third = " · ".join(x for x in (ns, share) if x and x != "—")
     return [head, cost, third]
 

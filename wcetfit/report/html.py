@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import html
 import logging
+from typing import Sequence
 
 from wcetfit.model import hexaddr
 from wcetfit.report import TICKS_NOTE, FunctionReport, Report
 from wcetfit.report import _format as F
+from wcetfit.report.summary import fit_in_words
 from wcetfit.report.cfgsvg import (Layout, _ident, cfg_dot_source, cfg_svg,  # noqa: F401
                                    cfg_svg_builtin, layered_layout, plots_svg)
 
@@ -40,6 +42,8 @@ table.sortable th:after{content:" \\2195";color:#aaa}
 .cfgbox{overflow:auto;border:1px solid #ddd;max-height:900px;background:#fcfcfc}
 .plots{display:flex;flex-wrap:wrap;gap:16px}.big{font-size:1.3em;font-weight:bold}
 tr.never td{color:#888}tr.onpath td:first-child{border-left:3px solid #b22}
+details.root{border:1px solid #ccc;border-radius:4px;padding:4px 10px;margin:10px 0}
+details.fn{margin:8px 0 8px 12px}summary{cursor:pointer;font-size:1.1em;padding:4px 0}
 """
 
 _JS = """
@@ -52,6 +56,9 @@ document.querySelectorAll('table.sortable').forEach(function(t){
   rows.sort(function(a,b){var x=key(a),y=key(b);
    if(typeof x!==typeof y){x=String(x);y=String(y)}return (x<y?-1:x>y?1:0)*(asc?1:-1)});
   rows.forEach(function(r){tb.appendChild(r)})})})});
+function openHash(){var e=document.getElementById(location.hash.slice(1));
+ while(e){if(e.tagName==='DETAILS')e.open=true;e=e.parentElement}}
+window.addEventListener('hashchange',openHash);openHash();
 """
 
 
@@ -107,7 +114,7 @@ def _blocks_table(report: Report, fr: FunctionReport) -> str:
     scale = 1e9 / hz if hz else None
     head = ("<tr><th>address</th><th>offset</th><th>size (B)</th><th>instr</th>"
             "<th>count min</th><th>count max</th><th>cost (ticks)</th><th>± 95% (ticks)</th>"
-            "<th>cost (ns)</th><th>solution (ticks)</th><th>share</th><th>WCET count</th>"
+            "<th>cost (ns)</th><th>share</th><th>WCET count</th>"
             "<th>group</th><th>note</th></tr>")
     body = []
     for r in fr.blocks:
@@ -125,16 +132,14 @@ def _blocks_table(report: Report, fr: FunctionReport) -> str:
             + _td(F.num(h), h, True)
             + _td(F.num(r.cost_ticks * scale) if scale and r.cost_ticks is not None else "—",
                   r.cost_ticks * scale if scale and r.cost_ticks is not None else None, True)
-            + _td(F.num(r.solution_ticks), r.solution_ticks, True)
-            + _td(share, r.share, True)
+            + _td(share, r.share if r.estimable else None, True)
             + _td("" if r.wcet_count is None else f"{r.wcet_count:,}", r.wcet_count, True)
             + _td("" if r.group is None else str(r.group))
             + _td("; ".join(notes)) + "</tr>")
     return (f'<table class="sortable"><thead>{head}</thead><tbody>{"".join(body)}</tbody>'
-            f'</table><p class="note">Click a column to sort.  cost: estimable blocks only; '
-            f'solution: the fit\'s particular solution (used for predictions and the IPET); '
-            f'share: of the mean predicted time of one root call, ≈ where the block is not '
-            f'estimable alone.</p>')
+            f'</table><p class="note">Click a column to sort.  cost and share: blocks '
+            f'estimable alone only (a group\'s share and estimable combinations are in the '
+            f'groups table); share: of the mean predicted time of one root call.</p>')
 
 
 def _groups_table(fr: FunctionReport) -> str:
@@ -156,17 +161,34 @@ def _groups_table(fr: FunctionReport) -> str:
 def _path_table(report: Report, fr: FunctionReport) -> str:
     if not fr.wcet.path:
         return ""
+    est = {r.address: r for r in fr.blocks}
     rows = []
     for p in fr.wcet.path:
+        r = est.get(p.block)
+        alone = r is None or r.estimable
+        # a block not estimable alone has no measured cost: only its group's combinations
+        cost = _td(F.num(p.cost_ticks), p.cost_ticks, True) if alone else _td("—", None, True)
+        total = (_td(F.num(p.ticks), p.ticks, True)
+                 + _td(F.num(report.ns(p.ticks)), report.ns(p.ticks), True)) if alone else \
+            _td("—", None, True) + _td("—", None, True)
+        note = "" if alone else (f"group {r.group}" if r.group is not None
+                                 else "not estimable alone")
         rows.append(f"<tr><td>{E(fr.key(p.block))}</td><td>{hexaddr(p.block)}</td>"
-                    + _td(f"{p.count:,}", p.count, True) + _td(F.num(p.cost_ticks), p.cost_ticks, True)
+                    + _td(f"{p.count:,}", p.count, True) + cost
                     + _td(F.num(p.callee_ticks) if p.callee_ticks else "", p.callee_ticks, True)
-                    + _td(F.num(p.ticks), p.ticks, True)
-                    + _td(F.num(report.ns(p.ticks)), report.ns(p.ticks), True) + "</tr>")
+                    + total + _td(note) + "</tr>")
+    w = fr.wcet
+    foot = (f"<tfoot><tr><th colspan=5>path total (point costs"
+            f"{' and overhead ε' if fr.is_root else ''})</th>"
+            + _td(F.num(w.point_ticks), w.point_ticks, True)
+            + _td(F.num(report.ns(w.point_ticks)), report.ns(w.point_ticks), True)
+            + "<td></td></tr></tfoot>")
     return ('<h3>Worst-case path (blocks with counts)</h3><table class="sortable"><thead><tr>'
             '<th>block</th><th>address</th><th>count</th><th>cost/exec (ticks)</th>'
-            '<th>callee WCET/exec (ticks)</th><th>total (ticks)</th><th>total (ns)</th></tr>'
-            f'</thead><tbody>{"".join(rows)}</tbody></table>')
+            '<th>callee WCET/exec (ticks)</th><th>total (ticks)</th><th>total (ns)</th>'
+            f'<th>note</th></tr></thead><tbody>{"".join(rows)}</tbody>{foot}</table>'
+            '<p class="note">—: a block not estimable alone has no cost of its own; its '
+            'group\'s estimable combinations are in the groups table.</p>')
 
 
 def _loops_table(fr: FunctionReport) -> str:
@@ -194,11 +216,9 @@ def _warnings_html(warns) -> str:
 def _quality_html(report: Report, fr: FunctionReport) -> str:
     v = fr.validation
     items = []
-    for k, val in v.items():
-        if isinstance(val, float) and k.endswith("rel_error"):
-            items.append(f"<tr><th>{E(k)}</th><td class=n>{100 * val:.2f} %</td></tr>")
-        elif isinstance(val, (int, float, str)):
-            items.append(f"<tr><th>{E(k)}</th><td class=n>{E(str(val))}</td></tr>")
+    items.append(f"<tr><th>in words</th><td>{E(fit_in_words(fr))}</td></tr>")
+    for label, val in F.validation_rows(v):
+        items.append(f"<tr><th>{E(label)}</th><td class=n>{E(val)}</td></tr>")
     worst = v.get("worst")
     if isinstance(worst, list) and worst:
         items.append("<tr><th>held-out worst inputs</th><td>" + E(", ".join(
@@ -218,15 +238,56 @@ def _quality_html(report: Report, fr: FunctionReport) -> str:
             + ("".join(items) or "<tr><td colspan=2>none</td></tr>") + "</table>")
 
 
-def render_html(report: Report, *, layout: str = "auto") -> str:
-    """The whole report as one HTML document (a str)."""
-    hz = report.tsc_hz
+def render_html(reports: Report | Sequence[Report], *, layout: str = "auto") -> str:
+    """One HTML document (a str) for one root's report or several: an index of the
+    functions, then each root in a collapsed section (open when there is only one)."""
+    reports = [reports] if isinstance(reports, Report) else list(reports)
+    first = reports[0]
+    hz = first.tsc_hz
     rate = f"{hz / 1e9:.4f} GHz" if hz else "unknown (times in ticks only)"
+    title = ", ".join(r.root for r in reports[:4]) + (" …" if len(reports) > 4 else "")
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>wcetfit report: {E(report.root)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>wcetfit report — {E(report.root)}</h1>",
-             f'<p>{report.n_inputs:,} inputs × {report.n_repeats} timed repeats; TSC rate '
-             f'{E(rate)}.<br><span class="note">{E(TICKS_NOTE)}.</span></p>']
+             f"<title>wcetfit report: {E(title)}</title><style>{_CSS}</style></head><body>",
+             f"<h1>wcetfit report — {E(title)}</h1>",
+             f'<p>{first.n_inputs:,} inputs × {first.n_repeats} timed repeats; TSC rate '
+             f'{E(rate)}.<br><span class="note">{E(TICKS_NOTE)}.</span></p>',
+             _index(reports)]
+    for report in reports:
+        parts.append(_root_section(report, layout, open_=len(reports) == 1))
+    parts.append(f"<script>{_JS}</script></body></html>")
+    return "\n".join(parts)
+
+
+def _index(reports: Sequence[Report]) -> str:
+    """One row per root: its bound, slowest measured input, fit, warnings; a link to it."""
+    rows = []
+    for report in reports:
+        fr = report.functions[0]
+        w = fr.wcet
+        n_warn = len(report.warnings) + sum(len(f.warnings) for f in report.functions)
+        callees = ", ".join(f'<a href="#fn-{_ident(report.root)}-{_ident(f.name)}">'
+                            f'{E(f.name)}</a>' for f in report.functions[1:])
+        rows.append(f'<tr><td><a href="#root-{_ident(report.root)}">{E(report.root)}</a></td>'
+                    + _td(F.both(w.ipet_ticks, report.tsc_hz) if w.ipet_ticks is not None
+                          else "not computed", w.ipet_ticks, True)
+                    + _td(F.both(w.max_observed_ticks, report.tsc_hz), w.max_observed_ticks,
+                          True)
+                    + _td(fit_in_words(fr).split(":", 1)[0])
+                    + _td(str(n_warn), n_warn, True) + f"<td>{callees}</td></tr>")
+    return ('<h2>Functions</h2><table class="sortable"><thead><tr><th>function</th>'
+            '<th>WCET bound</th><th>slowest measured input (median)</th><th>fit</th>'
+            '<th>warnings</th><th>callees</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>'
+            '<p class="note">Click a name to open its section.</p>')
+
+
+def _root_section(report: Report, layout: str, open_: bool) -> str:
+    hz = report.tsc_hz
+    rid = _ident(report.root)
+    w0 = report.functions[0].wcet
+    bound = F.both(w0.ipet_ticks, hz) if w0.ipet_ticks is not None else "not computed"
+    parts = [f'<details class="root" id="root-{rid}"{" open" if open_ else ""}>'
+             f'<summary><b>{E(report.root)}</b> — WCET bound {E(bound)}</summary>']
     if report.warnings:
         parts.append(_warnings_html(report.warnings))
     scatter = hist = ""
@@ -240,16 +301,17 @@ def render_html(report: Report, *, layout: str = "auto") -> str:
         big = (f'<p class="big">WCET bound: {E(F.both(w.ipet_ticks, hz))}</p>'
                if w.ipet_ticks is not None else
                '<p class="big">WCET bound: not computed</p>')
-        parts += [f'<h2 id="fn-{_ident(fr.name)}">{E(fr.name)} <span class="note">'
-                  f'{hexaddr(fr.address)} — {E(role)}</span></h2>', big,
-                  _wcet_table(report, fr)]
+        parts += [f'<details class="fn" id="fn-{rid}-{_ident(fr.name)}"'
+                  f'{" open" if open_ and fr.is_root else ""}><summary>'
+                  f'<b>{E(fr.name)}</b> <span class="note">{hexaddr(fr.address)} — {E(role)}'
+                  f'</span></summary>', big, _wcet_table(report, fr)]
         if fr.warnings:
             parts.append(_warnings_html(fr.warnings))
         parts.append("<h3>Control-flow graph</h3><p class=note>Blocks coloured by their share "
                      "of the time (white → red); cost per execution in TSC ticks ± 95% CI, "
-                     "ns and share on each block; red border: on the worst-case path "
-                     "(×count); grey dashed: never executed; dashed edges: loop back edges. "
-                     "Hover a block for its instructions.</p>")
+                     "ns and share on each block estimable alone; red border: on the "
+                     "worst-case path (×count); grey dashed: never executed; dashed edges: "
+                     "loop back edges.  Hover a block for its instructions.</p>")
         parts.append(f'<div class="cfgbox">{cfg_svg(fr, hz, layout)}</div>')
         parts.append(_path_table(report, fr))
         parts.append(_loops_table(fr))
@@ -264,5 +326,6 @@ def render_html(report: Report, *, layout: str = "auto") -> str:
             parts.append("<h3>Fit quality</h3>" + _quality_html(report, fr))
             if scatter or hist:
                 parts.append(f'<div class="plots"><div>{scatter}</div><div>{hist}</div></div>')
-    parts.append(f"<script>{_JS}</script></body></html>")
+        parts.append("</details>")
+    parts.append("</details>")
     return "\n".join(parts)

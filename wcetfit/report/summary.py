@@ -18,6 +18,7 @@ as written.
 from __future__ import annotations
 
 import io
+import textwrap
 from typing import Sequence
 
 from rich.console import Console
@@ -76,8 +77,15 @@ def to_text(reports: Report | Sequence[Report], *, width: int = 140) -> str:
 
 
 def _line(console: Console, text: str, *, style: str = "", indent: str = "") -> None:
-    t = Text(indent + text, style=style)
-    console.print(t, overflow="fold")
+    """One item, wrapped to the console's width; wrapped lines keep the indent and hang
+    under the text of a "- ", "⚠ " or "→ " bullet."""
+    hang = 2 if text.startswith(("- ", "⚠ ", "→ ")) else 0
+    width = max(40, (console.width or 100) - 1)
+    lines = textwrap.wrap(text, width=width, initial_indent=indent,
+                          subsequent_indent=indent + " " * hang, break_on_hyphens=False) \
+        or [""]
+    for line in lines:
+        console.print(Text(line, style=style), overflow="fold", soft_wrap=False)
 
 
 def _root_warnings(report: Report) -> list[Finding]:
@@ -106,7 +114,7 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int, many: b
             made = f"({made}) × {1 + w.dispersion:.2f} for single calls (call dispersion)"
         _line(console, f"= {made}", indent="    ")
     if w.max_observed_ticks is not None:
-        ratio = (f"; the bound is {w.ipet_ticks / w.max_observed_ticks:.2f}× it"
+        ratio = (f"; bound / slowest = {w.ipet_ticks / w.max_observed_ticks:.2f}"
                  if w.ipet_ticks and w.max_observed_ticks > 0 else "")
         _line(console, f"Slowest measured input: #{w.max_observed_input}, "
                        f"{F.both(w.max_observed_ticks, hz)} (median of its calls){ratio}",
@@ -117,7 +125,7 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int, many: b
         for text in rests:
             _line(console, "- " + text, indent="    ")
     _line(console, "Fit: " + fit_in_words(fr), indent="  ")
-    top = _top(fr)
+    top = _top(report)
     if top:
         _line(console, "Where the time goes (share of the mean call):", indent="  ")
         for text in top:
@@ -135,7 +143,7 @@ def _warnings(console: Console, warns: Sequence[Finding], limit: int, indent: st
     for x in warns[:limit]:
         _line(console, f"⚠ {x.message}", indent=indent, style="yellow")
         if x.advice:
-            _line(console, f"  → {x.advice}", indent=indent)
+            _line(console, f"→ {x.advice}", indent=indent + "  ")
 
 
 def _rests_on(report: Report, fr: FunctionReport) -> list[str]:
@@ -148,7 +156,10 @@ def _rests_on(report: Report, fr: FunctionReport) -> list[str]:
         src = ("the most the inputs reached: add a [loops] bound if inputs can iterate "
                "more" if b.source == SOURCE_OBSERVED else
                "from [loops]" if b.source == "fact" else b.source)
-        out.append(f"loop {lo.name}: {b.describe().rsplit(' (', 1)[0]} ({src})")
+        bound = " and ".join(x for x in (
+            f"≤ {b.per_entry} iterations per entry" if b.per_entry is not None else "",
+            f"≤ {b.total} per call" if b.total is not None else "") if x)
+        out.append(f"loop {lo.name}: {bound} ({src})")
     if len(loops) > MAX_LOOPS:
         observed = sum(1 for lo in loops[MAX_LOOPS:] if lo.bound.source == SOURCE_OBSERVED)
         out.append(f"{len(loops) - MAX_LOOPS} more loop bounds ({observed} observed only; "
@@ -183,7 +194,7 @@ def fit_in_words(fr: FunctionReport) -> str:
     word = ("good" if med <= GOAL_MEDIAN_REL and (p95 is None or p95 <= GOAL_P95_REL) else
             "fair" if med <= 5 * GOAL_MEDIAN_REL and (p95 is None or p95 <= 4 * GOAL_P95_REL)
             else "poor")
-    text = (f"{word}: a held-out call's time is predicted within {F.num(100 * med)} % "
+    text = (f"{word} — a held-out call's time is predicted within {F.num(100 * med)} % "
             f"(median)")
     if p95 is not None:
         text += f" and {F.num(100 * p95)} % (95th percentile)"
@@ -194,22 +205,26 @@ def fit_in_words(fr: FunctionReport) -> str:
     return text
 
 
-def _top(fr: FunctionReport) -> list[str]:
-    """The few estimable blocks and groups with the largest share.  A block that is not
-    estimable alone is shown only through its group: its own cost is not measured."""
+def _top(report: Report) -> list[str]:
+    """The few estimable blocks and groups, of the root or its callees, with the largest
+    share.  A block that is not estimable alone is shown only through its group (its own
+    cost is not measured); a group whose share the inputs do not determine is shown only
+    when its approximate share is large."""
     items: list[tuple[float, str]] = []
-    for r in fr.blocks:
-        if r.estimable and r.share is not None and r.cost_ticks is not None:
-            on_path = f", ×{r.wcet_count:,} on the worst path" if r.wcet_count else ""
-            items.append((r.share, f"{F.pct(r.share):>8}  {fr.key(r.address)}: "
-                                   f"{F.cost_pm(r)} ticks per execution{on_path}"))
-    for g in fr.groups:
-        if g.share is None:
-            continue
-        share = F.pct(g.share) if g.share_estimable else "≈" + F.pct(g.share)
-        approx = "" if g.share_estimable else "; its share is approximate"
-        items.append((g.share, f"{share:>8}  group {g.id}: {len(g.blocks)} block(s) the "
-                               f"inputs do not separate (only sums of their costs are "
-                               f"measured{approx})"))
+    for fr in report.functions:
+        for r in fr.blocks:
+            if r.estimable and r.share is not None and r.cost_ticks is not None:
+                on_path = f", ×{r.wcet_count:,} on the worst path" if r.wcet_count else ""
+                items.append((r.share, f"{F.pct(r.share):>8}  {fr.key(r.address)}: "
+                                       f"{F.cost_pm(r)} ticks per execution{on_path}"))
+        for g in fr.groups:
+            if g.share is None or (not g.share_estimable and g.share < 0.05):
+                continue
+            share = F.pct(g.share) if g.share_estimable else "≈" + F.pct(g.share)
+            where = f" of {fr.name}" if len(report.functions) > 1 else ""
+            approx = "" if g.share_estimable else "; its share is approximate"
+            items.append((g.share, f"{share:>8}  group {g.id}{where}: {len(g.blocks)} "
+                                   f"block(s) the inputs do not separate (only sums of "
+                                   f"their costs are measured{approx})"))
     items.sort(key=lambda it: -it[0])
     return [text for _, text in items[:TOP_ITEMS]]

@@ -125,6 +125,9 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int, many: b
         for text in rests:
             _line(console, "- " + text, indent="    ")
     _line(console, "Fit: " + fit_in_words(fr), indent="  ")
+    speed = _speed(fr)
+    if speed:
+        _line(console, speed, indent="  ")
     top = _top(report)
     if top:
         _line(console, "Where the time goes (share of the mean call):", indent="  ")
@@ -203,6 +206,19 @@ def fit_in_words(fr: FunctionReport) -> str:
     if isinstance(rows, dict) and rows.get("rejected"):
         text += f"; {rows['rejected']} of {rows.get('total', '?')} inputs set aside as outliers"
     return text
+
+
+def _speed(fr: FunctionReport) -> str | None:
+    """The machine's speed during the timing run, in one line (the fit divided it out)."""
+    m = fr.fit_extra.get("machine_speed")
+    if not isinstance(m, dict):
+        return None
+    if not m.get("followed"):
+        reason = m.get("reason") or ""
+        return "Timing run's machine speed: not followed" + (f" ({reason})" if reason else "")
+    return (f"Timing run's machine speed: calls took ×{m.get('factor_median', 1):.2f} (median) "
+            f"to ×{m.get('factor_max', 1):.2f} (slowest) the time at its fast end; divided out "
+            f"before the fit")
 
 
 def _top(report: Report) -> list[str]:

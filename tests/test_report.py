@@ -589,3 +589,15 @@ def test_default_report_of_a_sample_fits_one_screen():
     assert "WCET bound: " in res.stdout and "-0.0" not in res.stdout
     for name in INTERNAL_NAMES:
         assert name not in res.stdout
+
+
+def test_summary_of_many_functions_stays_short(built):
+    """16 roots (a library target): each in a few lines, warnings common to all said once."""
+    report = built[-1]
+    many = [dataclasses_replace_root(report, f"f{i}") for i in range(16)]
+    text = summary.to_text(many, width=100)
+    assert len(text.splitlines()) <= 150, len(text.splitlines())
+    assert text.count("WCET bound") >= 16
+    assert "--function" in text
+    one = summary.to_text(report, width=100)
+    assert len(text.splitlines()) < 16 * len(one.splitlines())

@@ -7,9 +7,10 @@ blocks (or groups of blocks) that take most of the time, and the warnings with t
 remedies.  The tables behind it are ``--full`` (:mod:`wcetfit.report.text`), the JSON and
 the HTML page.
 
-Several roots (a library target): a warning whose text is the same for every root (the
-machine's speed during the timing run, say) is said once at the end, and each root shows
-its few most important warnings; the rest are counted and ``--function NAME`` shows them.
+Several roots (a library target): a warning whose text is the same for every root is
+said once at the end, and each root shows its few most important warnings (those that
+say the bound may be wrong first); the rest are counted and ``--function NAME`` shows
+them.  From five roots on, each root takes about six lines, each item cut to one line.
 
 Plain text only (no rich markup): a table name such as ``[loops]`` must reach the reader
 as written.
@@ -34,6 +35,7 @@ TOP_ITEMS = 3          # blocks or groups that matter most
 MAX_LOOPS = 4
 WARNINGS_ONE_ROOT = 12
 WARNINGS_MANY_ROOTS = 2
+COMPACT_FROM = 5       # this many roots or more: each in about six lines
 
 
 def render(reports: Sequence[Report], console: Console) -> None:
@@ -56,7 +58,10 @@ def render(reports: Sequence[Report], console: Console) -> None:
     _line(console, TICKS_NOTE, style="dim")
     max_warn = WARNINGS_ONE_ROOT if len(reports) == 1 else WARNINGS_MANY_ROOTS
     for r in reports:
-        _root(r, console, skip=set(common), max_warn=max_warn, many=len(reports) > 1)
+        if len(reports) >= COMPACT_FROM:
+            _root_compact(r, console, skip=set(common))
+        else:
+            _root(r, console, skip=set(common), max_warn=max_warn)
     if common:
         _line(console, "")
         _line(console, f"For all {len(reports)} functions:", style="bold")
@@ -76,14 +81,19 @@ def to_text(reports: Report | Sequence[Report], *, width: int = 140) -> str:
     return buf.getvalue()
 
 
-def _line(console: Console, text: str, *, style: str = "", indent: str = "") -> None:
+def _line(console: Console, text: str, *, style: str = "", indent: str = "",
+          max_lines: int | None = None) -> None:
     """One item, wrapped to the console's width; wrapped lines keep the indent and hang
-    under the text of a "- ", "⚠ " or "→ " bullet."""
+    under the text of a "- ", "⚠ " or "→ " bullet.  ``max_lines``: cut with "…" (the
+    compact view of many functions; --function shows the whole text)."""
     hang = 2 if text.startswith(("- ", "⚠ ", "→ ")) else 0
     width = max(40, (console.width or 100) - 1)
     lines = textwrap.wrap(text, width=width, initial_indent=indent,
                           subsequent_indent=indent + " " * hang, break_on_hyphens=False) \
         or [""]
+    if max_lines is not None and len(lines) > max_lines:
+        lines = lines[:max_lines]
+        lines[-1] = lines[-1][:width - 1].rstrip() + "…"
     for line in lines:
         console.print(Text(line, style=style), overflow="fold", soft_wrap=False)
 
@@ -96,7 +106,59 @@ def _root_warnings(report: Report) -> list[Finding]:
     return out
 
 
-def _root(report: Report, console: Console, *, skip: set, max_warn: int, many: bool) -> None:
+def _root_compact(report: Report, console: Console, *, skip: set) -> None:
+    """One root of many in about six lines: each item cut to one line."""
+    fr = report.functions[0]
+    w = fr.wcet
+    hz = report.tsc_hz
+    _line(console, "")
+    if w.error or w.ipet_ticks is None:
+        _line(console, f"{fr.name}: no WCET bound: {w.error or 'no result'}", style="bold",
+              max_lines=2)
+    else:
+        ratio = (f", {w.ipet_ticks / w.max_observed_ticks:.2f}× the slowest measured input"
+                 if w.max_observed_ticks else "")
+        _line(console, f"{fr.name}: WCET bound {F.both(w.ipet_ticks, hz)}{ratio}",
+              style="bold", max_lines=1)
+    v = fr.validation
+    med, p95 = _num(v.get("median_rel_error")), _num(v.get("p95_rel_error"))
+    errors = (f" ({F.num(100 * med)} % median, {F.num(100 * p95)} % p95 error)"
+              if med is not None and p95 is not None else "")
+    slowest = (f"slowest measured input #{w.max_observed_input}: "
+               f"{F.both(w.max_observed_ticks, hz)}; " if w.max_observed_ticks is not None
+               else "")
+    _line(console, f"{slowest}fit {fit_in_words(fr).split(' —', 1)[0]}{errors}",
+          indent="  ", max_lines=1)
+    rests = _rests_on(report, fr, short=True)
+    if rests:
+        _line(console, "rests on: " + "; ".join(rests), indent="  ", max_lines=1)
+    top = _top(report, short=True)
+    if top:
+        _line(console, "most time: " + ", ".join(top), indent="  ", max_lines=1)
+    warns = _by_priority([x for x in _root_warnings(report) if x not in skip
+                          and not x.message.startswith("no WCET bound")])
+    for x in warns[:1]:
+        _line(console, f"⚠ {x.message}", indent="  ", style="yellow", max_lines=1)
+        if x.advice:
+            _line(console, f"→ {x.advice}", indent="    ", max_lines=1)
+    if len(warns) > 1:
+        _line(console, f"… {len(warns) - 1} more warning(s): wcetfit report --function "
+                       f"{fr.name}", indent="  ", style="dim")
+
+
+# Which warnings a short view shows first: those that say the bound may be wrong.
+_PRIORITY = ("below the slowest", "bounded by what the inputs reached",
+             "worst-case path uses", "never produced", "indirect call", "imported")
+
+
+def _by_priority(warns: Sequence[Finding]) -> list[Finding]:
+    def rank(x: Finding) -> int:
+        return next((i for i, key in enumerate(_PRIORITY) if key in x.message),
+                    len(_PRIORITY))
+    return sorted(warns, key=rank)
+
+
+def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None:
     fr = report.functions[0]
     w = fr.wcet
     hz = report.tsc_hz
@@ -133,7 +195,8 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int, many: b
         _line(console, "Where the time goes (share of the mean call):", indent="  ")
         for text in top:
             _line(console, text, indent="    ")
-    warns = [x for x in _root_warnings(report) if x not in skip]
+    warns = _by_priority([x for x in _root_warnings(report) if x not in skip
+                          and not x.message.startswith("no WCET bound")])
     if warns:
         _line(console, f"Warnings ({len(warns)}):", indent="  ", style="bold")
         _warnings(console, warns, max_warn, indent="    ")
@@ -149,15 +212,16 @@ def _warnings(console: Console, warns: Sequence[Finding], limit: int, indent: st
             _line(console, f"→ {x.advice}", indent=indent + "  ")
 
 
-def _rests_on(report: Report, fr: FunctionReport) -> list[str]:
-    """What the bound takes as given, beyond the CFG and the fitted costs."""
+def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> list[str]:
+    """What the bound takes as given, beyond the CFG and the fitted costs (``short``: the
+    loops' sources in a word)."""
     w = fr.wcet
     out = []
     loops = [lo for f in report.functions for lo in f.wcet.loops]
     for lo in loops[:MAX_LOOPS]:
         b = lo.bound
-        src = ("the most the inputs reached: add a [loops] bound if inputs can iterate "
-               "more" if b.source == SOURCE_OBSERVED else
+        src = (("observed only" if short else "the most the inputs reached: add a [loops] "
+                "bound if inputs can iterate more") if b.source == SOURCE_OBSERVED else
                "from [loops]" if b.source == "fact" else b.source)
         bound = " and ".join(x for x in (
             f"≤ {b.per_entry} iterations per entry" if b.per_entry is not None else "",
@@ -221,18 +285,19 @@ def _speed(fr: FunctionReport) -> str | None:
             f"before the fit")
 
 
-def _top(report: Report) -> list[str]:
+def _top(report: Report, *, short: bool = False) -> list[str]:
     """The few estimable blocks and groups, of the root or its callees, with the largest
     share.  A block that is not estimable alone is shown only through its group (its own
     cost is not measured); a group whose share the inputs do not determine is shown only
-    when its approximate share is large."""
-    items: list[tuple[float, str]] = []
+    when its approximate share is large.  ``short``: name and share only."""
+    items: list[tuple[float, str, str]] = []
     for fr in report.functions:
         for r in fr.blocks:
             if r.estimable and r.share is not None and r.cost_ticks is not None:
                 on_path = f", ×{r.wcet_count:,} on the worst path" if r.wcet_count else ""
                 items.append((r.share, f"{F.pct(r.share):>8}  {fr.key(r.address)}: "
-                                       f"{F.cost_pm(r)} ticks per execution{on_path}"))
+                                       f"{F.cost_pm(r)} ticks per execution{on_path}",
+                              f"{fr.key(r.address)} {F.pct(r.share)}"))
         for g in fr.groups:
             if g.share is None or (not g.share_estimable and g.share < 0.05):
                 continue
@@ -241,6 +306,7 @@ def _top(report: Report) -> list[str]:
             approx = "" if g.share_estimable else "; its share is approximate"
             items.append((g.share, f"{share:>8}  group {g.id}{where}: {len(g.blocks)} "
                                    f"block(s) the inputs do not separate (only sums of "
-                                   f"their costs are measured{approx})"))
+                                   f"their costs are measured{approx})",
+                          f"group {g.id} of {fr.name} ({len(g.blocks)} blocks) {share}"))
     items.sort(key=lambda it: -it[0])
-    return [text for _, text in items[:TOP_ITEMS]]
+    return [short_text if short else text for _, text, short_text in items[:TOP_ITEMS]]

@@ -601,3 +601,18 @@ def test_summary_of_many_functions_stays_short(built):
     assert "--function" in text
     one = summary.to_text(report, width=100)
     assert len(text.splitlines()) < 16 * len(one.splitlines())
+
+
+def test_html_page_keeps_to_its_size_budget(built):
+    """Past the budget the largest drawings and tables are left out, each with a note
+    saying how to get them; the focus function keeps everything."""
+    report = built[-1]
+    many = [dataclasses_replace_root(report, f"f{i}") for i in range(16)]
+    whole = render_html(many, layout="builtin", max_bytes=None)
+    budget = len(whole.encode()) // 2
+    page = render_html(many, layout="builtin", max_bytes=budget)
+    assert len(page.encode()) <= budget
+    assert "left out to keep this page under" in page and "--function" in page
+    kept = render_html([report], layout="builtin", max_bytes=1, focus="f")
+    section = kept[kept.index('id="fn-f-f"'):kept.index('id="fn-f-g"')]
+    assert "<svg" in section and "left out" not in section

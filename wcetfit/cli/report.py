@@ -27,7 +27,8 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
                         "quality) of every function instead of the one-screen summary")
     p.add_argument("--function", metavar="NAME",
                    help="print every table of this function only (a measured function or "
-                        "one of its callees)")
+                        "one of its callees); with --html, that function's page, nothing "
+                        "of it left out")
     p.add_argument("--max-blocks", type=int, metavar="N",
                    help="with --full or --function: at most N blocks per block table")
 
@@ -82,7 +83,10 @@ def emit(analyses: Sequence[Any], args: argparse.Namespace) -> None:
         write_json(args.json, docs[0] if len(docs) == 1 else
                    {"schema": docs[0]["schema"], "reports": docs})
     if args.html:
-        page = html.render_html(reports)
+        # --function: the page of the root(s) reaching it, that function's parts all kept
+        shown = [r for r in reports if name is None or name not in known
+                 or any(f.name == name for f in r.functions)]
+        page = html.render_html(shown, focus=name)
         with open(args.html, "w") as f:
             f.write(page)
         console.print(f"HTML report written to {args.html}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import logging
+from dataclasses import dataclass
 from typing import Sequence
 
 from wcetfit.model import hexaddr
@@ -238,24 +239,65 @@ def _quality_html(report: Report, fr: FunctionReport) -> str:
             + ("".join(items) or "<tr><td colspan=2>none</td></tr>") + "</table>")
 
 
-def render_html(reports: Report | Sequence[Report], *, layout: str = "auto") -> str:
+# A page stays below this size: past it the largest CFG drawings and tables are left out
+# (largest first), each replaced by a note saying how to get it.  A library target with
+# large callees (zlib's inflate: ~600 blocks) would otherwise give a page of tens of MB.
+MAX_PAGE_BYTES = 3_000_000
+
+
+@dataclass
+class _Part:
+    """A piece of a page that may be left out to keep the page small."""
+
+    html: str
+    function: str
+    what: str                           # "control-flow graph", "block and group tables"
+
+
+def render_html(reports: Report | Sequence[Report], *, layout: str = "auto",
+                max_bytes: int | None = MAX_PAGE_BYTES, focus: str | None = None) -> str:
     """One HTML document (a str) for one root's report or several: an index of the
-    functions, then each root in a collapsed section (open when there is only one)."""
+    functions, then each root in a collapsed section (open when there is only one).
+    ``max_bytes``: leave out the largest drawings and tables past that size (None: keep
+    all); ``focus``: a function whose parts are never left out."""
     reports = [reports] if isinstance(reports, Report) else list(reports)
     first = reports[0]
     hz = first.tsc_hz
     rate = f"{hz / 1e9:.4f} GHz" if hz else "unknown (times in ticks only)"
     title = ", ".join(r.root for r in reports[:4]) + (" …" if len(reports) > 4 else "")
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>wcetfit report: {E(title)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>wcetfit report — {E(title)}</h1>",
-             f'<p>{first.n_inputs:,} inputs × {first.n_repeats} timed repeats; TSC rate '
-             f'{E(rate)}.<br><span class="note">{E(TICKS_NOTE)}.</span></p>',
-             _index(reports)]
+    parts: list = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+                   f"<title>wcetfit report: {E(title)}</title><style>{_CSS}</style></head>"
+                   f"<body>", f"<h1>wcetfit report — {E(title)}</h1>",
+                   f'<p>{first.n_inputs:,} inputs × {first.n_repeats} timed repeats; TSC '
+                   f'rate {E(rate)}.<br><span class="note">{E(TICKS_NOTE)}.</span></p>',
+                   _index(reports)]
     for report in reports:
-        parts.append(_root_section(report, layout, open_=len(reports) == 1))
+        parts += _root_section(report, layout, open_=len(reports) == 1)
     parts.append(f"<script>{_JS}</script></body></html>")
-    return "\n".join(parts)
+    size = sum(len((p.html if isinstance(p, _Part) else p).encode()) for p in parts)
+    dropped: set[int] = set()
+    if max_bytes is not None and size > max_bytes:
+        movable = sorted((i for i, p in enumerate(parts)
+                          if isinstance(p, _Part) and p.function != focus),
+                         key=lambda i: -len(parts[i].html))
+        for i in movable:
+            if size <= max_bytes:
+                break
+            dropped.add(i)
+            size -= len(parts[i].html.encode())
+    out = []
+    for i, p in enumerate(parts):
+        if not isinstance(p, _Part):
+            out.append(p)
+        elif i in dropped:
+            out.append(f'<p class="warn">The {E(p.what)} of {E(p.function)} is left out to '
+                       f'keep this page under {max_bytes / 1e6:g} MB.  '
+                       f'<code>wcetfit report TARGET_DIR --function {E(p.function)} --html '
+                       f'FILE</code> writes a page that has it (the JSON report has every '
+                       f'figure).</p>')
+        else:
+            out.append(p.html)
+    return "\n".join(out)
 
 
 def _index(reports: Sequence[Report]) -> str:
@@ -281,7 +323,7 @@ def _index(reports: Sequence[Report]) -> str:
             '<p class="note">Click a name to open its section.</p>')
 
 
-def _root_section(report: Report, layout: str, open_: bool) -> str:
+def _root_section(report: Report, layout: str, open_: bool) -> list:
     hz = report.tsc_hz
     rid = _ident(report.root)
     w0 = report.functions[0].wcet
@@ -312,11 +354,13 @@ def _root_section(report: Report, layout: str, open_: bool) -> str:
                      "ns and share on each block estimable alone; red border: on the "
                      "worst-case path (×count); grey dashed: never executed; dashed edges: "
                      "loop back edges.  Hover a block for its instructions.</p>")
-        parts.append(f'<div class="cfgbox">{cfg_svg(fr, hz, layout)}</div>')
+        parts.append(_Part(f'<div class="cfgbox">{cfg_svg(fr, hz, layout)}</div>', fr.name,
+                           "control-flow graph"))
         parts.append(_path_table(report, fr))
         parts.append(_loops_table(fr))
-        parts.append("<h3>Blocks</h3>" + _blocks_table(report, fr))
-        parts.append("<h3>Groups and estimable combinations</h3>" + _groups_table(fr))
+        parts.append(_Part("<h3>Blocks</h3>" + _blocks_table(report, fr)
+                           + "<h3>Groups and estimable combinations</h3>" + _groups_table(fr),
+                           fr.name, "block and group tables"))
         never = fr.never_executed
         parts.append("<h3>Coverage</h3><p>" + (
             f"{len(never)} of {len(fr.blocks)} blocks never executed by the inputs (their "
@@ -328,4 +372,4 @@ def _root_section(report: Report, layout: str, open_: bool) -> str:
                 parts.append(f'<div class="plots"><div>{scatter}</div><div>{hist}</div></div>')
         parts.append("</details>")
     parts.append("</details>")
-    return "\n".join(parts)
+    return parts

@@ -251,7 +251,7 @@ class _Part:
 
     html: str
     function: str
-    what: str                           # "control-flow graph", "block and group tables"
+    what: str                           # "control-flow graph drawing", "... tables"
 
 
 def render_html(reports: Report | Sequence[Report], *, layout: str = "auto",
@@ -290,8 +290,8 @@ def render_html(reports: Report | Sequence[Report], *, layout: str = "auto",
         if not isinstance(p, _Part):
             out.append(p)
         elif i in dropped:
-            out.append(f'<p class="warn">The {E(p.what)} of {E(p.function)} is left out to '
-                       f'keep this page under {max_bytes / 1e6:g} MB.  '
+            out.append(f'<p class="warn">The {E(p.what)} of {E(p.function)} are left out '
+                       f'to keep this page under {max_bytes / 1e6:g} MB.  '
                        f'<code>wcetfit report TARGET_DIR --function {E(p.function)} --html '
                        f'FILE</code> writes a page that has it (the JSON report has every '
                        f'figure).</p>')
@@ -355,7 +355,7 @@ def _root_section(report: Report, layout: str, open_: bool) -> list:
                      "worst-case path (×count); grey dashed: never executed; dashed edges: "
                      "loop back edges.  Hover a block for its instructions.</p>")
         parts.append(_Part(f'<div class="cfgbox">{cfg_svg(fr, hz, layout)}</div>', fr.name,
-                           "control-flow graph"))
+                           "control-flow graph's blocks and edges"))
         parts.append(_path_table(report, fr))
         parts.append(_loops_table(fr))
         parts.append(_Part("<h3>Blocks</h3>" + _blocks_table(report, fr)
@@ -369,7 +369,8 @@ def _root_section(report: Report, layout: str, open_: bool) -> list:
         if fr.is_root:
             parts.append("<h3>Fit quality</h3>" + _quality_html(report, fr))
             if scatter or hist:
-                parts.append(f'<div class="plots"><div>{scatter}</div><div>{hist}</div></div>')
+                parts.append(_Part(f'<div class="plots"><div>{scatter}</div><div>{hist}</div>'
+                                   f'</div>', fr.name, "measured-vs-predicted plots"))
         parts.append("</details>")
     parts.append("</details>")
     return parts

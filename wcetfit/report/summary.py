@@ -35,6 +35,7 @@ TOP_ITEMS = 3          # blocks or groups that matter most
 MAX_LOOPS = 4
 WARNINGS_ONE_ROOT = 12
 WARNINGS_MANY_ROOTS = 2
+MIN_SHARE = 0.005      # a block or group below this share is not among the few that matter
 COMPACT_FROM = 5       # this many roots or more: each in about six lines
 
 
@@ -151,8 +152,14 @@ _PRIORITY = ("below the slowest", "bounded by what the inputs reached",
              "worst-case path uses", "never produced", "indirect call", "imported")
 
 
+# ... and last: the conditions of the measurement, said for every function alike.
+_LAST = ("the machine ran", "rows rejected", "relative error")
+
+
 def _by_priority(warns: Sequence[Finding]) -> list[Finding]:
     def rank(x: Finding) -> int:
+        if any(key in x.message for key in _LAST):
+            return len(_PRIORITY) + 1
         return next((i for i, key in enumerate(_PRIORITY) if key in x.message),
                     len(_PRIORITY))
     return sorted(warns, key=rank)
@@ -293,13 +300,15 @@ def _top(report: Report, *, short: bool = False) -> list[str]:
     items: list[tuple[float, str, str]] = []
     for fr in report.functions:
         for r in fr.blocks:
-            if r.estimable and r.share is not None and r.cost_ticks is not None:
+            if r.estimable and r.share is not None and r.cost_ticks is not None \
+                    and abs(r.share) >= MIN_SHARE:
                 on_path = f", ×{r.wcet_count:,} on the worst path" if r.wcet_count else ""
                 items.append((r.share, f"{F.pct(r.share):>8}  {fr.key(r.address)}: "
                                        f"{F.cost_pm(r)} ticks per execution{on_path}",
                               f"{fr.key(r.address)} {F.pct(r.share)}"))
         for g in fr.groups:
-            if g.share is None or (not g.share_estimable and g.share < 0.05):
+            if g.share is None or abs(g.share) < MIN_SHARE or (not g.share_estimable
+                                                                and g.share < 0.05):
                 continue
             share = F.pct(g.share) if g.share_estimable else "≈" + F.pct(g.share)
             where = f" of {fr.name}" if len(report.functions) > 1 else ""

@@ -617,3 +617,16 @@ def test_html_page_keeps_to_its_size_budget(built):
     kept = render_html([report], layout="builtin", max_bytes=1, focus="f")
     section = kept[kept.index('id="fn-f-f"'):kept.index('id="fn-f-g"')]
     assert "<svg" in section and "left out" not in section
+
+
+def test_loops_table_name_reaches_the_reader(built):
+    """Advice naming the [loops] table keeps the brackets in every terminal view (rich
+    markup would swallow them)."""
+    fns, counts, cols, times, fit, _, _ = built
+    err = UnboundedLoopError('f: no bound for loop(s) f+0x10 (0x1010): add e.g. "f+0x10" = N '
+                             'under [loops] in wcetfit.toml', ["f+0x10"])
+    report = build_report(fns, "f", fit, counts, cols, times, err, TSC_HZ)
+    for text in (to_text(report, width=200), summary.to_text(report, width=200),
+                 summary.to_text([dataclasses_replace_root(report, f"f{i}")
+                                  for i in range(6)], width=200)):
+        assert "under [loops] in wcetfit.toml" in text

@@ -91,7 +91,7 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
     t.add_column("ns", justify="right")
     t.add_column("note")
     if w.error:
-        t.add_row("IPET bound", "—", "—", f"not computed: {w.error}")
+        t.add_row("IPET bound", "—", "—", _escape(f"not computed: {w.error}"))
     elif w.ipet_ticks is not None:
         t.add_row("[bold]IPET bound[/bold]", F.num(w.ipet_ticks), F.num(report.ns(w.ipet_ticks)),
                   F.bound_note(w))
@@ -167,9 +167,10 @@ def _loops(fr: FunctionReport) -> Table:
         bound = " / ".join(x for x in (f"{b.per_entry} per entry" if b.per_entry is not None
                                        else "", f"{b.total} per call" if b.total is not None
                                        else "") if x)
-        t.add_row(lo.name, bound, b.source, f"{lo.entries:,}", f"{lo.back_edges:,}",
+        t.add_row(_escape(lo.name), bound, b.source, f"{lo.entries:,}", f"{lo.back_edges:,}",
                   "yes" if lo.binding else "no",
-                  (b.note + (f" (input {b.witness})" if b.witness is not None else "")).strip())
+                  _escape(b.note + (f" (input {b.witness})" if b.witness is not None
+                                    else "")).strip())
     return t
 
 
@@ -210,7 +211,7 @@ def _groups(fr: FunctionReport) -> Table:
         share = F.pct(g.share) if g.share_estimable else (("≈" + F.pct(g.share))
                                                            if g.share is not None else "—")
         t.add_row(str(g.id), g.kind, ", ".join(fr.key(a) for a in g.blocks),
-                  "\n".join(g.combinations) or "—", share, g.advice or "")
+                  _escape("\n".join(g.combinations)) or "—", share, _escape(g.advice or ""))
     return t
 
 
@@ -220,7 +221,7 @@ def _quality(report: Report, fr: FunctionReport) -> Table:
     t.add_column("value", justify="right")
     v = fr.validation
     for label, val in F.validation_rows(v):
-        t.add_row(label, val)
+        t.add_row(_escape(label), _escape(val))
     worst = v.get("worst")
     if isinstance(worst, list) and worst:
         t.add_row("held-out worst inputs", ", ".join(
@@ -229,7 +230,7 @@ def _quality(report: Report, fr: FunctionReport) -> Table:
     extra = fr.fit_extra
     speed = F.machine_speed(extra)
     if speed:
-        t.add_row("machine speed", speed)
+        t.add_row("machine speed", _escape(speed))
     if extra.get("interval_method"):
         t.add_row("intervals", str(extra["interval_method"]))
     rows = extra.get("rows")

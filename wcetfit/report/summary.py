@@ -44,7 +44,7 @@ def render(reports: Sequence[Report], console: Console) -> None:
     reports = list(reports)
     if not reports:
         return
-    # Warnings the same for every root (and never about a function by name) go at the end.
+    # Warnings the same, word for word, for every root are said once, at the end.
     common: list[Finding] = []
     if len(reports) > 1:
         sets = [set(_root_warnings(r)) for r in reports]

@@ -301,14 +301,16 @@ def _top(report: Report, *, short: bool = False) -> list[str]:
     for fr in report.functions:
         for r in fr.blocks:
             if r.estimable and r.share is not None and r.cost_ticks is not None \
-                    and abs(r.share) >= MIN_SHARE:
+                    and r.share >= MIN_SHARE:
                 on_path = f", ×{r.wcet_count:,} on the worst path" if r.wcet_count else ""
                 items.append((r.share, f"{F.pct(r.share):>8}  {fr.key(r.address)}: "
                                        f"{F.cost_pm(r)} ticks per execution{on_path}",
                               f"{fr.key(r.address)} {F.pct(r.share)}"))
         for g in fr.groups:
-            if g.share is None or abs(g.share) < MIN_SHARE or (not g.share_estimable
-                                                                and g.share < 0.05):
+            # an approximate share is shown only when it is large and plausible (the
+            # particular solution can put a group above 100 % and others below zero)
+            if g.share is None or g.share < MIN_SHARE or (
+                    not g.share_estimable and not 0.05 <= g.share <= 1.0):
                 continue
             share = F.pct(g.share) if g.share_estimable else "≈" + F.pct(g.share)
             where = f" of {fr.name}" if len(report.functions) > 1 else ""

@@ -89,7 +89,7 @@ def target_figures(name: str, target_dir: str) -> list[dict]:
     from wcetfit.search.engine import SearchOptions
     from wcetfit.search.workflow import run_search
     from wcetfit.timing.run import run_times
-    from wcetfit.wcet.ipet import WcetResult
+    from wcetfit.wcet.result import WcetResult
 
     s = pipeline.open_session(target_dir)
     root = s.target.functions[0]

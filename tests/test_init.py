@@ -245,7 +245,7 @@ def test_target_written_loads_and_its_loops_are_valid_keys(built, tmp_path):
     from wcetfit.scaffold.create import create_target
     from wcetfit.static import binary
     from wcetfit.target import load_target
-    from wcetfit.wcet.ipet import parse_loop_facts
+    from wcetfit.wcet.loops import parse_loop_facts
 
     d, _ = built
     t = create_target(str(tmp_path / "fir"), str(d / "libdebug.so"), "fir")

@@ -180,7 +180,7 @@ def test_json_schema_fields(built):
     d = to_json(report)
     text = json.dumps(d, allow_nan=False)          # valid JSON: no NaN
     d = json.loads(text)
-    assert d["schema"] == SCHEMA_REPORT == "wcetfit.report/1"
+    assert d["schema"] == SCHEMA_REPORT == "wcetfit.report/2"
     assert d["tsc_hz"] == TSC_HZ and "ticks" in d["units"] and "ns" in d["units"]
     names = [f["name"] for f in d["functions"]]
     assert names[0] == "f" and "g" in names
@@ -204,7 +204,7 @@ def test_json_schema_fields(built):
     assert wc["path"] and all({"address", "count", "ticks", "ns"} <= set(p) for p in wc["path"])
     assert wc["ipet_ticks"] >= wc["max_observed_ticks"]
     est = next(b for b in f["blocks"] if b["estimable"])
-    assert est["ci95_ticks"][0] < est["cost_ticks"] < est["ci95_ticks"][1]
+    assert est["ci95_ticks"] == pytest.approx(0.4)       # the half-width, as the fit gives it
     assert f["validation"]["r2"] == 0.9991
     assert f["coverage"]["never_executed"] == [hex(fns["f"].blocks[8].address)]
 
@@ -383,3 +383,251 @@ def test_with_real_fit_margin_matches_fit_prediction_interval():
     assert [b["address"] for b in d["functions"][1]["blocks"]] == \
         [hex(b.address) for b in fns["g"].blocks]           # callee blocks under the callee
     assert "<svg" in render_html(report) and "TSC ticks" in to_text(report)
+
+
+# --- the report a person reads (issue 18) ------------------------------------------------
+
+from wcetfit.report import summary  # noqa: E402
+
+INTERNAL_NAMES = ("r2 calls", "outside space", "median rel error kept", "r2_calls",
+                  "outside_space", "median_rel_error_kept")
+
+
+def _with_validation_fields(built):
+    """The sample's report with every validation field the real fit gives (the fit/1
+    names), and a block whose estimate rounds to a negative zero."""
+    fns, counts, cols, times, fit, wres, _ = built
+    fit = json.loads(json.dumps(fit))
+    fit["validation"].update({"folds": 5, "heldout_calls": 600, "r2_calls": 0.98,
+                              "outside_space": 0, "discarded_calls": 3,
+                              "median_rel_error_inputs": 0.003,
+                              "p95_rel_error_inputs": 0.01,
+                              "median_rel_error_kept": 0.004, "p95_rel_error_kept": 0.02})
+    fit["functions"][0]["blocks"][0]["cost_ticks"] = -0.0004
+    fit["functions"][0]["blocks"][0]["solution_ticks"] = -0.0004
+    return build_report(fns, "f", fit, counts, cols, times, wres, TSC_HZ)
+
+
+def test_summary_fits_one_screen_and_says_what_the_bound_rests_on(built):
+    report = built[-1]
+    text = summary.to_text(report, width=100)
+    lines = text.splitlines()
+    assert len(lines) <= 60, len(lines)
+    assert "WCET bound: " in text and "ticks" in text and " ns)" in text
+    w = report.function("f").wcet
+    assert f"{w.ipet_ticks:,.0f} ticks" in text                 # the bound itself
+    assert f"#{w.max_observed_input}," in text                   # the slowest measured input
+    # the sample gives no [loops]: its loop is bounded by what the inputs reached, and the
+    # summary names the table where a real bound goes
+    assert "loop f+0x10" in text and "[loops]" in text
+    assert re.search(r"Fit: (good|fair|poor) — ", text)
+    assert "Warnings (" in text and "→ " in text                 # remedies shown
+    assert "--full" in text                                      # where the tables are
+    assert to_text(report, full=False) == summary.to_text(report, width=140)
+
+
+def test_no_internal_names_and_no_negative_zero(built):
+    report = _with_validation_fields(built)
+    for text in (to_text(report, width=200), summary.to_text(report, width=200),
+                 render_html(report, layout="builtin")):
+        for name in INTERNAL_NAMES:
+            assert name not in text, name
+        assert not re.search(r"(?<![\w.])-0\.0+(?![\d])", text), \
+            re.search(r".{30}(?<![\w.])-0\.0+(?![\d]).{30}", text)
+    full = to_text(report, width=200)
+    assert "held-out calls: R²" in full and "cross-validation folds" in full
+
+
+def test_blocks_not_estimable_alone_show_no_cost_of_their_own(built):
+    """The fit's particular solution of f+0x20 (0), f+0x30 (12) and f+0x40 (18) is no
+    measurement: the path table shows "—" for them, and the path's total."""
+    report = built[-1]
+    fr = report.function("f")
+    alone = {r.address: r.estimable for r in fr.blocks}
+    on_path = [p for p in fr.wcet.path if not alone[p.block]]
+    assert on_path, "the sample's worst path runs blocks of the structural group"
+    text = to_text(report, width=220)
+    path = text[text.index("Worst-case path of f"):text.index("Loop bounds of f")]
+    for p in on_path:
+        row = next(ln for ln in path.splitlines() if f" {fr.key(p.block)} " in ln)
+        cells = [c.strip() for c in row.split("│")[1:-1]]
+        assert cells[3] == "—" and cells[5] == "—" and cells[7].startswith("group"), row
+    assert f"{fr.wcet.point_ticks:,.0f}" in path or F_num(fr.wcet.point_ticks) in path
+    # the block table shows the group, not a share of its own
+    blocks = text[text.index("Blocks of f"):]
+    for r in fr.blocks:
+        if not r.estimable and r.group is not None:
+            row = next(ln for ln in blocks.splitlines() if f" +{r.offset:#x} " in ln)
+            assert f"in group {r.group}" in row and "≈" not in row, row
+    # the summary never lists a non-estimable block on its own
+    s = summary.to_text(report, width=200)
+    for p in on_path:
+        assert f"{fr.key(p.block)}:" not in s
+    page = render_html(report, layout="builtin")
+    for p in on_path:
+        row = re.search(rf"<tr><td>{re.escape(fr.key(p.block))}</td>.*?</tr>", page).group(0)
+        assert row.count(">—<") >= 3 and "group" in row, row
+
+
+def F_num(v):
+    from wcetfit.report import _format
+    return _format.num(v)
+
+
+def test_json_ci95_is_a_half_width_in_fit_and_report():
+    """One shape for one quantity: ci95_ticks is value ± half-width in wcetfit.fit/1 and
+    in wcetfit.report/2 (the report's is read from a real fit, not from the test)."""
+    fitmod = pytest.importorskip("wcetfit.fit.solve")
+    # blocks run independently random numbers of times: each is estimable alone
+    h = make_fn("h", 0x3000, 5, [(0, 1), (1, 2), (2, 3), (3, 4)], [4])
+    fns = {"h": h}
+    rng = np.random.default_rng(3)
+    counts = np.hstack([np.ones((300, 1)), rng.integers(0, 50, (300, 4))]).astype(np.int64)
+    cols = [("h", b.address) for b in h.blocks]
+    times = (counts @ np.array([30.0, 4.0, 7.0, 2.0, 11.0]))[:, None] + \
+        rng.normal(0, 2, (300, 5))
+    fr = fitmod.fit_function(counts, times, [a for _, a in cols], tsc_hz=TSC_HZ)
+    fit_doc = json.loads(json.dumps(fr.to_json()))
+    report = build_report(fns, "h", fr, counts, cols, times, None, TSC_HZ)
+    rep_doc = json.loads(json.dumps(to_json(report), allow_nan=False))
+    fit_blocks = {b["address"]: b for fd in (fit_doc.get("functions") or [fit_doc])
+                  for b in fd["blocks"]}
+    rep_blocks = {b["address"]: b for fd in rep_doc["functions"] for b in fd["blocks"]}
+    compared = 0
+    for a, fb in fit_blocks.items():
+        if fb.get("ci95_ticks") is None or a not in rep_blocks:
+            continue
+        rb = rep_blocks[a]
+        assert isinstance(fb["ci95_ticks"], float) and isinstance(rb["ci95_ticks"], float)
+        assert rb["ci95_ticks"] == pytest.approx(fb["ci95_ticks"], rel=1e-9)
+        assert rb["ci95_ns"] == pytest.approx(fb["ci95_ticks"] / TSC_HZ * 1e9, rel=1e-9)
+        compared += 1
+    assert compared >= 4
+
+
+def test_html_has_an_index_and_collapsed_sections(built):
+    fns, counts, cols, times, fit, wres, report = built
+    other = build_report(fns, "f", fit, counts, cols, times, wres, TSC_HZ)
+    many = [report] + [dataclasses_replace_root(other, f"f{i}") for i in range(15)]
+    page = render_html(many, layout="builtin")
+    assert "<h2>Functions</h2>" in page
+    for r in many:
+        assert f'href="#root-{r.root}"' in page and f'id="root-{r.root}"' in page
+    details = re.findall(r"<details[^>]*>", page)
+    assert len(details) == 16 * (1 + len(report.functions))
+    assert not any(" open" in d for d in details)           # collapsed until opened
+    assert len(page.encode()) < 4_000_000
+    one = render_html(report, layout="builtin")
+    assert re.search(r'<details class="root" id="root-f" open>', one)
+
+
+def dataclasses_replace_root(report, name):
+    import dataclasses
+    return dataclasses.replace(report, root=name)
+
+
+def test_cli_full_and_function_show_the_tables(built, capsys):
+    import argparse
+    from types import SimpleNamespace
+
+    from wcetfit.cli import build_parser
+    from wcetfit.cli.report import emit
+
+    report = built[-1]
+    args = build_parser().parse_args(["report", "somewhere"])
+    assert args.full is False and args.function is None
+    emit([SimpleNamespace(report=report)], args)
+    short = capsys.readouterr().out
+    assert "WCET bound: " in short and "Blocks of f" not in short
+    args = build_parser().parse_args(["report", "somewhere", "--full"])
+    emit([SimpleNamespace(report=report)], args)
+    full = capsys.readouterr().out
+    for title in ("Worst-case path of f", "Loop bounds of f", "Blocks of f", "Groups of f",
+                  "Fit quality", "Blocks of g"):
+        assert title in full, title
+    args = build_parser().parse_args(["analyze", "somewhere", "--function", "g"])
+    emit([SimpleNamespace(report=report)], args)
+    only_g = capsys.readouterr().out
+    assert "Blocks of g" in only_g and "Blocks of f" not in only_g
+    args = argparse.Namespace(json=None, html=None, full=False, function="nope",
+                              max_blocks=None)
+    from wcetfit.errors import WcetfitError
+    with pytest.raises(WcetfitError, match="nope"):
+        emit([SimpleNamespace(report=report)], args)
+
+
+def test_wcetfit_help_describes_the_tool(capsys):
+    from wcetfit.cli import main
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "worst-case execution time" in out and "TSC ticks" in out
+    assert "Command line: the one place" not in out              # not the module docstring
+    assert "where to start:" in out and "wcetfit analyze TARGET_DIR" in out
+    cmds = [ln.split()[0] for ln in out.splitlines() if ln.startswith("    ") and ln.split()]
+    pipeline = [c for c in ("cfg", "count", "time", "fit", "report") if c in cmds]
+    assert pipeline == sorted(pipeline, key=cmds.index) == ["cfg", "count", "time", "fit",
+                                                            "report"]
+
+
+@pytest.mark.slow
+def test_default_report_of_a_sample_fits_one_screen():
+    """The adpcm sample's default report (from its stored measurements) is one screen."""
+    import os
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    target = os.path.join(root, "samples", "adpcm")
+    if not os.path.isdir(os.path.join(target, ".wcetfit")):
+        pytest.skip("samples/adpcm has no stored measurements (run `wcetfit analyze "
+                    "samples/adpcm` once)")
+    res = subprocess.run([sys.executable, "-m", "wcetfit", "report", target],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": root})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) <= 60, len(lines)
+    assert "WCET bound: " in res.stdout and "-0.0" not in res.stdout
+    for name in INTERNAL_NAMES:
+        assert name not in res.stdout
+
+
+def test_summary_of_many_functions_stays_short(built):
+    """16 roots (a library target): each in a few lines, warnings common to all said once."""
+    report = built[-1]
+    many = [dataclasses_replace_root(report, f"f{i}") for i in range(16)]
+    text = summary.to_text(many, width=100)
+    assert len(text.splitlines()) <= 150, len(text.splitlines())
+    assert text.count("WCET bound") >= 16
+    assert "--function" in text
+    one = summary.to_text(report, width=100)
+    assert len(text.splitlines()) < 16 * len(one.splitlines())
+
+
+def test_html_page_keeps_to_its_size_budget(built):
+    """Past the budget the largest drawings and tables are left out, each with a note
+    saying how to get them; the focus function keeps everything."""
+    report = built[-1]
+    many = [dataclasses_replace_root(report, f"f{i}") for i in range(16)]
+    whole = render_html(many, layout="builtin", max_bytes=None)
+    budget = len(whole.encode()) * 4 // 5
+    page = render_html(many, layout="builtin", max_bytes=budget)
+    assert len(page.encode()) <= budget
+    assert "left out to keep this page under" in page and "--function" in page
+    assert page.count("<details") == whole.count("<details")   # every section still there
+    kept = render_html([report], layout="builtin", max_bytes=1, focus="f")
+    section = kept[kept.index('id="fn-f-f"'):kept.index('id="fn-f-g"')]
+    assert "<svg" in section and "left out" not in section
+
+
+def test_loops_table_name_reaches_the_reader(built):
+    """Advice naming the [loops] table keeps the brackets in every terminal view (rich
+    markup would swallow them)."""
+    fns, counts, cols, times, fit, _, _ = built
+    err = UnboundedLoopError('f: no bound for loop(s) f+0x10 (0x1010): add e.g. "f+0x10" = N '
+                             'under [loops] in wcetfit.toml', ["f+0x10"])
+    report = build_report(fns, "f", fit, counts, cols, times, err, TSC_HZ)
+    for text in (to_text(report, width=200), summary.to_text(report, width=200),
+                 summary.to_text([dataclasses_replace_root(report, f"f{i}")
+                                  for i in range(6)], width=200)):
+        assert "under [loops] in wcetfit.toml" in text

@@ -12,12 +12,14 @@ import argparse
 import importlib
 import logging
 import sys
+import textwrap
 
 from wcetfit.errors import WcetfitError
 
-# Order of the subcommands in --help.
-COMMANDS = ["init", "analyze", "cfg", "count", "time", "calibrate", "fit", "report", "split",
-            "search"]
+# Order of the subcommands in --help: the pipeline's ("init" and others not built yet are
+# skipped).
+COMMANDS = ["init", "analyze", "cfg", "count", "calibrate", "time", "fit", "search", "report",
+            "split"]
 
 EXIT_USAGE = 2  # bad input of any kind: usage, target file, binary, store
 
@@ -30,11 +32,36 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+# What `wcetfit --help` tells its user (the module docstring above is for developers).
+DESCRIPTION = """\
+wcetfit bounds the worst-case execution time (WCET) of functions in an x86-64 Linux
+binary or shared library by measuring them.  It counts how often every basic block of the
+function runs for each of many generated inputs, times the real calls with the
+time-stamp counter (TSC), fits a cost per block by least squares, and bounds the worst
+path through the control-flow graph (IPET) with those costs and your loop bounds.
+Times are in TSC ticks (the counter's fixed-rate unit, not core cycles) and ns."""
+
+def _epilog(commands: list[str]) -> str:
+    first = ("`wcetfit init TARGET_DIR` writes a starting wcetfit.toml and inputs module; "
+             if "init" in commands else
+             "write TARGET_DIR/wcetfit.toml and an inputs module (README: \"Analysing your "
+             "own library\"); ")
+    return (first + "then `wcetfit analyze TARGET_DIR` runs every "
+            "stage and prints one screen per function: the WCET bound, what it rests on, "
+            "the fit, the warnings.  `wcetfit report TARGET_DIR --full` shows every table, "
+            "--html FILE a browsable page.  `wcetfit COMMAND --help` gives a command's "
+            "options.")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="wcetfit", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(prog="wcetfit", description=DESCRIPTION,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="more log output (-v info, -vv debug)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser,
+                                title="commands (analyze runs cfg → count → time → fit → "
+                                      "report in one resumable run)")
+    built = []
     for name in COMMANDS:
         try:
             module = importlib.import_module(f"wcetfit.cli.{name}")
@@ -43,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # command not built yet
             raise
         module.register(sub)
+        built.append(name)
+    parser.epilog = "where to start:\n" + textwrap.fill(_epilog(built), width=88,
+                                                      initial_indent="  ",
+                                                      subsequent_indent="  ")
     return parser
 
 

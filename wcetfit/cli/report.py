@@ -8,10 +8,12 @@ from typing import Any, Sequence
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "report", help="per-function report: block costs, groups, WCET bound, worst path",
+        "report", help="the WCET bound of each function and what it rests on",
         description="Fit the stored measurements, bound the WCET by IPET and print the "
-                    "report; optionally as JSON (wcetfit.report/1) and as one self-contained "
-                    "HTML file.")
+                    "report: one screen per target (the bound, what it rests on, the "
+                    "slowest measured input, the fit, the blocks that matter, warnings); "
+                    "--full or --function NAME for every table; optionally as JSON "
+                    "(wcetfit.report/2) and as one self-contained HTML file.")
     p.add_argument("target", metavar="TARGET_DIR", help="folder holding wcetfit.toml")
     add_output_args(p)
     p.set_defaults(func=run)
@@ -20,8 +22,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="write the report as JSON ('-' = stdout)")
     p.add_argument("--html", metavar="FILE", help="write the report as one HTML file")
+    p.add_argument("--full", action="store_true",
+                   help="print every table (worst-case path, loops, blocks, groups, fit "
+                        "quality) of every function instead of the one-screen summary")
+    p.add_argument("--function", metavar="NAME",
+                   help="print every table of this function only (a measured function or "
+                        "one of its callees); with --html, that function's page, nothing "
+                        "of it left out")
     p.add_argument("--max-blocks", type=int, metavar="N",
-                   help="show at most N blocks per function in the terminal")
+                   help="with --full or --function: at most N blocks per block table")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,24 +60,36 @@ def emit(analyses: Sequence[Any], args: argparse.Namespace) -> None:
     from rich.console import Console
 
     from wcetfit.cli.common import write_json
-    from wcetfit.report import html, json as report_json, text
+    from wcetfit.errors import WcetfitError
+    from wcetfit.report import html, json as report_json, summary, text
 
     out = sys.stderr if args.json == "-" else sys.stdout
     # A file or a pipe gets lines wide enough for the block table (a terminal its own width).
     console = Console(file=out, width=None if out.isatty() else 140)
-    for a in analyses:
-        text.render(a.report, console, max_blocks=args.max_blocks)
+    reports = [a.report for a in analyses]
+    name = getattr(args, "function", None)
+    known = list(dict.fromkeys(f.name for r in reports for f in r.functions))
+    if name is None and getattr(args, "full", False):
+        for r in reports:
+            text.render(r, console, max_blocks=args.max_blocks)
+    elif name is None:
+        summary.render(reports, console)
+    elif name in known:
+        r = next(r for r in reports if any(f.name == name for f in r.functions))
+        text.render(r, console, max_blocks=args.max_blocks, function=name)
     if args.json:
-        docs = [report_json.to_json(a.report) for a in analyses]
+        docs = [report_json.to_json(r) for r in reports]
         # One measured function: its report.  Several: the same schema, one report each.
         write_json(args.json, docs[0] if len(docs) == 1 else
                    {"schema": docs[0]["schema"], "reports": docs})
     if args.html:
-        pages = [html.render_html(a.report) for a in analyses]
-        page = pages[0]
-        for extra in pages[1:]:   # one file: the other reports' bodies appended
-            body = extra[extra.index("<body>") + len("<body>"):extra.rindex("</body>")]
-            page = page.replace("</body>", f"<hr>{body}</body>", 1)
+        # --function: the page of the root(s) reaching it, that function's parts all kept
+        shown = [r for r in reports if name is None or name not in known
+                 or any(f.name == name for f in r.functions)]
+        page = html.render_html(shown, focus=name)
         with open(args.html, "w") as f:
             f.write(page)
         console.print(f"HTML report written to {args.html}")
+    if name is not None and name not in known:    # said after the files are written
+        raise WcetfitError(f"--function {name}: not a measured function or one of their "
+                           f"callees; the report has {', '.join(known)}")

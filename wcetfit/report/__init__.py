@@ -11,15 +11,13 @@ Units: every time is in TSC ticks (the time-stamp counter's unit, *not* core cyc
 TSC runs at a fixed rate whatever the core's clock) and, when the TSC rate is known, in
 nanoseconds = ticks / tsc_hz · 1e9.
 
-The fit is read through its JSON form (schema ``wcetfit.fit/1``: per function
-``blocks[{address, estimable, cost_ticks, ci95_ticks, group, solution_ticks}]``,
-``groups[{id, blocks, kind, combinations}]``, ``overhead_ticks``, ``validation{...}``), so
-any object with ``to_json()`` or the dict itself will do.
+The fit is read through its JSON form (:mod:`wcetfit.report.fitread`), so any object with
+``to_json()`` or the dict itself will do.  The terminal's default view is
+:mod:`wcetfit.report.summary` (one screen); :mod:`wcetfit.report.text` has the full tables.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from dataclasses import dataclass
@@ -27,9 +25,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from wcetfit.errors import FitError, WcetfitError
+from wcetfit.errors import WcetfitError
 from wcetfit.model import (CALL_IMPORTED, CALL_INDIRECT, FunctionModel, hexaddr,
                            parse_addr)
+from wcetfit.report.fitread import FitBlock, FitFunction, FitGroup, _by_function, _num, read_fit
 from wcetfit.wcet.relations import ObservedRowSpace
 from wcetfit.wcet.result import (SOURCE_OBSERVED, CallOutcome, LoopOutcome, PathStep,
                                  WcetResult, describe_block, loop_key)
@@ -51,202 +50,6 @@ def ticks_to_ns(ticks: float | None, tsc_hz: float | None) -> float | None:
     if ticks is None or tsc_hz is None or not tsc_hz or not math.isfinite(ticks):
         return None
     return ticks / tsc_hz * 1e9
-
-
-# --- the fit, as read from its JSON form ------------------------------------------------------
-
-@dataclass(frozen=True)
-class FitBlock:
-    address: int
-    estimable: bool
-    cost_ticks: float | None
-    ci95_ticks: tuple[float, float] | None      # (low, high)
-    group: Any
-    solution_ticks: float | None                # None: never executed (no solution)
-
-
-@dataclass(frozen=True)
-class FitGroup:
-    id: Any
-    blocks: tuple[int, ...]
-    kind: str                                   # "structural" / "observed" / ...
-    combinations: tuple[str, ...]               # human sentences
-    advice: str | None
-
-
-@dataclass(frozen=True)
-class FitFunction:
-    name: str
-    blocks: Mapping[int, FitBlock]
-    groups: tuple[FitGroup, ...]
-    overhead_ticks: float | None
-    validation: Mapping[str, Any]
-    extra: Mapping[str, Any]                    # any other field, kept for the JSON
-
-
-def _fit_dict(fit: Any) -> Mapping[str, Any]:
-    if isinstance(fit, Mapping):
-        return fit
-    for name in ("to_json", "as_json", "to_dict"):
-        meth = getattr(fit, name, None)
-        if callable(meth):
-            d = meth()
-            if isinstance(d, Mapping):
-                return d
-    if dataclasses.is_dataclass(fit) and not isinstance(fit, type):
-        return dataclasses.asdict(fit)
-    raise FitError(f"cannot read a fit result of type {type(fit).__name__}")
-
-
-def _num(v: Any) -> float | None:
-    if v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def _ci(v: Any, cost: float | None) -> tuple[float, float] | None:
-    """``ci95_ticks`` as (low, high): a pair is taken as is, a number as a half-width."""
-    if v is None:
-        return None
-    if isinstance(v, (list, tuple)) and len(v) == 2:
-        lo, hi = _num(v[0]), _num(v[1])
-        return (lo, hi) if lo is not None and hi is not None else None
-    if isinstance(v, Mapping) and "low" in v and "high" in v:
-        return _ci((v["low"], v["high"]), cost)
-    h = _num(v)
-    if h is None or cost is None:
-        return None
-    return (cost - abs(h), cost + abs(h))
-
-
-def _combination_text(c: Any) -> str:
-    if isinstance(c, str):
-        return c
-    if isinstance(c, Mapping):
-        for key in ("text", "description", "label"):
-            if isinstance(c.get(key), str):
-                return c[key]
-        terms = c.get("terms") or c.get("blocks") or c.get("coefficients")
-        value = _num(c.get("value_ticks", c.get("value")))
-        ci = c.get("ci95_ticks")
-        lhs = ""
-        if isinstance(terms, Mapping):
-            lhs = " + ".join(f"{_coef(k_v[1])}{k_v[0]}" for k_v in terms.items())
-        elif isinstance(terms, (list, tuple)):
-            parts = []
-            for t in terms:
-                if isinstance(t, (list, tuple)) and len(t) == 2:
-                    parts.append(f"{_coef(t[1])}{t[0]}")
-                else:
-                    parts.append(str(t))
-            lhs = " + ".join(parts)
-        rhs = "" if value is None else f"{value:.1f}"
-        if rhs and ci is not None:
-            lo_hi = _ci(ci, value)
-            if lo_hi:
-                rhs += f" ± {(lo_hi[1] - lo_hi[0]) / 2:.1f}"
-        if lhs or rhs:
-            return f"{lhs} = {rhs} ticks" if rhs else lhs
-    return str(c)
-
-
-def _coef(c: Any) -> str:
-    f = _num(c)
-    if f is None or f == 1:
-        return ""
-    return f"{f:g}·"
-
-
-def _overhead(v: Any, config: int = 0) -> float | None:
-    """``overhead_ticks`` is a number, or a mapping probe configuration → ticks (fit/1):
-    the report is about configuration 0 (the whole-call probes)."""
-    if isinstance(v, Mapping):
-        if not v:
-            return None
-        x = v.get(str(config), v.get(config))
-        return _num(x if x is not None else next(iter(v.values())))
-    return _num(v)
-
-
-def _parse_fit_function(name: str, d: Mapping[str, Any], top: Mapping[str, Any]) -> FitFunction:
-    blocks: dict[int, FitBlock] = {}
-    for b in d.get("blocks", []):
-        a = parse_addr(b["address"])
-        cost = _num(b.get("cost_ticks"))
-        sol = _num(b.get("solution_ticks"))
-        blocks[a] = FitBlock(a, bool(b.get("estimable", cost is not None)), cost,
-                             _ci(b.get("ci95_ticks"), cost), b.get("group"),
-                             sol if sol is not None else cost)
-    groups = []
-    for g in d.get("groups", []):
-        combos = g.get("combinations", [])
-        if isinstance(combos, (str, Mapping)):
-            combos = [combos]
-        groups.append(FitGroup(g.get("id"), tuple(parse_addr(a) for a in g.get("blocks", [])),
-                               str(g.get("kind", "")), tuple(_combination_text(c) for c in combos),
-                               g.get("advice")))
-    overhead = _overhead(d.get("overhead_ticks", top.get("overhead_ticks")))
-    validation = d.get("validation", top.get("validation")) or {}
-    known = {"blocks", "groups", "overhead_ticks", "validation", "name", "function"}
-    return FitFunction(name, blocks, tuple(groups), overhead, dict(validation),
-                       {k: v for k, v in d.items() if k not in known})
-
-
-def _by_function(fits: Mapping[str, FitFunction], functions: Mapping[str, FunctionModel],
-                 root: str) -> dict[str, FitFunction]:
-    """Redistribute the fit over the functions by block address.  ``FitResult.to_json()``
-    is one flat list for the joint fit of the root and its callees; a CLI file may list
-    them per function.  Either way each function gets the fitted blocks its model has,
-    the groups touching them, and the root's overhead, validation and other fields."""
-    all_blocks: dict[int, FitBlock] = {}
-    groups: list[FitGroup] = []
-    seen: set = set()
-    for ff in fits.values():
-        all_blocks.update(ff.blocks)
-        for g in ff.groups:
-            key = (str(g.id), g.blocks)
-            if key not in seen:
-                seen.add(key)
-                groups.append(g)
-    primary = fits.get(root) or fits.get("") or next(iter(fits.values()), None)
-    out: dict[str, FitFunction] = {}
-    for name, fn in functions.items():
-        mine = {a: all_blocks[a] for a in fn.block_addresses if a in all_blocks}
-        if not mine:
-            continue
-        addrs = set(fn.block_addresses)
-        out[name] = FitFunction(
-            name=name, blocks=mine, groups=tuple(g for g in groups if addrs & set(g.blocks)),
-            overhead_ticks=primary.overhead_ticks if primary else None,
-            validation=primary.validation if primary else {},
-            extra=(primary.extra if primary and name == root else {}))
-    return out
-
-
-def read_fit(fit: Any) -> dict[str, FitFunction]:
-    """function name → its fit, from a FitResult (``to_json()``) or the fit JSON."""
-    d = _fit_dict(fit)
-    fns = d.get("functions")
-    out: dict[str, FitFunction] = {}
-    if isinstance(fns, Mapping):
-        for name, fd in fns.items():
-            out[str(name)] = _parse_fit_function(str(name), fd, d)
-    elif isinstance(fns, (list, tuple)):
-        for fd in fns:
-            name = fd.get("name") or fd.get("function")
-            if not name:
-                raise FitError("a function of the fit result has no name")
-            out[str(name)] = _parse_fit_function(str(name), fd, d)
-    elif "blocks" in d:
-        name = d.get("name") or d.get("function") or ""
-        out[str(name)] = _parse_fit_function(str(name), d, d)
-    else:
-        raise FitError("the fit result has neither 'functions' nor 'blocks'")
-    return out
 
 
 # --- the report's data ------------------------------------------------------------------------
@@ -292,6 +95,20 @@ class Finding:
     message: str
     advice: str = ""
 
+    @classmethod
+    def of(cls, item: Any, prefix: str = "") -> "Finding":
+        """A finding from whatever a stage reports: a string, a mapping or an object with
+        ``message``/``text`` and ``remedy``/``advice`` (the stages' warnings grow fields;
+        the report lists them all the same way)."""
+        if isinstance(item, Finding):
+            return cls(prefix + item.message, item.advice)
+        get = item.get if isinstance(item, Mapping) else (lambda k: getattr(item, k, None))
+        if isinstance(item, str):
+            return cls(prefix + item)
+        msg = get("message") or get("text")
+        adv = get("remedy") or get("advice") or ""
+        return cls(prefix + (str(msg) if msg else str(item)), str(adv))
+
 
 @dataclass(frozen=True)
 class WcetSummary:
@@ -301,6 +118,7 @@ class WcetSummary:
     exceedance: float | None         # the probability per call the dispersion is set for
     dispersion_factors: Mapping[str, float]   # misfit, call, machine_speed (root only)
     envelopes: tuple[Any, ...]       # observed path envelopes the worst path touches (root)
+    relations: tuple[Any, ...]       # observed count relations the bound keeps to (root)
     point_ticks: float | None        # with the point costs
     margin_ticks: float | None       # z · standard error of the worst path (None: no covariance)
     max_observed_ticks: float | None     # max over inputs of the median of its repeats
@@ -616,6 +434,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         exceedance=wres.exceedance if (ires and is_root) else None,
         dispersion_factors=dict(wres.dispersion_factors) if (ires and is_root) else {},
         envelopes=tuple(wres.envelopes) if (ires and is_root) else (),
+        relations=tuple(getattr(wres, "relations", ())) if (ires and is_root) else (),
         point_ticks=ires.bound_ticks if ires else None,
         margin_ticks=(wres.margin_ticks if is_root else ires.margin_ticks) if ires else None,
         max_observed_ticks=max_obs, max_observed_input=max_obs_i,
@@ -658,9 +477,10 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         # what the bound rests on beyond the CFG and the loop bounds (observed relations
         # and path envelopes, recursion bounded by observed activations, ...); imported and
         # indirect calls on the path have their own findings above
-        for text in wres.warnings:
-            if not text.startswith((f"{CALL_IMPORTED} call at", f"{CALL_INDIRECT} call at")):
-                warns.append(Finding(text, ""))
+        for item in wres.warnings:
+            f = Finding.of(item)
+            if not f.message.startswith((f"{CALL_IMPORTED} call at", f"{CALL_INDIRECT} call at")):
+                warns.append(f)
     if is_root and path_residual is not None and path_residual > ESTIMABLE_TOL:
         warns.append(Finding(
             "the worst-case path uses count combinations the inputs never produced: its "
@@ -674,8 +494,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             "block costs depend on data or cache state here: treat the bound with suspicion"))
     val = dict(ff.validation) if ff else {}
     if is_root and ff is not None:
-        for text in ff.extra.get("warnings", []) or []:
-            warns.append(Finding(f"fit: {text}", ""))
+        for item in ff.extra.get("warnings", []) or []:
+            warns.append(Finding.of(item, "fit: "))
         fit_rows = ff.extra.get("rows")
         if isinstance(fit_rows, Mapping) and fit_rows.get("rejected"):
             reasons = fit_rows.get("rejected_by_reason") or {}

@@ -13,7 +13,9 @@ def num(v: float | None, digits: int = 1) -> str:
         return "—"
     if abs(v) >= 1000:
         return f"{v:,.0f}"
-    return f"{v:.{digits}f}"
+    text = f"{v:.{digits}f}"
+    # a tiny negative value rounds to "-0.0": it is zero at this precision
+    return text[1:] if text.startswith("-") and not text.strip("-0.") else text
 
 
 def ticks(v: float | None) -> str:
@@ -47,15 +49,15 @@ def cost_pm(row: BlockRow, scale: float = 1.0) -> str:
 
 
 def pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.1f} %"
+    return "—" if v is None else f"{num(100 * v)} %"
 
 
 def block_share(row: BlockRow) -> str:
-    """The block's share of the time; '≈' where it is not estimable alone (the share then
-    depends on the particular solution)."""
-    if row.share is None:
-        return "—"
-    return ("" if row.estimable else "≈") + pct(row.share)
+    """The block's share of the time; where it is not estimable alone its share would be
+    the fit's particular solution, not a measurement: only its group's share is known."""
+    if not row.estimable:
+        return "—" if row.group is None else f"in group {row.group}"
+    return pct(row.share)
 
 
 def block_notes(row: BlockRow, entry: int) -> list[str]:
@@ -110,3 +112,42 @@ def machine_speed(extra) -> str | None:  # type: ignore[no-untyped-def]
     return (f"calls ran at ×{m.get('factor_median', 1):.2f} (median), ×{m.get('factor_p95', 1):.2f} "
             f"(p95), ×{m.get('factor_max', 1):.2f} (slowest) of the run's fast end; divided out "
             f"before the fit (costs are at the fast end)")
+
+
+# The fit's validation fields in words (wcetfit.fit/1 ``validation``); a field not named
+# here is shown with its key's words, so a new field still reaches the reader.
+VALIDATION_LABELS = {
+    "folds": "cross-validation folds",
+    "heldout_inputs": "held-out inputs",
+    "heldout_calls": "held-out timed calls",
+    "median_rel_error": "held-out calls: median relative error",
+    "p95_rel_error": "held-out calls: 95th-percentile relative error",
+    "r2": "held-out inputs: R² of their median times",
+    "r2_calls": "held-out calls: R²",
+    "outside_space": "held-out inputs whose counts the other inputs do not span",
+    "discarded_calls": "calls set aside as interrupted",
+    "median_rel_error_inputs": "held-out inputs: median relative error",
+    "p95_rel_error_inputs": "held-out inputs: 95th-percentile relative error",
+    "median_rel_error_kept": "held-out calls of non-outlier inputs: median relative error",
+    "p95_rel_error_kept": "held-out calls of non-outlier inputs: 95th-percentile relative error",
+}
+
+
+def validation_rows(v) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """(label, value) of every scalar validation field, relative errors in %."""
+    out = []
+    for k, val in v.items():
+        if val is None or isinstance(val, bool) or not isinstance(val, (int, float, str)):
+            continue
+        label = VALIDATION_LABELS.get(k, k.replace("_", " "))
+        if k == "outside_space" and val == -1:
+            out.append((label, "not computed (too many unknowns)"))
+        elif "rel_error" in k and isinstance(val, (int, float)):
+            out.append((label, f"{num(100 * float(val), 2)} %"))
+        elif k.startswith("r2") and isinstance(val, (int, float)):
+            out.append((label, f"{float(val):.4f}"))
+        elif isinstance(val, float):
+            out.append((label, f"{val:.5g}"))
+        else:
+            out.append((label, str(val)))
+    return out

@@ -1,392 +1,28 @@
 """The report as one self-contained HTML file.
 
 Everything is inline: CSS, a few lines of JavaScript (sortable tables), the CFG of every
-function as SVG (blocks coloured by their share of the time, costs written on them), and
-the root's measured-vs-predicted scatter and residual histogram (matplotlib, Agg backend,
-as inline SVG).  No network access is needed to view it.
-
-The CFG is laid out by graphviz ``dot -Tsvg`` when it is installed, otherwise by a small
-layered (Sugiyama-style) layout of our own: back edges reversed, longest-path layering,
-dummy nodes on long edges, barycentric ordering sweeps, then x positions pulled towards
-the neighbours' mean.
+function as SVG and the root's plots (:mod:`wcetfit.report.cfgsvg`).  No network access is
+needed to view it.  A page opens on an index of the functions; each function's section is
+a collapsed ``<details>`` that the reader opens, so a many-function report stays navigable.
 """
 
 from __future__ import annotations
 
 import html
-import io
 import logging
-import re
-import shutil
-import subprocess
 from dataclasses import dataclass
-from typing import Iterable, Sequence
-
-import numpy as np
+from typing import Sequence
 
 from wcetfit.model import hexaddr
-from wcetfit.report import TICKS_NOTE, BlockRow, FunctionReport, Report
+from wcetfit.report import TICKS_NOTE, FunctionReport, Report
 from wcetfit.report import _format as F
+from wcetfit.report.summary import fit_in_words
+from wcetfit.report.cfgsvg import (Layout, _ident, cfg_dot_source, cfg_svg,  # noqa: F401
+                                   cfg_svg_builtin, layered_layout, plots_svg)
 
 log = logging.getLogger(__name__)
 
 E = html.escape
-
-
-# --- layered layout ---------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Layout:
-    """Node centres and edge polylines in SVG user units."""
-
-    width: float
-    height: float
-    nodes: dict                        # node -> (x, y) centre
-    edges: list                        # (src, dst, [(x, y), ...], is_back)
-
-
-def layered_layout(nodes: Sequence[int], edges: Iterable[tuple[int, int]],
-                   back_edges: Iterable[tuple[int, int]], entry: int | None, *,
-                   node_w: float = 170.0, node_h: float = 50.0, gap_x: float = 30.0,
-                   gap_y: float = 46.0, sweeps: int = 8) -> Layout:
-    nodes = list(nodes)
-    node_set = set(nodes)
-    edge_list = [(s, d) for s, d in dict.fromkeys(edges) if s in node_set and d in node_set]
-    back = set(back_edges)
-
-    # 1. Make the graph acyclic: reverse the loops' back edges, then any edge that still
-    #    closes a cycle in a DFS from the entry (irreducible flow).
-    succ: dict[int, list[int]] = {n: [] for n in nodes}
-    oriented: list[tuple[int, int, bool]] = []     # (upper, lower, reversed?)
-    for s, d in edge_list:
-        if s == d:
-            continue                               # self loops are drawn separately
-        if (s, d) in back:
-            oriented.append((d, s, True))
-        else:
-            oriented.append((s, d, False))
-    for u, v, _ in oriented:
-        succ[u].append(v)
-    state: dict[int, int] = {}
-    flip: set[tuple[int, int]] = set()
-    starts = ([entry] if entry in node_set else []) + nodes
-    for st in starts:
-        if st in state:
-            continue
-        stack = [(st, iter(succ[st]))]
-        state[st] = 1
-        while stack:
-            n, it = stack[-1]
-            for m in it:
-                if state.get(m) == 1:
-                    flip.add((n, m))
-                elif m not in state:
-                    state[m] = 1
-                    stack.append((m, iter(succ[m])))
-                    break
-            else:
-                state[n] = 2
-                stack.pop()
-    dag = []
-    for u, v, rev in oriented:
-        if (u, v) in flip:
-            dag.append((v, u, not rev))
-        else:
-            dag.append((u, v, rev))
-
-    # 2. Longest-path layering (entry on top).
-    preds: dict[int, list[int]] = {n: [] for n in nodes}
-    dsucc: dict[int, list[int]] = {n: [] for n in nodes}
-    for u, v, _ in dag:
-        preds[v].append(u)
-        dsucc[u].append(v)
-    layer: dict = {}
-    indeg = {n: len(preds[n]) for n in nodes}
-    ready = [n for n in nodes if indeg[n] == 0]
-    if entry in ready:
-        ready.remove(entry)
-        ready.insert(0, entry)
-    topo = []
-    while ready:
-        n = ready.pop(0)
-        topo.append(n)
-        for m in dsucc[n]:
-            indeg[m] -= 1
-            if indeg[m] == 0:
-                ready.append(m)
-    for n in topo:
-        layer[n] = max((layer[p] + 1 for p in preds[n]), default=0)
-
-    # 3. Dummy nodes so that every edge spans one layer.
-    chains: list[tuple[int, int, list, bool]] = []   # (orig src, orig dst, chain top→down, back)
-    adj_down: dict = {n: [] for n in nodes}
-    adj_up: dict = {n: [] for n in nodes}
-    dummy_id = 0
-    for u, v, rev in dag:
-        chain = [u]
-        for k in range(layer[u] + 1, layer[v]):
-            d = ("dummy", dummy_id)
-            dummy_id += 1
-            layer[d] = k
-            adj_down[d] = []
-            adj_up[d] = []
-            chain.append(d)
-        chain.append(v)
-        for a, b in zip(chain, chain[1:]):
-            adj_down[a].append(b)
-            adj_up[b].append(a)
-        src, dst = (v, u) if rev else (u, v)
-        chains.append((src, dst, chain, rev))
-
-    n_layers = max(layer.values(), default=0) + 1
-    layers: list[list] = [[] for _ in range(n_layers)]
-    for n in topo:                                   # topological order: a fair first guess
-        layers[layer[n]].append(n)
-    for n in layer:
-        if isinstance(n, tuple):
-            layers[layer[n]].append(n)
-
-    # 4. Barycentric ordering sweeps, down then up.
-    def reorder(li: int, neighbours: dict, ref: list) -> None:
-        pos = {n: i for i, n in enumerate(ref)}
-        cur = layers[li]
-        keyed = []
-        for i, n in enumerate(cur):
-            ps = [pos[m] for m in neighbours[n] if m in pos]
-            keyed.append((sum(ps) / len(ps) if ps else float(i), i, n))
-        keyed.sort(key=lambda t: (t[0], t[1]))
-        layers[li] = [n for _, _, n in keyed]
-
-    for s in range(sweeps):
-        if s % 2 == 0:
-            for li in range(1, n_layers):
-                reorder(li, adj_up, layers[li - 1])
-        else:
-            for li in range(n_layers - 2, -1, -1):
-                reorder(li, adj_down, layers[li + 1])
-
-    # 5. x coordinates: in order, pulled towards the mean x of the neighbours.
-    def width_of(n) -> float:
-        return 8.0 if isinstance(n, tuple) else node_w
-
-    x: dict = {}
-    for li, row in enumerate(layers):
-        cx = 0.0
-        for n in row:
-            x[n] = cx + width_of(n) / 2
-            cx += width_of(n) + gap_x
-    for it in range(6):
-        order = range(1, n_layers) if it % 2 == 0 else range(n_layers - 2, -1, -1)
-        for li in order:
-            nb = adj_up if it % 2 == 0 else adj_down
-            row = layers[li]
-            want = []
-            for n in row:
-                ps = [x[m] for m in nb[n] if m in x]
-                want.append(sum(ps) / len(ps) if ps else x[n])
-            placed = []
-            for i, n in enumerate(row):
-                lo = (placed[-1] + (width_of(row[i - 1]) + width_of(n)) / 2 + gap_x
-                      if placed else -np.inf)
-                placed.append(max(want[i], lo))
-            # shift the row back so that it is centred on what its members want
-            shift = float(np.mean(np.array(want) - np.array(placed))) if placed else 0.0
-            # (never closer than the separation: a uniform shift keeps it)
-            for n, px in zip(row, placed):
-                x[n] = px + shift
-    min_x = min((x[n] - width_of(n) / 2 for n in x), default=0.0)
-    pad = 20.0
-    for n in x:
-        x[n] = x[n] - min_x + pad
-    width = max((x[n] + width_of(n) / 2 for n in x), default=0.0) + pad + 30
-    y = {n: pad + layer[n] * (node_h + gap_y) + node_h / 2 for n in layer}
-    height = pad * 2 + n_layers * (node_h + gap_y)
-
-    pos = {n: (x[n], y[n]) for n in nodes if n in x}
-    polylines = []
-    for src, dst, chain, rev in chains:
-        pts = [(x[c], y[c]) for c in chain]
-        # leave the upper block at its bottom edge, enter the lower one at its top edge
-        pts[0] = (pts[0][0], pts[0][1] + node_h / 2)
-        pts[-1] = (pts[-1][0], pts[-1][1] - node_h / 2)
-        if rev:
-            # back edges attach off-centre, so that a short loop's back edge does not
-            # hide under its forward edge
-            pts = pts[::-1]
-            off = node_w * 0.22
-            pts[0] = (pts[0][0] + off, pts[0][1])
-            pts[-1] = (pts[-1][0] + off, pts[-1][1])
-        polylines.append((src, dst, pts, rev))
-    for s, d in edge_list:
-        if s == d and s in pos:
-            cx, cy = pos[s]
-            r = node_w / 2
-            polylines.append((s, d, [(cx + r, cy - 8), (cx + r + 24, cy - 14),
-                                     (cx + r + 24, cy + 14), (cx + r, cy + 8)], True))
-    return Layout(width=width, height=height, nodes=pos, edges=polylines)
-
-
-# --- CFG drawing ------------------------------------------------------------------------
-
-def _heat(share: float | None, top: float) -> str:
-    """White → orange → red by share of the time (relative to the function's largest)."""
-    if share is None or top <= 0 or share <= 0:
-        return "#ffffff"
-    t = min(1.0, share / top) ** 0.5
-    r = 255
-    g = int(round(255 - t * (255 - 80)))
-    b = int(round(255 - t * (255 - 40)))
-    return f"#{r:02x}{g:02x}{b:02x}"
-
-
-def _block_lines(fr: FunctionReport, r: BlockRow, tsc_hz: float | None) -> list[str]:
-    head = f"+{r.offset:#x}"
-    if r.wcet_count:
-        head += f"  ×{r.wcet_count:,} WCET"
-    if r.count_max == 0:
-        cost = "never executed"
-    elif r.cost_ticks is not None:
-        cost = f"{F.cost_pm(r)} ticks"
-    else:
-        cost = f"group {r.group}" if r.group is not None else "not estimable alone"
-    ns = F.ns(r.cost_ticks, tsc_hz) if r.cost_ticks is not None else ""
-    share = ("≈" if not r.estimable else "") + F.pct(r.share) if r.share is not None else ""
-    third = " · ".join(x for x in (ns, share) if x and x != "—")
-    return [head, cost, third]
-
-
-def cfg_svg_builtin(fr: FunctionReport, tsc_hz: float | None) -> str:
-    nodes = [b.address for b in fr.blocks]
-    lay = layered_layout(nodes, fr.edges, fr.back_edges, fr.entry)
-    top = max((b.share or 0.0) for b in fr.blocks) if fr.blocks else 0.0
-    on_path = {b.address for b in fr.blocks if b.wcet_count}
-    w, h = lay.width, lay.height
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="cfg" width="{w:.0f}" '
-           f'height="{h:.0f}" viewBox="0 0 {w:.0f} {h:.0f}" role="img" '
-           f'aria-label="control-flow graph of {E(fr.name)}">',
-           '<defs><marker id="arrow-{0}" viewBox="0 0 10 10" refX="10" refY="5" '
-           'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
-           '<path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>'.format(_ident(fr.name))]
-    for src, dst, pts, is_back in lay.edges:
-        d = "M" + " L".join(f"{px:.1f},{py:.1f}" for px, py in pts)
-        hot = src in on_path and dst in on_path
-        style = ' stroke-dasharray="5,3"' if is_back else ""
-        out.append(f'<path d="{d}" fill="none" stroke="{"#b22" if hot else "#777"}" '
-                   f'stroke-width="{1.8 if hot else 1.0}"{style} '
-                   f'marker-end="url(#arrow-{_ident(fr.name)})"><title>{hexaddr(src)} → '
-                   f'{hexaddr(dst)}{" (back edge)" if is_back else ""}</title></path>')
-    nw, nh = 170.0, 50.0
-    for r in fr.blocks:
-        if r.address not in lay.nodes:
-            continue
-        cx, cy = lay.nodes[r.address]
-        fill = "#e8e8e8" if r.count_max == 0 else _heat(r.share, top)
-        stroke = "#b22" if r.address in on_path else "#333"
-        sw = 2.2 if r.address in on_path else 1.0
-        dash = ' stroke-dasharray="3,2"' if r.count_max == 0 else ""
-        tip = "\n".join([fr.key(r.address) + f" ({hexaddr(r.address)}), {r.size} B, "
-                         f"{r.instructions} instructions"] + list(r.disassembly[:30]))
-        out.append(f'<g class="blk"><title>{E(tip)}</title>'
-                   f'<rect x="{cx - nw / 2:.1f}" y="{cy - nh / 2:.1f}" width="{nw:.0f}" '
-                   f'height="{nh:.0f}" rx="4" fill="{fill}" stroke="{stroke}" '
-                   f'stroke-width="{sw}"{dash}/>')
-        for k, line in enumerate(_block_lines(fr, r, tsc_hz)):
-            weight = ' font-weight="bold"' if k == 0 else ""
-            out.append(f'<text x="{cx:.1f}" y="{cy - nh / 2 + 14 + 15 * k:.1f}" '
-                       f'text-anchor="middle" font-size="11"{weight}>{E(line)}</text>')
-        if r.address == fr.entry:
-            out.append(f'<text x="{cx - nw / 2:.1f}" y="{cy - nh / 2 - 3:.1f}" font-size="10" '
-                       f'fill="#555">entry</text>')
-        out.append("</g>")
-    out.append("</svg>")
-    return "\n".join(out)
-
-
-def _ident(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", s)
-
-
-def cfg_dot_source(fr: FunctionReport, tsc_hz: float | None) -> str:
-    top = max((b.share or 0.0) for b in fr.blocks) if fr.blocks else 0.0
-    on_path = {b.address for b in fr.blocks if b.wcet_count}
-    lines = ["digraph cfg {", '  node [shape=box, style="rounded,filled", fontsize=10, '
-             'fontname="Helvetica"];', '  edge [color="#777777"];']
-    for r in fr.blocks:
-        label = "\\n".join(x.replace('"', "'") for x in _block_lines(fr, r, tsc_hz) if x)
-        fill = "#e8e8e8" if r.count_max == 0 else _heat(r.share, top)
-        pen = ', color="#bb2222", penwidth=2' if r.address in on_path else ""
-        lines.append(f'  b{r.address:x} [label="{label}", fillcolor="{fill}"{pen}, '
-                     f'tooltip="{fr.key(r.address)} ({hexaddr(r.address)})"];')
-    back = set(fr.back_edges)
-    for s, d in fr.edges:
-        attrs = ' [style=dashed, constraint=false]' if (s, d) in back else ""
-        lines.append(f"  b{s:x} -> b{d:x}{attrs};")
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def cfg_svg(fr: FunctionReport, tsc_hz: float | None, layout: str = "auto") -> str:
-    """The CFG as an inline <svg>: graphviz when ``layout`` is "dot" or "auto" and dot is
-    installed, the built-in layered layout otherwise."""
-    dot = shutil.which("dot") if layout in ("auto", "dot") else None
-    if dot:
-        try:
-            proc = subprocess.run([dot, "-Tsvg"], input=cfg_dot_source(fr, tsc_hz),
-                                  capture_output=True, text=True, timeout=60, check=True)
-            svg = proc.stdout
-            start = svg.find("<svg")
-            if start >= 0:
-                return svg[start:]
-        except (OSError, subprocess.SubprocessError) as exc:
-            log.warning("dot failed (%s): using the built-in layout", exc)
-    return cfg_svg_builtin(fr, tsc_hz)
-
-
-# --- plots ------------------------------------------------------------------------------
-
-def _svg_of(fig, salt: str) -> str:
-    import matplotlib.pyplot as plt
-
-    buf = io.StringIO()
-    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
-        fig.savefig(buf, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    text = buf.getvalue()
-    start = text.find("<svg")
-    return text[start:] if start >= 0 else ""
-
-
-def plots_svg(report: Report) -> tuple[str, str]:
-    """(measured-vs-predicted scatter, residual histogram) as inline SVG; '' without times."""
-    meas = np.asarray(report.measured_ticks, dtype=float)
-    pred = np.asarray(report.predicted_ticks, dtype=float)
-    ok = np.isfinite(meas) & np.isfinite(pred)
-    if not ok.any():
-        return "", ""
-    import matplotlib
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.2, 4.2))
-    ax.scatter(pred[ok], meas[ok], s=8, alpha=0.6, color="#c0392b", edgecolors="none")
-    lo = float(min(pred[ok].min(), meas[ok].min()))
-    hi = float(max(pred[ok].max(), meas[ok].max()))
-    ax.plot([lo, hi], [lo, hi], color="#555", lw=0.8, ls="--", label="measured = predicted")
-    ax.set_xlabel("predicted (TSC ticks)")
-    ax.set_ylabel("measured, median of repeats (TSC ticks)")
-    ax.set_title("measured vs predicted, per input")
-    ax.legend(loc="upper left", fontsize=8)
-    scatter = _svg_of(fig, "scatter")
-
-    fig, ax = plt.subplots(figsize=(5.2, 4.2))
-    res = meas[ok] - pred[ok]
-    ax.hist(res, bins=min(60, max(10, int(np.sqrt(res.size)))), color="#2c7fb8")
-    ax.axvline(0, color="#555", lw=0.8, ls="--")
-    ax.set_xlabel("residual: measured − predicted (TSC ticks)")
-    ax.set_ylabel("inputs")
-    ax.set_title("residuals")
-    hist = _svg_of(fig, "hist")
-    return scatter, hist
 
 
 # --- the page -----------------------------------------------------------------------------
@@ -407,6 +43,8 @@ table.sortable th:after{content:" \\2195";color:#aaa}
 .cfgbox{overflow:auto;border:1px solid #ddd;max-height:900px;background:#fcfcfc}
 .plots{display:flex;flex-wrap:wrap;gap:16px}.big{font-size:1.3em;font-weight:bold}
 tr.never td{color:#888}tr.onpath td:first-child{border-left:3px solid #b22}
+details.root{border:1px solid #ccc;border-radius:4px;padding:4px 10px;margin:10px 0}
+details.fn{margin:8px 0 8px 12px}summary{cursor:pointer;font-size:1.1em;padding:4px 0}
 """
 
 _JS = """
@@ -419,6 +57,9 @@ document.querySelectorAll('table.sortable').forEach(function(t){
   rows.sort(function(a,b){var x=key(a),y=key(b);
    if(typeof x!==typeof y){x=String(x);y=String(y)}return (x<y?-1:x>y?1:0)*(asc?1:-1)});
   rows.forEach(function(r){tb.appendChild(r)})})})});
+function openHash(){var e=document.getElementById(location.hash.slice(1));
+ while(e){if(e.tagName==='DETAILS')e.open=true;e=e.parentElement}}
+window.addEventListener('hashchange',openHash);openHash();
 """
 
 
@@ -474,7 +115,7 @@ def _blocks_table(report: Report, fr: FunctionReport) -> str:
     scale = 1e9 / hz if hz else None
     head = ("<tr><th>address</th><th>offset</th><th>size (B)</th><th>instr</th>"
             "<th>count min</th><th>count max</th><th>cost (ticks)</th><th>± 95% (ticks)</th>"
-            "<th>cost (ns)</th><th>solution (ticks)</th><th>share</th><th>WCET count</th>"
+            "<th>cost (ns)</th><th>share</th><th>WCET count</th>"
             "<th>group</th><th>note</th></tr>")
     body = []
     for r in fr.blocks:
@@ -492,16 +133,14 @@ def _blocks_table(report: Report, fr: FunctionReport) -> str:
             + _td(F.num(h), h, True)
             + _td(F.num(r.cost_ticks * scale) if scale and r.cost_ticks is not None else "—",
                   r.cost_ticks * scale if scale and r.cost_ticks is not None else None, True)
-            + _td(F.num(r.solution_ticks), r.solution_ticks, True)
-            + _td(share, r.share, True)
+            + _td(share, r.share if r.estimable else None, True)
             + _td("" if r.wcet_count is None else f"{r.wcet_count:,}", r.wcet_count, True)
             + _td("" if r.group is None else str(r.group))
             + _td("; ".join(notes)) + "</tr>")
     return (f'<table class="sortable"><thead>{head}</thead><tbody>{"".join(body)}</tbody>'
-            f'</table><p class="note">Click a column to sort.  cost: estimable blocks only; '
-            f'solution: the fit\'s particular solution (used for predictions and the IPET); '
-            f'share: of the mean predicted time of one root call, ≈ where the block is not '
-            f'estimable alone.</p>')
+            f'</table><p class="note">Click a column to sort.  cost and share: blocks '
+            f'estimable alone only (a group\'s share and estimable combinations are in the '
+            f'groups table); share: of the mean predicted time of one root call.</p>')
 
 
 def _groups_table(fr: FunctionReport) -> str:
@@ -523,17 +162,34 @@ def _groups_table(fr: FunctionReport) -> str:
 def _path_table(report: Report, fr: FunctionReport) -> str:
     if not fr.wcet.path:
         return ""
+    est = {r.address: r for r in fr.blocks}
     rows = []
     for p in fr.wcet.path:
+        r = est.get(p.block)
+        alone = r is None or r.estimable
+        # a block not estimable alone has no measured cost: only its group's combinations
+        cost = _td(F.num(p.cost_ticks), p.cost_ticks, True) if alone else _td("—", None, True)
+        total = (_td(F.num(p.ticks), p.ticks, True)
+                 + _td(F.num(report.ns(p.ticks)), report.ns(p.ticks), True)) if alone else \
+            _td("—", None, True) + _td("—", None, True)
+        note = "" if alone else (f"group {r.group}" if r.group is not None
+                                 else "not estimable alone")
         rows.append(f"<tr><td>{E(fr.key(p.block))}</td><td>{hexaddr(p.block)}</td>"
-                    + _td(f"{p.count:,}", p.count, True) + _td(F.num(p.cost_ticks), p.cost_ticks, True)
+                    + _td(f"{p.count:,}", p.count, True) + cost
                     + _td(F.num(p.callee_ticks) if p.callee_ticks else "", p.callee_ticks, True)
-                    + _td(F.num(p.ticks), p.ticks, True)
-                    + _td(F.num(report.ns(p.ticks)), report.ns(p.ticks), True) + "</tr>")
+                    + total + _td(note) + "</tr>")
+    w = fr.wcet
+    foot = (f"<tfoot><tr><th colspan=5>path total (point costs"
+            f"{' and overhead ε' if fr.is_root else ''})</th>"
+            + _td(F.num(w.point_ticks), w.point_ticks, True)
+            + _td(F.num(report.ns(w.point_ticks)), report.ns(w.point_ticks), True)
+            + "<td></td></tr></tfoot>")
     return ('<h3>Worst-case path (blocks with counts)</h3><table class="sortable"><thead><tr>'
             '<th>block</th><th>address</th><th>count</th><th>cost/exec (ticks)</th>'
-            '<th>callee WCET/exec (ticks)</th><th>total (ticks)</th><th>total (ns)</th></tr>'
-            f'</thead><tbody>{"".join(rows)}</tbody></table>')
+            '<th>callee WCET/exec (ticks)</th><th>total (ticks)</th><th>total (ns)</th>'
+            f'<th>note</th></tr></thead><tbody>{"".join(rows)}</tbody>{foot}</table>'
+            '<p class="note">—: a block not estimable alone has no cost of its own; its '
+            'group\'s estimable combinations are in the groups table.</p>')
 
 
 def _loops_table(fr: FunctionReport) -> str:
@@ -561,11 +217,9 @@ def _warnings_html(warns) -> str:
 def _quality_html(report: Report, fr: FunctionReport) -> str:
     v = fr.validation
     items = []
-    for k, val in v.items():
-        if isinstance(val, float) and k.endswith("rel_error"):
-            items.append(f"<tr><th>{E(k)}</th><td class=n>{100 * val:.2f} %</td></tr>")
-        elif isinstance(val, (int, float, str)):
-            items.append(f"<tr><th>{E(k)}</th><td class=n>{E(str(val))}</td></tr>")
+    items.append(f"<tr><th>in words</th><td>{E(fit_in_words(fr))}</td></tr>")
+    for label, val in F.validation_rows(v):
+        items.append(f"<tr><th>{E(label)}</th><td class=n>{E(val)}</td></tr>")
     worst = v.get("worst")
     if isinstance(worst, list) and worst:
         items.append("<tr><th>held-out worst inputs</th><td>" + E(", ".join(
@@ -585,15 +239,97 @@ def _quality_html(report: Report, fr: FunctionReport) -> str:
             + ("".join(items) or "<tr><td colspan=2>none</td></tr>") + "</table>")
 
 
-def render_html(report: Report, *, layout: str = "auto") -> str:
-    """The whole report as one HTML document (a str)."""
-    hz = report.tsc_hz
+# A page stays below this size: past it the largest CFG drawings and tables are left out
+# (largest first), each replaced by a note saying how to get it.  A library target with
+# large callees (zlib's inflate: ~600 blocks) would otherwise give a page of tens of MB.
+MAX_PAGE_BYTES = 3_000_000
+
+
+@dataclass
+class _Part:
+    """A piece of a page that may be left out to keep the page small."""
+
+    html: str
+    function: str
+    what: str                           # "control-flow graph drawing", "... tables"
+
+
+def render_html(reports: Report | Sequence[Report], *, layout: str = "auto",
+                max_bytes: int | None = MAX_PAGE_BYTES, focus: str | None = None) -> str:
+    """One HTML document (a str) for one root's report or several: an index of the
+    functions, then each root in a collapsed section (open when there is only one).
+    ``max_bytes``: leave out the largest drawings and tables past that size (None: keep
+    all); ``focus``: a function whose parts are never left out."""
+    reports = [reports] if isinstance(reports, Report) else list(reports)
+    first = reports[0]
+    hz = first.tsc_hz
     rate = f"{hz / 1e9:.4f} GHz" if hz else "unknown (times in ticks only)"
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>wcetfit report: {E(report.root)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>wcetfit report — {E(report.root)}</h1>",
-             f'<p>{report.n_inputs:,} inputs × {report.n_repeats} timed repeats; TSC rate '
-             f'{E(rate)}.<br><span class="note">{E(TICKS_NOTE)}.</span></p>']
+    title = ", ".join(r.root for r in reports[:4]) + (" …" if len(reports) > 4 else "")
+    parts: list = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+                   f"<title>wcetfit report: {E(title)}</title><style>{_CSS}</style></head>"
+                   f"<body>", f"<h1>wcetfit report — {E(title)}</h1>",
+                   f'<p>{first.n_inputs:,} inputs × {first.n_repeats} timed repeats; TSC '
+                   f'rate {E(rate)}.<br><span class="note">{E(TICKS_NOTE)}.</span></p>',
+                   _index(reports)]
+    for report in reports:
+        parts += _root_section(report, layout, open_=len(reports) == 1)
+    parts.append(f"<script>{_JS}</script></body></html>")
+    size = sum(len((p.html if isinstance(p, _Part) else p).encode()) for p in parts)
+    dropped: set[int] = set()
+    if max_bytes is not None and size > max_bytes:
+        movable = sorted((i for i, p in enumerate(parts)
+                          if isinstance(p, _Part) and p.function != focus),
+                         key=lambda i: -len(parts[i].html))
+        for i in movable:
+            if size <= max_bytes:
+                break
+            dropped.add(i)
+            size -= len(parts[i].html.encode())
+    out = []
+    for i, p in enumerate(parts):
+        if not isinstance(p, _Part):
+            out.append(p)
+        elif i in dropped:
+            out.append(f'<p class="warn">The {E(p.what)} of {E(p.function)} are left out '
+                       f'to keep this page under {max_bytes / 1e6:g} MB.  '
+                       f'<code>wcetfit report TARGET_DIR --function {E(p.function)} --html '
+                       f'FILE</code> writes a page that has it (the JSON report has every '
+                       f'figure).</p>')
+        else:
+            out.append(p.html)
+    return "\n".join(out)
+
+
+def _index(reports: Sequence[Report]) -> str:
+    """One row per root: its bound, slowest measured input, fit, warnings; a link to it."""
+    rows = []
+    for report in reports:
+        fr = report.functions[0]
+        w = fr.wcet
+        n_warn = len(report.warnings) + sum(len(f.warnings) for f in report.functions)
+        callees = ", ".join(f'<a href="#fn-{_ident(report.root)}-{_ident(f.name)}">'
+                            f'{E(f.name)}</a>' for f in report.functions[1:])
+        rows.append(f'<tr><td><a href="#root-{_ident(report.root)}">{E(report.root)}</a></td>'
+                    + _td(F.both(w.ipet_ticks, report.tsc_hz) if w.ipet_ticks is not None
+                          else "not computed", w.ipet_ticks, True)
+                    + _td(F.both(w.max_observed_ticks, report.tsc_hz), w.max_observed_ticks,
+                          True)
+                    + _td(fit_in_words(fr).split(":", 1)[0])
+                    + _td(str(n_warn), n_warn, True) + f"<td>{callees}</td></tr>")
+    return ('<h2>Functions</h2><table class="sortable"><thead><tr><th>function</th>'
+            '<th>WCET bound</th><th>slowest measured input (median)</th><th>fit</th>'
+            '<th>warnings</th><th>callees</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>'
+            '<p class="note">Click a name to open its section.</p>')
+
+
+def _root_section(report: Report, layout: str, open_: bool) -> list:
+    hz = report.tsc_hz
+    rid = _ident(report.root)
+    w0 = report.functions[0].wcet
+    bound = F.both(w0.ipet_ticks, hz) if w0.ipet_ticks is not None else "not computed"
+    parts = [f'<details class="root" id="root-{rid}"{" open" if open_ else ""}>'
+             f'<summary><b>{E(report.root)}</b> — WCET bound {E(bound)}</summary>']
     if report.warnings:
         parts.append(_warnings_html(report.warnings))
     scatter = hist = ""
@@ -607,21 +343,24 @@ def render_html(report: Report, *, layout: str = "auto") -> str:
         big = (f'<p class="big">WCET bound: {E(F.both(w.ipet_ticks, hz))}</p>'
                if w.ipet_ticks is not None else
                '<p class="big">WCET bound: not computed</p>')
-        parts += [f'<h2 id="fn-{_ident(fr.name)}">{E(fr.name)} <span class="note">'
-                  f'{hexaddr(fr.address)} — {E(role)}</span></h2>', big,
-                  _wcet_table(report, fr)]
+        parts += [f'<details class="fn" id="fn-{rid}-{_ident(fr.name)}"'
+                  f'{" open" if open_ and fr.is_root else ""}><summary>'
+                  f'<b>{E(fr.name)}</b> <span class="note">{hexaddr(fr.address)} — {E(role)}'
+                  f'</span></summary>', big, _wcet_table(report, fr)]
         if fr.warnings:
             parts.append(_warnings_html(fr.warnings))
         parts.append("<h3>Control-flow graph</h3><p class=note>Blocks coloured by their share "
                      "of the time (white → red); cost per execution in TSC ticks ± 95% CI, "
-                     "ns and share on each block; red border: on the worst-case path "
-                     "(×count); grey dashed: never executed; dashed edges: loop back edges. "
-                     "Hover a block for its instructions.</p>")
-        parts.append(f'<div class="cfgbox">{cfg_svg(fr, hz, layout)}</div>')
+                     "ns and share on each block estimable alone; red border: on the "
+                     "worst-case path (×count); grey dashed: never executed; dashed edges: "
+                     "loop back edges.  Hover a block for its instructions.</p>")
+        parts.append(_Part(f'<div class="cfgbox">{cfg_svg(fr, hz, layout)}</div>', fr.name,
+                           "control-flow graph's blocks and edges"))
         parts.append(_path_table(report, fr))
         parts.append(_loops_table(fr))
-        parts.append("<h3>Blocks</h3>" + _blocks_table(report, fr))
-        parts.append("<h3>Groups and estimable combinations</h3>" + _groups_table(fr))
+        parts.append(_Part("<h3>Blocks</h3>" + _blocks_table(report, fr)
+                           + "<h3>Groups and estimable combinations</h3>" + _groups_table(fr),
+                           fr.name, "block and group tables"))
         never = fr.never_executed
         parts.append("<h3>Coverage</h3><p>" + (
             f"{len(never)} of {len(fr.blocks)} blocks never executed by the inputs (their "
@@ -630,6 +369,8 @@ def render_html(report: Report, *, layout: str = "auto") -> str:
         if fr.is_root:
             parts.append("<h3>Fit quality</h3>" + _quality_html(report, fr))
             if scatter or hist:
-                parts.append(f'<div class="plots"><div>{scatter}</div><div>{hist}</div></div>')
-    parts.append(f"<script>{_JS}</script></body></html>")
-    return "\n".join(parts)
+                parts.append(_Part(f'<div class="plots"><div>{scatter}</div><div>{hist}</div>'
+                                   f'</div>', fr.name, "measured-vs-predicted plots"))
+        parts.append("</details>")
+    parts.append("</details>")
+    return parts

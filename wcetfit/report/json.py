@@ -1,4 +1,4 @@
-"""The report as JSON: ``"schema": "wcetfit.report/1"``.
+"""The report as JSON: ``"schema": "wcetfit.report/2"``.
 
 Addresses are "0x..." strings (link-time addresses); every time is given in TSC ticks
 (``*_ticks``) and beside it in nanoseconds (``*_ns``, null when the TSC rate is unknown);
@@ -6,6 +6,8 @@ shares are fractions of the mean predicted time of one call of the root function
 
 Schema history (bump the version on every incompatible change and add a line here):
   1  first version.
+  2  ``blocks[].ci95_ticks`` and ``ci95_ns`` are the half-width of the 95% interval (a
+     number, value ± half-width), as in ``wcetfit.fit/1``; version 1 gave [low, high].
 
 Layout::
 
@@ -14,7 +16,7 @@ Layout::
      "functions": [{
         "name", "address", "root": bool,
         "blocks": [{address, size, instructions, count_min, count_max, count_mean,
-                    estimable, cost_ticks, cost_ns, ci95_ticks: [low, high]|null, ci95_ns,
+                    estimable, cost_ticks, cost_ns, ci95_ticks: half-width|null, ci95_ns,
                     group, solution_ticks, share, executed, wcet_count, loop, call}],
         "groups": [{id, blocks, kind, combinations, advice, share, share_estimable}],
         "overhead_ticks", "overhead_ns", "validation": {...fit's...},
@@ -60,7 +62,7 @@ from typing import Any
 from wcetfit.model import hexaddr
 from wcetfit.report import FunctionReport, Report, ticks_to_ns
 
-SCHEMA_REPORT = "wcetfit.report/1"
+SCHEMA_REPORT = "wcetfit.report/2"
 
 
 def _f(v: Any) -> Any:
@@ -116,14 +118,14 @@ def _function(fr: FunctionReport, hz: float | None) -> dict[str, Any]:
     w = fr.wcet
     blocks = []
     for r in fr.blocks:
-        ci = list(r.ci95_ticks) if r.ci95_ticks else None
+        # the half-width, the shape every wcetfit document gives a 95% interval
+        half = (r.ci95_ticks[1] - r.ci95_ticks[0]) / 2 if r.ci95_ticks else None
         blocks.append({
             "address": hexaddr(r.address), "size": r.size, "instructions": r.instructions,
             "count_min": r.count_min, "count_max": r.count_max, "count_mean": _f(r.count_mean),
             "estimable": r.estimable,
             "cost_ticks": _f(r.cost_ticks), "cost_ns": _ns(r.cost_ticks, hz),
-            "ci95_ticks": [_f(c) for c in ci] if ci else None,
-            "ci95_ns": [_ns(c, hz) for c in ci] if ci else None,
+            "ci95_ticks": _f(half), "ci95_ns": _ns(half, hz),
             "group": _plain(r.group), "solution_ticks": _f(r.solution_ticks),
             "share": _f(r.share), "executed": r.executed, "wcet_count": r.wcet_count,
             "loop": None if r.loop_header is None else hexaddr(r.loop_header),

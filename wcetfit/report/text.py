@@ -18,11 +18,15 @@ from wcetfit.report import TICKS_NOTE, FunctionReport, Report
 from wcetfit.report import _format as F
 
 
-def render(report: Report, console: Console, *, max_blocks: int | None = None) -> None:
-    """Write the whole report to ``console``.  ``max_blocks`` limits each block table to
-    the most expensive blocks (the JSON and HTML reports always have all)."""
+def render(report: Report, console: Console, *, max_blocks: int | None = None,
+           function: str | None = None) -> None:
+    """Write the whole report (every table) to ``console``.  ``max_blocks`` limits each
+    block table to the most expensive blocks (the JSON and HTML reports always have all);
+    ``function`` keeps that one function's section (a root or a callee)."""
     console.print(_header(report))
     for fr in report.functions:
+        if function is not None and fr.name != function:
+            continue
         for part in _function(report, fr, max_blocks):
             console.print(part)
     if report.warnings:
@@ -30,11 +34,16 @@ def render(report: Report, console: Console, *, max_blocks: int | None = None) -
 
 
 def to_text(report: Report, *, width: int = 140, color: bool = False,
-            max_blocks: int | None = None) -> str:
+            max_blocks: int | None = None, full: bool = True) -> str:
+    """The report as text: every table (``full``), or the one-screen summary."""
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system="truecolor" if color else None,
                       force_terminal=color, record=False, soft_wrap=False)
-    render(report, console, max_blocks=max_blocks)
+    if full:
+        render(report, console, max_blocks=max_blocks)
+    else:
+        from wcetfit.report import summary
+        summary.render([report], console)
     return buf.getvalue()
 
 
@@ -82,7 +91,7 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
     t.add_column("ns", justify="right")
     t.add_column("note")
     if w.error:
-        t.add_row("IPET bound", "—", "—", f"not computed: {w.error}")
+        t.add_row("IPET bound", "—", "—", _escape(f"not computed: {w.error}"))
     elif w.ipet_ticks is not None:
         t.add_row("[bold]IPET bound[/bold]", F.num(w.ipet_ticks), F.num(report.ns(w.ipet_ticks)),
                   F.bound_note(w))
@@ -95,7 +104,7 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
                       F.num(report.ns(w.dispersion_ticks)),
                       _escape(F.dispersion_note(w)))
         if w.recursion_depth:
-            t.add_row("  recursion depth", str(w.recursion_depth), "", "from [recursion]")
+            t.add_row("  recursion depth", str(w.recursion_depth), "", _escape("from [recursion]"))
     if fr.is_root:
         t.add_row("max observed", F.num(w.max_observed_ticks), F.num(report.ns(w.max_observed_ticks)),
                   f"median of repeats, input {w.max_observed_input}"
@@ -124,12 +133,27 @@ def _path(report: Report, fr: FunctionReport) -> Table:
     t = Table(title=f"Worst-case path of {fr.name} (blocks with counts)", title_justify="left")
     for col, just in (("block", "left"), ("address", "left"), ("count", "right"),
                       ("cost/exec (ticks)", "right"), ("callee WCET/exec (ticks)", "right"),
-                      ("total (ticks)", "right"), ("total (ns)", "right")):
+                      ("total (ticks)", "right"), ("total (ns)", "right"), ("note", "left")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
+    rows = {r.address: r for r in fr.blocks}
     for p in fr.wcet.path:
+        r = rows.get(p.block)
+        if r is not None and not r.estimable:
+            # its own cost is not measured: only the group's combinations are (Groups table)
+            note = f"group {r.group}" if r.group is not None else "not estimable alone"
+            t.add_row(fr.key(p.block), hexaddr(p.block), f"{p.count:,}", "—",
+                      F.num(p.callee_ticks) if p.callee_ticks else "", "—", "—", note)
+            continue
         t.add_row(fr.key(p.block), hexaddr(p.block), f"{p.count:,}", F.num(p.cost_ticks),
                   F.num(p.callee_ticks) if p.callee_ticks else "", F.num(p.ticks),
-                  F.num(report.ns(p.ticks)))
+                  F.num(report.ns(p.ticks)), "")
+    w = fr.wcet
+    t.add_row("path total", "", "", "", "", F.num(w.point_ticks), F.num(report.ns(w.point_ticks)),
+              "with the point costs" + (" and the overhead ε" if fr.is_root else ""))
+    if any(not rows[p.block].estimable for p in fr.wcet.path if p.block in rows):
+        t.caption = ("—: a block not estimable alone has no cost of its own; its group's "
+                     "estimable combinations are in the Groups table, and only the path's "
+                     "total counts it")
     return t
 
 
@@ -143,9 +167,10 @@ def _loops(fr: FunctionReport) -> Table:
         bound = " / ".join(x for x in (f"{b.per_entry} per entry" if b.per_entry is not None
                                        else "", f"{b.total} per call" if b.total is not None
                                        else "") if x)
-        t.add_row(lo.name, bound, b.source, f"{lo.entries:,}", f"{lo.back_edges:,}",
+        t.add_row(_escape(lo.name), bound, b.source, f"{lo.entries:,}", f"{lo.back_edges:,}",
                   "yes" if lo.binding else "no",
-                  (b.note + (f" (input {b.witness})" if b.witness is not None else "")).strip())
+                  _escape(b.note + (f" (input {b.witness})" if b.witness is not None
+                                    else "")).strip())
     return t
 
 
@@ -186,7 +211,7 @@ def _groups(fr: FunctionReport) -> Table:
         share = F.pct(g.share) if g.share_estimable else (("≈" + F.pct(g.share))
                                                            if g.share is not None else "—")
         t.add_row(str(g.id), g.kind, ", ".join(fr.key(a) for a in g.blocks),
-                  "\n".join(g.combinations) or "—", share, g.advice or "")
+                  _escape("\n".join(g.combinations)) or "—", share, _escape(g.advice or ""))
     return t
 
 
@@ -195,20 +220,8 @@ def _quality(report: Report, fr: FunctionReport) -> Table:
     t.add_column("measure")
     t.add_column("value", justify="right")
     v = fr.validation
-    labels = {"heldout_inputs": "held-out inputs", "median_rel_error": "held-out median rel. error",
-              "p95_rel_error": "held-out p95 rel. error", "r2": "held-out R²"}
-    for k, label in labels.items():
-        if k in v and v[k] is not None:
-            val = v[k]
-            if k.endswith("rel_error"):
-                t.add_row(label, f"{100 * float(val):.2f} %")
-            elif k == "r2":
-                t.add_row(label, f"{float(val):.5f}")
-            else:
-                t.add_row(label, str(val))
-    for k, val in v.items():
-        if k not in labels and isinstance(val, (int, float, str)):
-            t.add_row(k.replace("_", " "), f"{val:.5g}" if isinstance(val, float) else str(val))
+    for label, val in F.validation_rows(v):
+        t.add_row(_escape(label), _escape(val))
     worst = v.get("worst")
     if isinstance(worst, list) and worst:
         t.add_row("held-out worst inputs", ", ".join(
@@ -217,7 +230,7 @@ def _quality(report: Report, fr: FunctionReport) -> Table:
     extra = fr.fit_extra
     speed = F.machine_speed(extra)
     if speed:
-        t.add_row("machine speed", speed)
+        t.add_row("machine speed", _escape(speed))
     if extra.get("interval_method"):
         t.add_row("intervals", str(extra["interval_method"]))
     rows = extra.get("rows")

@@ -69,7 +69,7 @@ def _names_of(model: BinaryModel, requested: str, fn: FunctionModel) -> list[str
 
 def loop_entries(model: BinaryModel, root: str) -> tuple[LoopEntry, ...]:
     """Every loop of the function and of the binary's functions it reaches, root first."""
-    from wcetfit.wcet.ipet import loop_key
+    from wcetfit.wcet.result import loop_key
 
     root_fn = model.function(root)
     order = [root_fn] + sorted((f for f in model.functions.values() if f is not root_fn),

@@ -1,0 +1,323 @@
+"""The report a person reads first: one screen per target, the answer before the tables.
+
+Per root function: the WCET bound and what it is made of, what it rests on (loop bounds
+and where they come from, observed path envelopes and count relations, callees,
+recursion), the slowest measured input, how well the fit predicts in words, the few
+blocks (or groups of blocks) that take most of the time, and the warnings with their
+remedies.  The tables behind it are ``--full`` (:mod:`wcetfit.report.text`), the JSON and
+the HTML page.
+
+Several roots (a library target): a warning whose text is the same for every root is
+said once at the end, and each root shows its few most important warnings (those that
+say the bound may be wrong first); the rest are counted and ``--function NAME`` shows
+them.  From five roots on, each root takes about six lines, each item cut to one line.
+
+Plain text only (no rich markup): a table name such as ``[loops]`` must reach the reader
+as written.
+"""
+
+from __future__ import annotations
+
+import io
+import textwrap
+from typing import Sequence
+
+from rich.console import Console
+from rich.text import Text
+
+from wcetfit.report import (GOAL_MEDIAN_REL, GOAL_P95_REL, TICKS_NOTE, Finding,
+                            FunctionReport, Report, _num)
+from wcetfit.report import _format as F
+from wcetfit.wcet.result import SOURCE_OBSERVED
+
+# How many of each list one root shows in the summary (the full report has them all).
+TOP_ITEMS = 3          # blocks or groups that matter most
+MAX_LOOPS = 4
+WARNINGS_ONE_ROOT = 12
+WARNINGS_MANY_ROOTS = 2
+MIN_SHARE = 0.005      # a block or group below this share is not among the few that matter
+COMPACT_FROM = 5       # this many roots or more: each in about six lines
+
+
+def render(reports: Sequence[Report], console: Console) -> None:
+    """Write the summary of every measured root to ``console``."""
+    reports = list(reports)
+    if not reports:
+        return
+    # Warnings the same, word for word, for every root are said once, at the end.
+    common: list[Finding] = []
+    if len(reports) > 1:
+        sets = [set(_root_warnings(r)) for r in reports]
+        common = [w for w in _root_warnings(reports[0]) if all(w in s for s in sets)]
+    first = reports[0]
+    rate = (f"TSC rate {first.tsc_hz / 1e9:.4f} GHz" if first.tsc_hz
+            else "TSC rate unknown (ticks only)")
+    names = ", ".join(r.root for r in reports) if len(reports) <= 4 else \
+        f"{len(reports)} functions"
+    _line(console, f"wcetfit report — {names}; {first.n_inputs:,} inputs × "
+                   f"{first.n_repeats} timed calls; {rate}", style="bold")
+    _line(console, TICKS_NOTE, style="dim")
+    max_warn = WARNINGS_ONE_ROOT if len(reports) == 1 else WARNINGS_MANY_ROOTS
+    for r in reports:
+        if len(reports) >= COMPACT_FROM:
+            _root_compact(r, console, skip=set(common))
+        else:
+            _root(r, console, skip=set(common), max_warn=max_warn)
+    if common:
+        _line(console, "")
+        _line(console, f"For all {len(reports)} functions:", style="bold")
+        _warnings(console, common, len(common), indent="  ")
+    _line(console, "")
+    _line(console, "More: --full (every table), --function NAME (one function in full), "
+                   "--html FILE (browsable, with the CFG), --json FILE.", style="dim")
+
+
+def to_text(reports: Report | Sequence[Report], *, width: int = 140) -> str:
+    if isinstance(reports, Report):
+        reports = [reports]
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, force_terminal=False,
+                      soft_wrap=False)
+    render(reports, console)
+    return buf.getvalue()
+
+
+def _line(console: Console, text: str, *, style: str = "", indent: str = "",
+          max_lines: int | None = None) -> None:
+    """One item, wrapped to the console's width; wrapped lines keep the indent and hang
+    under the text of a "- ", "⚠ " or "→ " bullet.  ``max_lines``: cut with "…" (the
+    compact view of many functions; --function shows the whole text)."""
+    hang = 2 if text.startswith(("- ", "⚠ ", "→ ")) else 0
+    width = max(40, (console.width or 100) - 1)
+    lines = textwrap.wrap(text, width=width, initial_indent=indent,
+                          subsequent_indent=indent + " " * hang, break_on_hyphens=False) \
+        or [""]
+    if max_lines is not None and len(lines) > max_lines:
+        lines = lines[:max_lines]
+        lines[-1] = lines[-1][:width - 1].rstrip() + "…"
+    for line in lines:
+        console.print(Text(line, style=style), overflow="fold", soft_wrap=False)
+
+
+def _root_warnings(report: Report) -> list[Finding]:
+    out: list[Finding] = []
+    for fr in report.functions:
+        out += [w for w in fr.warnings if w not in out]
+    out += [w for w in report.warnings if w not in out]
+    return out
+
+
+def _root_compact(report: Report, console: Console, *, skip: set) -> None:
+    """One root of many in about six lines: each item cut to one line."""
+    fr = report.functions[0]
+    w = fr.wcet
+    hz = report.tsc_hz
+    _line(console, "")
+    if w.error or w.ipet_ticks is None:
+        _line(console, f"{fr.name}: no WCET bound: {w.error or 'no result'}", style="bold",
+              max_lines=2)
+    else:
+        ratio = (f", {w.ipet_ticks / w.max_observed_ticks:.2f}× the slowest measured input"
+                 if w.max_observed_ticks else "")
+        _line(console, f"{fr.name}: WCET bound {F.both(w.ipet_ticks, hz)}{ratio}",
+              style="bold", max_lines=1)
+    v = fr.validation
+    med, p95 = _num(v.get("median_rel_error")), _num(v.get("p95_rel_error"))
+    errors = (f" ({F.num(100 * med)} % median, {F.num(100 * p95)} % p95 error)"
+              if med is not None and p95 is not None else "")
+    slowest = (f"slowest measured input #{w.max_observed_input}: "
+               f"{F.both(w.max_observed_ticks, hz)}; " if w.max_observed_ticks is not None
+               else "")
+    _line(console, f"{slowest}fit {fit_in_words(fr).split(' —', 1)[0]}{errors}",
+          indent="  ", max_lines=1)
+    rests = _rests_on(report, fr, short=True)
+    if rests:
+        _line(console, "rests on: " + "; ".join(rests), indent="  ", max_lines=1)
+    top = _top(report, short=True)
+    if top:
+        _line(console, "most time: " + ", ".join(top), indent="  ", max_lines=1)
+    warns = _by_priority([x for x in _root_warnings(report) if x not in skip
+                          and not x.message.startswith("no WCET bound")])
+    for x in warns[:1]:
+        _line(console, f"⚠ {x.message}", indent="  ", style="yellow", max_lines=1)
+        if x.advice:
+            _line(console, f"→ {x.advice}", indent="    ", max_lines=1)
+    if len(warns) > 1:
+        _line(console, f"… {len(warns) - 1} more warning(s): wcetfit report --function "
+                       f"{fr.name}", indent="  ", style="dim")
+
+
+# Which warnings a short view shows first: those that say the bound may be wrong.
+_PRIORITY = ("below the slowest", "bounded by what the inputs reached",
+             "worst-case path uses", "never produced", "indirect call", "imported")
+
+
+# ... and last: the conditions of the measurement, said for every function alike.
+_LAST = ("the machine ran", "rows rejected", "relative error")
+
+
+def _by_priority(warns: Sequence[Finding]) -> list[Finding]:
+    def rank(x: Finding) -> int:
+        if any(key in x.message for key in _LAST):
+            return len(_PRIORITY) + 1
+        return next((i for i, key in enumerate(_PRIORITY) if key in x.message),
+                    len(_PRIORITY))
+    return sorted(warns, key=rank)
+
+
+def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None:
+    fr = report.functions[0]
+    w = fr.wcet
+    hz = report.tsc_hz
+    _line(console, "")
+    _line(console, f"{fr.name} at {fr.address:#x}", style="bold underline")
+    if w.error or w.ipet_ticks is None:
+        _line(console, f"WCET bound: not computed: {w.error or 'no result'}", indent="  ")
+    else:
+        _line(console, f"WCET bound: {F.both(w.ipet_ticks, hz)}", indent="  ", style="bold")
+        parts = [f"{F.num(w.point_ticks)} ticks on the worst-case path"]
+        if w.margin_ticks is not None:
+            parts.append(f"{F.num(w.margin_ticks)} ticks 95% margin")
+        made = " + ".join(parts)
+        if w.dispersion:
+            made = f"({made}) × {1 + w.dispersion:.2f} for single calls (call dispersion)"
+        _line(console, f"= {made}", indent="    ")
+    if w.max_observed_ticks is not None:
+        ratio = (f"; bound / slowest = {w.ipet_ticks / w.max_observed_ticks:.2f}"
+                 if w.ipet_ticks and w.max_observed_ticks > 0 else "")
+        _line(console, f"Slowest measured input: #{w.max_observed_input}, "
+                       f"{F.both(w.max_observed_ticks, hz)} (median of its calls){ratio}",
+              indent="  ")
+    rests = _rests_on(report, fr)
+    if rests:
+        _line(console, "The bound rests on:", indent="  ")
+        for text in rests:
+            _line(console, "- " + text, indent="    ")
+    _line(console, "Fit: " + fit_in_words(fr), indent="  ")
+    speed = _speed(fr)
+    if speed:
+        _line(console, speed, indent="  ")
+    top = _top(report)
+    if top:
+        _line(console, "Where the time goes (share of the mean call):", indent="  ")
+        for text in top:
+            _line(console, text, indent="    ")
+    warns = _by_priority([x for x in _root_warnings(report) if x not in skip
+                          and not x.message.startswith("no WCET bound")])
+    if warns:
+        _line(console, f"Warnings ({len(warns)}):", indent="  ", style="bold")
+        _warnings(console, warns, max_warn, indent="    ")
+        if len(warns) > max_warn:
+            _line(console, f"… {len(warns) - max_warn} more: wcetfit report --function "
+                           f"{fr.name}", indent="    ", style="dim")
+
+
+def _warnings(console: Console, warns: Sequence[Finding], limit: int, indent: str) -> None:
+    for x in warns[:limit]:
+        _line(console, f"⚠ {x.message}", indent=indent, style="yellow")
+        if x.advice:
+            _line(console, f"→ {x.advice}", indent=indent + "  ")
+
+
+def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> list[str]:
+    """What the bound takes as given, beyond the CFG and the fitted costs (``short``: the
+    loops' sources in a word)."""
+    w = fr.wcet
+    out = []
+    loops = [lo for f in report.functions for lo in f.wcet.loops]
+    for lo in loops[:MAX_LOOPS]:
+        b = lo.bound
+        src = (("observed only" if short else "the most the inputs reached: add a [loops] "
+                "bound if inputs can iterate more") if b.source == SOURCE_OBSERVED else
+               "from [loops]" if b.source == "fact" else b.source)
+        bound = " and ".join(x for x in (
+            f"≤ {b.per_entry} iterations per entry" if b.per_entry is not None else "",
+            f"≤ {b.total} per call" if b.total is not None else "") if x)
+        out.append(f"loop {lo.name}: {bound} ({src})")
+    if len(loops) > MAX_LOOPS:
+        observed = sum(1 for lo in loops[MAX_LOOPS:] if lo.bound.source == SOURCE_OBSERVED)
+        out.append(f"{len(loops) - MAX_LOOPS} more loop bounds ({observed} observed only; "
+                   f"--full lists them)")
+    if w.envelopes:
+        out.append(f"{len(w.envelopes)} path envelope(s) every input kept (observed, "
+                   f"not proven)")
+    if w.relations:
+        out.append(f"{len(w.relations)} count relation(s) every input kept (observed, "
+                   f"not proven)")
+    callees = [f for f in report.functions[1:] if f.wcet.ipet_ticks is not None]
+    if callees:
+        shown = ", ".join(f"{c.name} {F.num(c.wcet.ipet_ticks)}" for c in callees[:6])
+        more = f", … {len(callees) - 6} more" if len(callees) > 6 else ""
+        out.append(f"callees' own bounds in ticks (context-insensitive): {shown}{more}")
+    rec = [f"{f.name} {f.wcet.recursion_depth}" for f in report.functions
+           if f.wcet.recursion_depth]
+    if rec:
+        out.append("recursion depth (from [recursion] or observed): " + ", ".join(rec))
+    if w.path_residual is not None and w.path_residual > 1e-6:
+        out.append("the fit's particular solution where the inputs never ran the worst path's "
+                   "combination of counts")
+    return out
+
+
+def fit_in_words(fr: FunctionReport) -> str:
+    """How well the fit predicts held-out calls, in words and the two figures behind them."""
+    v = fr.validation
+    med, p95 = _num(v.get("median_rel_error")), _num(v.get("p95_rel_error"))
+    if med is None:
+        return "no held-out validation (too few inputs to hold some out)"
+    word = ("good" if med <= GOAL_MEDIAN_REL and (p95 is None or p95 <= GOAL_P95_REL) else
+            "fair" if med <= 5 * GOAL_MEDIAN_REL and (p95 is None or p95 <= 4 * GOAL_P95_REL)
+            else "poor")
+    text = (f"{word} — a held-out call's time is predicted within {F.num(100 * med)} % "
+            f"(median)")
+    if p95 is not None:
+        text += f" and {F.num(100 * p95)} % (95th percentile)"
+    text += f"; the goals are {GOAL_MEDIAN_REL:.0%} and {GOAL_P95_REL:.0%}"
+    rows = fr.fit_extra.get("rows")
+    if isinstance(rows, dict) and rows.get("rejected"):
+        text += f"; {rows['rejected']} of {rows.get('total', '?')} inputs set aside as outliers"
+    return text
+
+
+def _speed(fr: FunctionReport) -> str | None:
+    """The machine's speed during the timing run, in one line (the fit divided it out)."""
+    m = fr.fit_extra.get("machine_speed")
+    if not isinstance(m, dict):
+        return None
+    if not m.get("followed"):
+        reason = m.get("reason") or ""
+        return "Timing run's machine speed: not followed" + (f" ({reason})" if reason else "")
+    return (f"Timing run's machine speed: calls took ×{m.get('factor_median', 1):.2f} (median) "
+            f"to ×{m.get('factor_max', 1):.2f} (slowest) the time at its fast end; divided out "
+            f"before the fit")
+
+
+def _top(report: Report, *, short: bool = False) -> list[str]:
+    """The few estimable blocks and groups, of the root or its callees, with the largest
+    share.  A block that is not estimable alone is shown only through its group (its own
+    cost is not measured); a group whose share the inputs do not determine is shown only
+    when its approximate share is large.  ``short``: name and share only."""
+    items: list[tuple[float, str, str]] = []
+    for fr in report.functions:
+        for r in fr.blocks:
+            if r.estimable and r.share is not None and r.cost_ticks is not None \
+                    and r.share >= MIN_SHARE:
+                on_path = f", ×{r.wcet_count:,} on the worst path" if r.wcet_count else ""
+                items.append((r.share, f"{F.pct(r.share):>8}  {fr.key(r.address)}: "
+                                       f"{F.cost_pm(r)} ticks per execution{on_path}",
+                              f"{fr.key(r.address)} {F.pct(r.share)}"))
+        for g in fr.groups:
+            # an approximate share is shown only when it is large and plausible (the
+            # particular solution can put a group above 100 % and others below zero)
+            if g.share is None or g.share < MIN_SHARE or (
+                    not g.share_estimable and not 0.05 <= g.share <= 1.0):
+                continue
+            share = F.pct(g.share) if g.share_estimable else "≈" + F.pct(g.share)
+            where = f" of {fr.name}" if len(report.functions) > 1 else ""
+            approx = "" if g.share_estimable else "; its share is approximate"
+            items.append((g.share, f"{share:>8}  group {g.id}{where}: {len(g.blocks)} "
+                                   f"block(s) the inputs do not separate (only sums of "
+                                   f"their costs are measured{approx})",
+                          f"group {g.id} of {fr.name} ({len(g.blocks)} blocks) {share}"))
+    items.sort(key=lambda it: -it[0])
+    return [short_text if short else text for _, text, short_text in items[:TOP_ITEMS]]

@@ -243,9 +243,19 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any) -> Analy
     system, fit = fit_stage(session, root, counts, times)
     wcet = wcet_stage(session, root, system, fit)
     functions = session.functions_of(root)
+    from wcetfit.search.store import load_search_rows
+
+    searched = load_search_rows(session.store, root, session.target.measure.seed)
+    sequences = dict(zip(searched.indices.tolist(), searched.sequences)) if searched else {}
+
+    def describe(number: int) -> str | None:
+        from wcetfit.search.candidates import describe_input
+        return describe_input(session.target, root, number, sequences)
+
     report = build_report(functions, session.root_model(root).name, fit, system.counts,
                           system.columns, system.ticks, wcet, system.tsc_hz,
-                          speed=system.speed)
+                          speed=system.speed, input_numbers=system.indices,
+                          describe_input=describe)
     return Analysis(root, functions, system, fit, wcet, report)
 
 

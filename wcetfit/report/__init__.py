@@ -134,6 +134,14 @@ class WcetSummary:
     path_residual: float | None      # distance of the worst path from the inputs' count space
     recursion_depth: int | None
     error: str | None                # why there is no bound
+    # The bracket (wcetfit.wcet.bracket): the slowest measured input by its number (as
+    # generate(ctx) saw it; searched inputs are numbered from wcetfit.search's SEARCH_BASE),
+    # its arguments in short, whether the worst-case search found it, and the loops and
+    # blocks the worst path runs more often than any input did.
+    slowest_number: int | None = None
+    slowest_arguments: str | None = None
+    slowest_searched: bool = False
+    beyond: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -231,13 +239,16 @@ def _call_label(fn: FunctionModel) -> dict[int, str]:
 def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
                  counts: np.ndarray, columns: Sequence[Any], times: np.ndarray | None,
                  wcet: WcetResult | BaseException | None, tsc_hz: float | None, *,
-                 speed: Any = None) -> Report:
+                 speed: Any = None, input_numbers: Sequence[int] | None = None,
+                 describe_input: Any = None) -> Report:
     """Gather everything into a :class:`Report`.
 
     ``counts[input, column]`` with ``columns`` naming each column as (function, address)
     (or a bare address); ``times[input, repeat]`` in ticks (NaN for a missing repeat) or
     None; ``wcet``: the :func:`wcetfit.wcet.interproc.wcet_bound` result, or the error that prevented
     it (its message is shown), or None.  ``tsc_hz``: ticks per second, for ns.
+    ``input_numbers``: each row's input number (default 0, 1, …); ``describe_input``: input
+    number → a short summary of its arguments (or None), for the slowest input.
     ``speed``: the machine's speed over ``times`` that the fit divided out
     (a wcetfit.timing.speed.SpeedProfile); the measured-vs-predicted comparison is then made at the fit's
     reference speed, while "max observed" stays the time as measured.
@@ -331,7 +342,8 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
         reports.append(_function_report(
             functions[name], name == root, fits.get(name), counts, cols, col_of, contrib,
             mean_pred, space, wres, werr, path_residual, overhead if name == root else None,
-            measured, predicted, raw_max))
+            measured, predicted, raw_max, input_numbers=input_numbers,
+            describe_input=describe_input))
     return Report(root=root, tsc_hz=tsc_hz, n_inputs=n_inputs, n_repeats=n_repeats,
                   functions=tuple(reports),
                   measured_ticks=tuple(float(v) for v in at_reference),
@@ -345,7 +357,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                      mean_pred: float, space: ObservedRowSpace | None,
                      wres: WcetResult | None, werr: str | None, path_residual: float | None,
                      overhead: float | None, measured: np.ndarray, predicted: np.ndarray,
-                     raw_max: float | None) -> FunctionReport:
+                     raw_max: float | None, *, input_numbers: Sequence[int] | None = None,
+                     describe_input: Any = None) -> FunctionReport:
     name = fn.name
     warns: list[Finding] = []
     ires = wres.functions.get(name) if wres is not None else None
@@ -426,6 +439,18 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             tot = sum(c for _, c in own)
             if tot:
                 closest_dist = float(sum(abs(counts[closest, j] - c) for j, c in own) / tot)
+    bracket_fields: dict[str, Any] = {}
+    if is_root and max_obs_i is not None:
+        from wcetfit.wcet.bracket import beyond_inputs
+        numbers = (np.asarray(input_numbers) if input_numbers is not None
+                   else np.arange(n_inputs))
+        number = int(numbers[max_obs_i])
+        from wcetfit.search.candidates import SEARCH_BASE
+        bracket_fields = dict(
+            slowest_number=number, slowest_searched=number >= SEARCH_BASE,
+            slowest_arguments=describe_input(number) if describe_input else None,
+            beyond=beyond_inputs(fn, ires.block_counts, cols, counts, numbers)
+            if ires is not None else ())
     summary = WcetSummary(
         ipet_ticks=(wres.upper_ticks if is_root else
                     ires.bound_ticks + (ires.margin_ticks or 0.0)) if ires else None,
@@ -445,7 +470,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         calls=ires.calls if ires else (),
         path_residual=path_residual if is_root else None,
         recursion_depth=wres.recursion.get(name) if wres is not None else None,
-        error=werr if ires is None else None)
+        error=werr if ires is None else None, **bracket_fields)
 
     if ires is not None:
         for lo in ires.loops:

@@ -146,6 +146,13 @@ def _function(fr: FunctionReport, hz: float | None) -> dict[str, Any]:
         "max_observed_ticks": _f(w.max_observed_ticks),
         "max_observed_ns": _ns(w.max_observed_ticks, hz),
         "max_observed_input": w.max_observed_input,
+        # the bracket: the slowest input by its number, its arguments, whether the search
+        # found it, and where the worst path goes beyond every input
+        "slowest_input": {"number": w.slowest_number, "arguments": w.slowest_arguments,
+                          "found_by_search": w.slowest_searched},
+        "beyond_inputs": [{"name": b.name, "kind": b.kind, "path_count": b.path_count,
+                           "max_observed": b.max_observed, "input": b.input_index}
+                          for b in w.beyond],
         "max_observed_raw_ticks": _f(w.max_observed_raw_ticks),
         "max_observed_raw_ns": _ns(w.max_observed_raw_ticks, hz),
         "max_predicted_ticks": _f(w.max_predicted_ticks),

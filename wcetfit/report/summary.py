@@ -125,7 +125,9 @@ def _root_compact(report: Report, console: Console, *, skip: set) -> None:
     med, p95 = _num(v.get("median_rel_error")), _num(v.get("p95_rel_error"))
     errors = (f" ({F.num(100 * med)} % median, {F.num(100 * p95)} % p95 error)"
               if med is not None and p95 is not None else "")
-    slowest = (f"slowest measured input #{w.max_observed_input}: "
+    slowest = (f"slowest measured input #"
+               f"{w.slowest_number if w.slowest_number is not None else w.max_observed_input}"
+               f"{' (searched)' if w.slowest_searched else ''}: "
                f"{F.both(w.max_observed_ticks, hz)}; " if w.max_observed_ticks is not None
                else "")
     _line(console, f"{slowest}fit {fit_in_words(fr).split(' —', 1)[0]}{errors}",
@@ -185,9 +187,21 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
     if w.max_observed_ticks is not None:
         ratio = (f"; bound / slowest = {w.ipet_ticks / w.max_observed_ticks:.2f}"
                  if w.ipet_ticks and w.max_observed_ticks > 0 else "")
-        _line(console, f"Slowest measured input: #{w.max_observed_input}, "
+        number = w.slowest_number if w.slowest_number is not None else w.max_observed_input
+        found = " (found by the worst-case search)" if w.slowest_searched else ""
+        _line(console, f"Slowest measured input: #{number}{found}, "
                        f"{F.both(w.max_observed_ticks, hz)} (median of its calls){ratio}",
               indent="  ")
+        if w.slowest_arguments:
+            _line(console, f"arguments {w.slowest_arguments}", indent="    ", max_lines=1)
+        if w.beyond:
+            _line(console, "The worst path goes beyond every input at:", indent="  ")
+            for b in w.beyond[:4]:
+                _line(console, f"- {b.kind} {b.name}: {F.num(b.path_count)}× per call on the "
+                               f"worst path, at most {F.num(b.max_observed)}× in an input "
+                               f"(#{b.input_index})", indent="    ", max_lines=1)
+            if len(w.beyond) > 4:
+                _line(console, f"- … and {len(w.beyond) - 4} more (--full)", indent="    ")
     rests = _rests_on(report, fr)
     if rests:
         _line(console, "The bound rests on:", indent="  ")

@@ -370,3 +370,8 @@ def test_cli_timing_runs_one_per_machine_and_load_recorded(sum_target):
     assert all(x["procs_running"] >= 1 for x in load["samples"])
     # the warning is there exactly when another process was runnable at a sample
     assert (load["warning"] is not None) == (load["others_max"] > 0)
+    # the report carries it where the user reads the result
+    res = _wcetfit("report", str(sum_target), "--json", "-")
+    assert res.returncode == 0, res.stderr
+    warnings = [w["message"] for w in json.loads(res.stdout)["warnings"]]
+    assert any("other runnable process" in w for w in warnings) == (load["warning"] is not None)

@@ -106,6 +106,9 @@ def run(total: int | None = None) -> list[dict]:
                 os.fsync, store_module._fsync_dir = saved
             c = tally.counts.get(name, {})
             done = sum(c.values())
+            print(f"  fuzz {name}: {done} cases in {time.perf_counter() - start:.0f} s, "
+                  f"{c.get(F.CRASH, 0)} tracebacks, {c.get(F.HANG, 0)} hangs", file=sys.stderr,
+                  flush=True)
             figures.append({"figure": f"fuzz {name}: cases", "value": done, "unit": "cases",
                             "seconds": round(time.perf_counter() - start, 1),
                             "typed_errors": c.get(F.ERROR, 0), "results": c.get(F.OK, 0)})

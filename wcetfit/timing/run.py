@@ -224,11 +224,13 @@ def run_straight_line(target: Target, functions: Mapping[str, int], *, kmax: int
         if progress:
             progress(len(rows[next(iter(functions))]), target.measure.inputs)
 
-    run = run_isolated(lambda: _StraightLineWorker(target, list(functions.items()), method,
-                                                   kmax, rounds),
-                       range(target.measure.inputs),
-                       timeout=target.measure.timeout * kmax * (kmax + 1) / 2 * rounds,
-                       on_result=on_result, on_failure=failures.append)
+    from wcetfit.locks import timing_lock
+    with timing_lock(target.directory):
+        run = run_isolated(lambda: _StraightLineWorker(target, list(functions.items()), method,
+                                                       kmax, rounds),
+                           range(target.measure.inputs),
+                           timeout=target.measure.timeout * kmax * (kmax + 1) / 2 * rounds,
+                           on_result=on_result, on_failure=failures.append)
     if run.interrupted:
         raise KeyboardInterrupt
     return rows, failures, method

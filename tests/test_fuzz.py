@@ -29,10 +29,11 @@ def tmp(tmp_path_factory):
     return str(tmp_path_factory.mktemp("fuzz"))
 
 
+@pytest.mark.slow
 def test_target_file(tmp):
     d = F.toml_directory(tmp)
 
-    @settings(max_examples=300, **SETTINGS)
+    @settings(max_examples=200, **SETTINGS)
     @given(F.toml_texts())
     def case(text):
         _ok(lambda: F.toml_case(d, text))
@@ -40,8 +41,9 @@ def test_target_file(tmp):
     case()
 
 
+@pytest.mark.slow
 def test_prototype_and_cdef():
-    @settings(max_examples=300, **SETTINGS)
+    @settings(max_examples=200, **SETTINGS)
     @given(F.c_texts(), st.one_of(st.just(""), F.c_texts()))
     def case(prototype, cdef):
         _ok(lambda: F.proto_case(prototype, cdef))
@@ -49,6 +51,7 @@ def test_prototype_and_cdef():
     case()
 
 
+@pytest.mark.slow
 def test_elf_truncated_and_bit_flipped(tmp):
     src = F.ELF_SOURCES[0]
     if not os.path.exists(src):
@@ -56,7 +59,7 @@ def test_elf_truncated_and_bit_flipped(tmp):
     data = open(src, "rb").read()
     path = os.path.join(tmp, "fuzzed.so")
 
-    @settings(max_examples=40, **SETTINGS)
+    @settings(max_examples=30, **SETTINGS)
     @given(F.elf_mutations(len(data)))
     def case(mutation):
         _ok(lambda: F.elf_case(path, F.mutate(data, mutation)))
@@ -64,12 +67,13 @@ def test_elf_truncated_and_bit_flipped(tmp):
     case()
 
 
+@pytest.mark.slow
 def test_store_files_damaged(tmp, caplog):
     caplog.set_level(logging.CRITICAL, logger="wcetfit")
     files = F.store_files(tmp)
     d = os.path.join(tmp, "store")
 
-    @settings(max_examples=200, **SETTINGS)
+    @settings(max_examples=120, **SETTINGS)
     @given(st.sampled_from(sorted(files)), st.data())
     def case(name, data):
         mutation = data.draw(F.elf_mutations(len(files[name])))

@@ -125,11 +125,21 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, monkeypatch):
     indices, counts = _stored_counts(work)
     assert indices.tolist() == ref_indices.tolist()
     assert np.array_equal(counts, ref_counts)
+    # and every repeat of every input is timed, once
+    from wcetfit.measurements import load_times, open_store
+    from wcetfit.target import load_target
+    from wcetfit.timing.run import resolve_method
+    t = load_target(str(work))
+    s = open_store(t)
+    try:
+        times = load_times(s, "chain_run", t.measure.seed, resolve_method(t)[0], 3)
+        assert times.indices.tolist() == list(range(24)) and bool(times.done.all())
+        assert not times.failures
+    finally:
+        s.lock.release()
     # every stored file reads back; nothing was damaged by the kills
     store_dir = work / ".wcetfit"
     assert not [n for n in os.listdir(store_dir) if ".corrupt-" in n or n.startswith(".tmp-")]
-    from wcetfit.measurements import open_store
-    from wcetfit.target import load_target
     s = open_store(load_target(str(work)))
     try:
         for name in s.names():

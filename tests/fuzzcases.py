@@ -133,9 +133,16 @@ def _toml_value(v) -> str:
 def toml_texts(draw) -> str:
     """A wcetfit.toml: structured (known keys, any values, sometimes the valid ones),
     a valid file mutated, or arbitrary text."""
-    mode = draw(st.integers(0, 2))
+    mode = draw(st.integers(0, 3))
     if mode == 2:
         return draw(st.text(max_size=200))
+    if mode == 3:       # what a parser may choke on: deep nesting, huge numbers, bad UTF-8
+        return draw(st.sampled_from([
+            "a = " + "[" * 3000, "a = " + "{b = " * 3000, "a = " + "[" * 100 + "]" * 100,
+            "\udc80binary = 1", '"binary" = "\ud800"',
+            '[wcet]\nexceedance = ' + "9" * 400, '[measure]\ninputs = ' + "9" * 30,
+            '[measure]\ntimeout = nan', '[measure]\ntimeout = inf', '[measure]\nseed = -1',
+            '[loops]\n"f" = ' + "9" * 40, '[recursion]\nf = -' + "9" * 40]))
     good = {"binary": "lib.so", "functions": ["f"], "prototype": "int f(int);",
             "inputs": "inputs.py", "measure": {"inputs": 3}}
     doc = {k: v for k, v in good.items() if draw(st.booleans()) or k in ("binary", "inputs")}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import os
 import tomllib
 import traceback
@@ -86,6 +87,12 @@ _MEASURE_KEYS: dict[str, tuple[type, ...]] = {
 }
 
 
+# Sanity limits: beyond them a run would exhaust memory or never end (the arrays of one
+# run are inputs x repeats floats; a seed must fit numpy's SeedSequence).
+_MEASURE_MAX = {"inputs": 10_000_000, "repeats": 100_000, "warmup": 100_000,
+                "trace_cap": 2**31 - 1, "seed": 2**64 - 1}
+
+
 def _typename(types_: tuple[type, ...]) -> str:
     names = {str: "a string", list: "a list", dict: "a table", int: "an integer",
              float: "a number", bool: "true or false"}
@@ -128,6 +135,10 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
             raw = tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
         raise TargetError(f"{path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TargetError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise TargetError(f"{path}: arrays or tables nested too deeply") from None
     except OSError as exc:
         raise TargetError(f"{path}: {exc.strerror}") from None
 
@@ -172,8 +183,15 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         if getattr(measure, key) < 1:
             raise TargetError(f"{path}: [measure] '{key}' must be at least 1, "
                               f"found {getattr(measure, key)}")
-    if measure.warmup < 0 or measure.timeout <= 0:
-        raise TargetError(f"{path}: [measure] 'warmup' must be >= 0 and 'timeout' > 0")
+    if measure.warmup < 0 or not measure.timeout > 0 or not math.isfinite(measure.timeout):
+        raise TargetError(f"{path}: [measure] 'warmup' must be >= 0 and 'timeout' > 0 "
+                          "(a finite number of seconds)")
+    if measure.seed < 0:
+        raise TargetError(f"{path}: [measure] 'seed' must be >= 0, found {measure.seed}")
+    for key, most in _MEASURE_MAX.items():
+        if getattr(measure, key) > most:
+            raise TargetError(f"{path}: [measure] '{key}' must be at most {most:,}, "
+                              f"found {getattr(measure, key):,}")
     if measure.method not in TIMING_METHODS:
         raise TargetError(f"{path}: [measure] 'method' must be one of "
                           f"{', '.join(TIMING_METHODS)}, found {measure.method!r}")
@@ -206,7 +224,10 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         if key not in _WCET_KEYS:
             raise _unknown_key(f"{path}: [wcet]", key, _WCET_KEYS)
         _check_type(f"{path}: [wcet] '{key}'", value, _WCET_KEYS[key])
-    exceedance = float(wcet.get("exceedance", 1e-6))
+    try:
+        exceedance = float(wcet.get("exceedance", 1e-6))
+    except OverflowError:
+        exceedance = math.inf       # refused just below
     if not 0.0 < exceedance < 0.01:
         raise TargetError(f"{path}: [wcet] 'exceedance' is a probability per call, "
                           f"0 < p < 0.01, found {wcet['exceedance']!r}")

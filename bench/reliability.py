@@ -1,6 +1,7 @@
 """Reliability figures (``make bench``): fuzzing of wcetfit's parsers with Hypothesis.
 
->= 100,000 cases in all (``WCETFIT_FUZZ_CASES`` scales the total): wcetfit.toml
+>= 100,000 cases in all (``WCETFIT_FUZZ_CASES`` scales the total, ``WCETFIT_FUZZ_ONLY``
+picks one parser by the start of its name): wcetfit.toml
 (load_target), prototypes and cdef (parse_signatures), ELF input (read_elf on truncated
 and bit-flipped copies of libz and of a sample library) and store files (damaged
 datasets and store.json).  Every case must end in a result or one typed error line
@@ -93,7 +94,10 @@ def run(total: int | None = None) -> list[dict]:
                          lambda m, src=src: F.elf_case(elf_path, F.mutate(blobs[src], m)),
                          lambda m, rnd, src=src: flips(len(blobs[src]), rnd)))
         import wcetfit.store as store_module
+        only = os.environ.get("WCETFIT_FUZZ_ONLY")     # e.g. "wcetfit.toml": one parser
         for k, (name, strategy, case, variant) in enumerate(jobs):
+            if only and not name.startswith(only):
+                continue
             share = SHARES.get(name, SHARES["ELF"] / max(1, len(sources)))
             n = max(1, int(total * share))
             start = time.perf_counter()

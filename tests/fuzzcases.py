@@ -142,7 +142,8 @@ def toml_texts(draw) -> str:
             "\udc80binary = 1", '"binary" = "\ud800"',
             '[wcet]\nexceedance = ' + "9" * 400, '[measure]\ninputs = ' + "9" * 30,
             '[measure]\ntimeout = nan', '[measure]\ntimeout = inf', '[measure]\nseed = -1',
-            '[loops]\n"f" = ' + "9" * 40, '[recursion]\nf = -' + "9" * 40]))
+            '[loops]\n"f" = ' + "9" * 40, '[recursion]\nf = -' + "9" * 40,
+            '"functio\\ns" = 1', '[loops]\n"a\\nb" = -1']))
     good = {"binary": "lib.so", "functions": ["f"], "prototype": "int f(int);",
             "inputs": "inputs.py", "measure": {"inputs": 3}}
     doc = {k: v for k, v in good.items() if draw(st.booleans()) or k in ("binary", "inputs")}

@@ -110,7 +110,13 @@ def _unknown_key(where: str, key: str, allowed: Mapping[str, Any]) -> TargetErro
     import difflib
     close = difflib.get_close_matches(key, list(allowed), n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return TargetError(f"{where}: unknown key '{key}'{hint}; allowed: {', '.join(allowed)}")
+    return TargetError(f"{where}: unknown key {_q(key)}{hint}; allowed: {', '.join(allowed)}")
+
+
+def _q(key: str) -> str:
+    """A key of the user's file, quoted for a one-line message (control characters escaped)."""
+    return "'" + "".join(c if c.isprintable() else c.encode("unicode_escape").decode()
+                         for c in key) + "'"
 
 
 def find_target_file(target_dir: str) -> str:
@@ -198,7 +204,7 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
 
     loops = raw.get("loops", {})
     for key, value in loops.items():
-        where = f"{path}: [loops] '{key}'"
+        where = f"{path}: [loops] {_q(key)}"
         if isinstance(value, dict):
             # {max = N, total = T}: per entry, and/or in total per call (see wcetfit.wcet.ipet)
             for k, v in value.items():
@@ -215,9 +221,9 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
             raise TargetError(f"{where}: a loop bound must be >= 0")
     recursion = raw.get("recursion", {})
     for key, value in recursion.items():
-        _check_type(f"{path}: [recursion] '{key}'", value, (int,))
+        _check_type(f"{path}: [recursion] {_q(key)}", value, (int,))
         if value < 1:
-            raise TargetError(f"{path}: [recursion] '{key}': a recursion depth must be >= 1")
+            raise TargetError(f"{path}: [recursion] {_q(key)}: a recursion depth must be >= 1")
 
     wcet = raw.get("wcet", {})
     for key, value in wcet.items():

@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except WcetfitError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        # one line, whatever the message echoes of the user's input
+        sys.stderr.write("error: " + " ".join(str(exc).splitlines()) + "\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write("interrupted: measurements taken so far are kept in the store\n")

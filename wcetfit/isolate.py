@@ -17,6 +17,18 @@ Protocol (pickled tuples, length-prefixed):
   ("start", index, summary)           about to call the target for ``index``
   ("done", index, result)             ``result`` is whatever ``Worker.run`` returned
   ("fatal", index|None, exception)    a WcetfitError that must stop the whole run
+  ("failed", index, kind, message)    the call returned but left the process unfit
+                                      (a thread or child process still running, its
+                                      code or executable mappings changed); the worker
+                                      exits and a fresh one takes the next input
+
+Hostile targets: the worker reads /dev/null as standard input (a target reading stdin
+gets end-of-file instead of blocking the run), leads its own process group (killed as
+a whole: a child process the target forked dies with it), dies with its parent
+(PR_SET_PDEATHSIG: a killed analyzer leaves no worker running), and after every call
+checks that the target left no thread, no child process and its executable mappings
+as they were; a child process the target forked that returns into the worker exits at
+once instead of continuing the worker's loop.
 """
 
 from __future__ import annotations
@@ -53,7 +65,7 @@ class Worker(Protocol):
 @dataclass(frozen=True)
 class InputFailure:
     index: int
-    kind: str          # "crash" or "hang"
+    kind: str          # "crash", "exit", "hang", "thread", "fork" or "code"
     message: str       # "SIGSEGV (signal 11)", "no return after 10.0 s", ...
     arguments: str     # summary of the input's arguments
 
@@ -103,23 +115,100 @@ class _Reader:
             self.buf += chunk
 
 
+def _contain_child() -> None:
+    """The worker's defences against a hostile target (see the module's docstring)."""
+    try:
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+    except OSError:
+        pass
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _process_state() -> tuple[int, frozenset[str], frozenset[int]]:
+    """(threads, executable mappings, child processes) of this process, for comparing
+    before and after a call of the target."""
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = 1
+    code: set[str] = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 2 and "x" in fields[1]:
+                    code.add(" ".join(fields[:2] + fields[5:6]))
+    except OSError:
+        pass
+    children: set[int] = set()
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                children.update(int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        pass
+    return threads, frozenset(code), frozenset(children)
+
+
+def _what_changed(before: tuple[int, frozenset[str], frozenset[int]],
+                  after: tuple[int, frozenset[str], frozenset[int]]) -> tuple[str, str] | None:
+    if after[0] > before[0]:
+        return "thread", (f"the call left {after[0] - before[0]} thread(s) running (a thread "
+                          "disturbs every later call)")
+    new_children = after[2] - before[2]
+    if new_children:
+        return "fork", (f"the call started {len(new_children)} child process(es) still "
+                        "running or unreaped (pid " + ", ".join(map(str, sorted(new_children)))
+                        + ")")
+    lost = before[1] - after[1]
+    if lost:
+        return "code", ("the call changed or unmapped executable memory (" +
+                        "; ".join(sorted(lost)[:2]) + "): later calls would not run the "
+                        "code analyzed")
+    return None
+
+
 def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: int) -> None:
     # The parent handles Ctrl-C and kills us; a core dump per crashing input would
     # fill the disk.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.disable()  # the target's crash is reported by the parent, not dumped here
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _contain_child()
+    me = os.getpid()
     current: int | None = None
     try:
         worker = make_worker()
         _send(fd, ("ready",))
         for index in indices:
             current = index
+            before = _process_state()
             result = worker.run(index, lambda summary, i=index: _send(fd, ("start", i, summary)))
+            if os.getpid() != me:   # a child the target forked returned into the worker
+                os._exit(0)
+            changed = _what_changed(before, _process_state())
+            if changed is not None:
+                _send(fd, ("failed", index, *changed))
+                os._exit(0)
             _send(fd, ("done", index, result))
     except WcetfitError as exc:
+        if os.getpid() != me:
+            os._exit(0)
         _send(fd, ("fatal", current, exc))
     except BaseException as exc:  # a bug in wcetfit itself: carry the traceback over
+        if os.getpid() != me:
+            os._exit(0)
         text = "".join(traceback.format_exception(exc))
         _send(fd, ("fatal", current, MeasurementError(f"internal error in worker: {text}")))
 
@@ -133,7 +222,7 @@ def _describe_status(status: int) -> str:
             name = f"signal {sig}"
         return f"{name} (signal {sig})"
     if os.WIFEXITED(status):
-        return f"the process exited with status {os.WEXITSTATUS(status)} (exit() called?)"
+        return f"the process exited with status {os.WEXITSTATUS(status)} (exit() called)"
     return f"wait status {status:#x}"
 
 
@@ -165,6 +254,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
             finally:
                 os._exit(code)
         os.close(wfd)
+        last_pid = pid
         reader = _Reader(rfd)
         in_progress: tuple[int, str] | None = None
         ready = False
@@ -174,7 +264,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                     limit = timeout if in_progress else (setup_timeout if not ready else timeout)
                     msg = reader.read(limit)
                 except TimeoutError:
-                    os.kill(pid, signal.SIGKILL)
+                    _kill_group(pid)
                     if in_progress is None:
                         raise MeasurementError(
                             f"the measurement worker did not answer within {limit:.0f} s "
@@ -197,7 +287,8 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                                 f"{_describe_status(status)}")
                         break
                     index, summary = in_progress
-                    _record_failure(run, InputFailure(index, "crash", _describe_status(status),
+                    kind = "exit" if os.WIFEXITED(status) else "crash"
+                    _record_failure(run, InputFailure(index, kind, _describe_status(status),
                                                       summary), on_failure)
                     pending = pending[pending.index(index) + 1:]
                     break
@@ -216,6 +307,13 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                     pending = pending[pending.index(index) + 1:]
                     if not pending:
                         break
+                elif kind == "failed":
+                    index = msg[1]
+                    summary = in_progress[1] if in_progress else "()"
+                    _record_failure(run, InputFailure(index, msg[2], msg[3], summary),
+                                    on_failure)
+                    pending = pending[pending.index(index) + 1:]
+                    break
                 elif kind == "fatal":
                     raise msg[2]
         except KeyboardInterrupt:
@@ -224,12 +322,20 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
         finally:
             os.close(rfd)
             if pid:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                _kill_group(pid)
                 os.waitpid(pid, 0)
+            else:
+                _kill_group(last_pid)
     return run
+
+
+def _kill_group(pid: int) -> None:
+    """Kill the worker and whatever the target started in its process group."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _record_failure(run: IsolatedRun, failure: InputFailure,

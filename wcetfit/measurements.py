@@ -104,9 +104,9 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_." else "_" for c in name)
 
 
-def open_store(target: Target, *, fresh: bool = False) -> Store:
+def open_store(target: Target, *, fresh: bool = False, wait: bool = True) -> Store:
     return Store(target.store_dir, StoreIdentity.of(target.binary, target.cdef, target.prototype),
-                 fresh=fresh)
+                 fresh=fresh, wait=wait)
 
 
 def save_counts(store: Store, cs: CountSet) -> None:

@@ -256,7 +256,22 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any) -> Analy
                           system.columns, system.ticks, wcet, system.tsc_hz,
                           speed=system.speed, input_numbers=system.indices,
                           describe_input=describe)
+    report = _with_load_warning(report, times)
     return Analysis(root, functions, system, fit, wcet, report)
+
+
+def _with_load_warning(report: Any, times: Any) -> Any:
+    """The timing run's load warning (wcetfit.timing.run.load_warning) among the root's
+    warnings: the user reads there that something else ran while the times were taken."""
+    from dataclasses import replace
+
+    from wcetfit.report import Finding
+
+    text = ((getattr(times, "environment", None) or {}).get("load") or {}).get("warning")
+    if not text:
+        return report
+    return replace(report, warnings=tuple(report.warnings) + (
+        Finding(text, "run `wcetfit time --fresh` when the machine is quiet"),))
 
 
 def stored_measurements(session: Session, root: str) -> tuple[Any, Any]:

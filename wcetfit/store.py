@@ -5,8 +5,14 @@ Layout::
     .wcetfit/store.json       format version + identity (binary sha256, prototypes)
     .wcetfit/<name>.npz       one dataset: numpy arrays + a JSON "__meta__" entry
 
-Every dataset is written atomically (temporary file + rename), so an interrupted run
-leaves either the previous or the new version, never half a file.  Measurements are
+Every file is written atomically (temporary file + fsync + rename + fsync of the
+directory), so an interrupted run, even one killed or cut off by a power loss, leaves
+either the previous or the new version, never half a file; a full disk leaves the
+previous version and says so.  Every file carries a SHA-256 of its content: a file
+damaged anyway (truncated by hand, a bad disk, a copy cut short) is moved aside to
+``<name>.corrupt-<time>`` with one error line, and what it held is measured again.
+One run at a time writes a store: opening takes the store's lock
+(:mod:`wcetfit.locks`, ``.wcetfit/lock``).  Measurements are
 never mixed across identities: a store made for another binary or other prototypes
 is refused with a message saying what differs (``--fresh`` starts over), and a
 dataset that depends on the machine (times, calibration) carries the machine's
@@ -14,10 +20,15 @@ fingerprint and is refused on another machine.
 
 Format history (bump FORMAT_VERSION on every change and add a line here):
   1  first version: store.json identity; datasets as .npz with "__meta__" JSON.
+  2  checksums: store.json has "sha256" of its other fields (canonical JSON); each
+     dataset has "__sha256__" over its meta and arrays (name, dtype, shape, bytes) and
+     its meta names the store identity.  Format 1 stores are still read (their
+     datasets unchecked) and store.json is rewritten as format 2.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -25,6 +36,7 @@ import os
 import platform
 import shutil
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
@@ -32,11 +44,13 @@ import numpy as np
 
 from wcetfit.static.elfinfo import sha256_file
 from wcetfit.errors import StoreError
+from wcetfit import locks
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 STORE_FILE = "store.json"
+_CHECKSUM_KEY = "__sha256__"
 
 
 def sha256_text(text: str) -> str:
@@ -70,58 +84,175 @@ def machine_fingerprint() -> dict[str, str]:
     return {"cpu": model, "host": platform.node(), "machine": platform.machine()}
 
 
+def _fsync_dir(directory: str) -> None:
+    """Make a rename durable: the directory entry is data of the directory."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _atomic_write_bytes(path: str, write) -> None:
     directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        tmp = None
+        _fsync_dir(directory)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            kept = "its previous version is kept intact" if os.path.exists(path) else \
+                "nothing was written"
+            raise StoreError(f"no space left on the device to write {path}: {kept}; free "
+                             "some space and run again (it continues from what is stored)") \
+                from None
         raise
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+
+def _json_sha256(data: Mapping[str, Any]) -> str:
+    return sha256_text(json.dumps(data, sort_keys=True, separators=(",", ":")))
+
+
+def _arrays_sha256(meta_text: str, arrays: Mapping[str, np.ndarray]) -> str:
+    h = hashlib.sha256(meta_text.encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _read_dataset(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Meta and arrays of one .npz; ValueError saying what is wrong when damaged."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except OSError:
+        raise
+    except Exception as exc:  # zipfile.BadZipFile, EOFError, zlib.error... all "damaged"
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+    if "__meta__" not in arrays:
+        raise ValueError("no __meta__ entry")
+    meta_text = str(arrays.pop("__meta__"))
+    stored_sum = arrays.pop(_CHECKSUM_KEY, None)
+    try:
+        meta = json.loads(meta_text)
+        if not isinstance(meta, dict):
+            raise ValueError("meta is not an object")
+        version = int(meta.get("format", 0))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"bad meta: {exc}") from None
+    if version >= 2 or stored_sum is not None:
+        if stored_sum is None:
+            raise ValueError("no checksum")
+        if str(stored_sum) != _arrays_sha256(meta_text, arrays):
+            raise ValueError("checksum mismatch")
+    return meta, arrays
 
 
 class Store:
-    """One target's store.  Opening checks the format version and the identity."""
+    """One target's store.  Opening takes its lock and checks the format version and
+    the identity.  ``wait``: when another run holds the store, wait for it (saying for
+    whom) or, False, refuse with a StoreError."""
 
-    def __init__(self, directory: str, identity: StoreIdentity, *, fresh: bool = False):
+    def __init__(self, directory: str, identity: StoreIdentity, *, fresh: bool = False,
+                 wait: bool = True):
         self.directory = directory
         self.identity = identity
-        if fresh and os.path.isdir(directory):
-            log.info("--fresh: removing %s", directory)
-            shutil.rmtree(directory)
         os.makedirs(directory, exist_ok=True)
+        self.lock = locks.store_lock(directory, wait=wait)
+        if fresh:
+            log.info("--fresh: removing what %s holds", directory)
+            for name in os.listdir(directory):
+                if name == locks.STORE_LOCK:
+                    continue        # held by this run
+                full = os.path.join(directory, name)
+                if os.path.isdir(full) and not os.path.islink(full):
+                    shutil.rmtree(full)
+                else:
+                    os.unlink(full)
+        self._remove_stale_temporaries()
         meta_path = os.path.join(directory, STORE_FILE)
         # The identity binds the store only once something is measured (see save): a run
         # that failed before measuring (a wrong prototype, say) does not lock the target.
         self._bound = False
-        if os.path.exists(meta_path):
-            self._check(meta_path)
-        else:
+        if not os.path.exists(meta_path) or not self._check(meta_path):
             self._write_meta()
 
-    def _check(self, meta_path: str) -> None:
+    def _remove_stale_temporaries(self) -> None:
+        # Holding the lock, every temporary file is a killed run's: its data never
+        # reached the store, and the next save writes it again.
+        for name in os.listdir(self.directory):
+            if name.startswith(".tmp-"):
+                try:
+                    os.unlink(os.path.join(self.directory, name))
+                except OSError:
+                    pass
+
+    def _identity_record(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"format": FORMAT_VERSION, **asdict(self.identity),
+                                  "bound": self._bound}
+        record["sha256"] = _json_sha256(record)
+        return record
+
+    def _set_aside(self, path: str, reason: str) -> str:
+        """Move a damaged file out of the way and say so (one error line)."""
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        aside = f"{path}.corrupt-{stamp}"
+        n = 1
+        while os.path.exists(aside):
+            n += 1
+            aside = f"{path}.corrupt-{stamp}-{n}"
+        os.replace(path, aside)
+        _fsync_dir(self.directory)
+        log.error("%s is damaged (%s): moved aside to %s; what it held is measured again",
+                  path, reason, os.path.basename(aside))
+        return aside
+
+    def _check(self, meta_path: str) -> bool:
+        """True when store.json is sound and current; False when it must be rewritten."""
         try:
             with open(meta_path) as f:
                 meta = json.load(f)
+            if not isinstance(meta, dict):
+                raise ValueError("not a JSON object")
             version = int(meta["format"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise StoreError(f"{meta_path} is unreadable ({exc}); remove it or use --fresh") \
-                from None
+        except (ValueError, KeyError, TypeError) as exc:
+            self._set_aside(meta_path, f"{type(exc).__name__}: {exc}")
+            return False
+        except OSError as exc:
+            raise StoreError(f"{meta_path} is unreadable ({exc.strerror}); check its "
+                             "permissions or use --fresh") from None
         if version > FORMAT_VERSION:
             raise StoreError(f"{self.directory} was written by a newer wcetfit (store format "
                              f"{version}, this version reads up to {FORMAT_VERSION}); "
                              "upgrade wcetfit or use --fresh")
-        if version < FORMAT_VERSION:
-            raise StoreError(f"{self.directory} has the old store format {version}; "
+        if version < 1:
+            raise StoreError(f"{self.directory} has the unknown store format {version}; "
                              "use --fresh to measure again")
-        differs = [f"{key} was {meta.get(key, '?')[:12]}…, now {value[:12]}…"
+        if version >= 2:
+            stored = meta.pop("sha256", None)
+            if stored != _json_sha256(meta):
+                self._set_aside(meta_path, "checksum mismatch")
+                return False
+        differs = [f"{key} was {str(meta.get(key, '?'))[:12]}…, now {value[:12]}…"
                    for key, value in asdict(self.identity).items() if meta.get(key) != value]
         self._bound = bool(meta.get("bound", True))    # stores before "bound": bound
         if differs and not self._bound:
@@ -131,12 +262,12 @@ class Store:
                      self.directory, "; ".join(differs))
             for name in self.names():
                 self.drop(name)
-            self._write_meta()
-            return
+            return False
         if differs:
             what = "the binary changed" if "binary_sha256" in differs[0] else "the prototype changed"
             raise StoreError(f"{self.directory} holds measurements of another target ({what}: "
                              f"{'; '.join(differs)}); use --fresh to start over")
+        return version == FORMAT_VERSION   # format 1: rewritten as the current format
 
     @staticmethod
     def _write_json(path: str, data: Any) -> None:
@@ -149,9 +280,7 @@ class Store:
         return os.path.join(self.directory, f"{name}.npz")
 
     def _write_meta(self) -> None:
-        self._write_json(os.path.join(self.directory, STORE_FILE),
-                         {"format": FORMAT_VERSION, **asdict(self.identity),
-                          "bound": self._bound})
+        self._write_json(os.path.join(self.directory, STORE_FILE), self._identity_record())
 
     def save(self, name: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray],
              *, measured: bool = True) -> None:
@@ -160,26 +289,39 @@ class Store:
         if measured and not self._bound:
             self._bound = True          # bound first: a crash between leaves it bound
             self._write_meta()
-        payload = dict(arrays)
-        if "__meta__" in payload:
-            raise ValueError("'__meta__' is reserved")
-        payload["__meta__"] = np.array(json.dumps({"format": FORMAT_VERSION, **meta}))
+        payload = {k: np.asarray(v) for k, v in arrays.items()}
+        if "__meta__" in payload or _CHECKSUM_KEY in payload:
+            raise ValueError(f"'__meta__' and '{_CHECKSUM_KEY}' are reserved")
+        meta_text = json.dumps({"format": FORMAT_VERSION, **meta,
+                                "identity": asdict(self.identity)})
+        checksum = _arrays_sha256(meta_text, payload)
+        payload["__meta__"] = np.array(meta_text)
+        payload[_CHECKSUM_KEY] = np.array(checksum)
         _atomic_write_bytes(self.path(name), lambda f: np.savez(f, **payload))
 
     def load(self, name: str, *, machine: bool = False) -> tuple[dict[str, Any],
                                                                   dict[str, np.ndarray]] | None:
-        """The dataset, or None if absent.  ``machine``: refuse another machine's data."""
+        """The dataset, or None if absent.  ``machine``: refuse another machine's data.
+
+        A damaged dataset (unreadable, truncated, checksum mismatch) is moved aside with
+        one error line and counts as absent, so what it held is measured again."""
         path = self.path(name)
         if not os.path.exists(path):
             return None
         try:
-            with np.load(path, allow_pickle=False) as npz:
-                arrays = {k: npz[k] for k in npz.files if k != "__meta__"}
-                meta = json.loads(str(npz["__meta__"]))
-        except (OSError, ValueError, KeyError) as exc:
-            raise StoreError(f"{path} is unreadable ({exc}); use --fresh") from None
+            meta, arrays = _read_dataset(path)
+        except ValueError as exc:
+            self._set_aside(path, str(exc))
+            return None
+        except OSError as exc:
+            raise StoreError(f"{path} is unreadable ({exc.strerror}); check its permissions "
+                             "or use --fresh") from None
         if int(meta.get("format", 0)) > FORMAT_VERSION:
             raise StoreError(f"{path} was written by a newer wcetfit; use --fresh")
+        identity = meta.get("identity")
+        if identity is not None and identity != asdict(self.identity):
+            raise StoreError(f"{path} holds measurements of another target (its binary or "
+                             "prototype differs from this store's); use --fresh")
         if machine:
             here = machine_fingerprint()
             there = meta.get("machine")
@@ -196,6 +338,7 @@ class Store:
     def drop(self, name: str) -> bool:
         try:
             os.unlink(self.path(name))
+            _fsync_dir(self.directory)
             return True
         except FileNotFoundError:
             return False

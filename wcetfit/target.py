@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import os
 import tomllib
 import traceback
@@ -99,6 +100,12 @@ _MEASURE_KEYS: dict[str, tuple[type, ...]] = {
 }
 
 
+# Sanity limits: beyond them a run would exhaust memory or never end (the arrays of one
+# run are inputs x repeats floats; a seed must fit numpy's SeedSequence).
+_MEASURE_MAX = {"inputs": 10_000_000, "repeats": 100_000, "warmup": 100_000,
+                "trace_cap": 2**31 - 1, "seed": 2**64 - 1}
+
+
 def _typename(types_: tuple[type, ...]) -> str:
     names = {str: "a string", list: "a list", dict: "a table", int: "an integer",
              float: "a number", bool: "true or false"}
@@ -116,7 +123,13 @@ def _unknown_key(where: str, key: str, allowed: Mapping[str, Any]) -> TargetErro
     import difflib
     close = difflib.get_close_matches(key, list(allowed), n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return TargetError(f"{where}: unknown key '{key}'{hint}; allowed: {', '.join(allowed)}")
+    return TargetError(f"{where}: unknown key {_q(key)}{hint}; allowed: {', '.join(allowed)}")
+
+
+def _q(key: str) -> str:
+    """A key of the user's file, quoted for a one-line message (control characters escaped)."""
+    return "'" + "".join(c if c.isprintable() else c.encode("unicode_escape").decode()
+                         for c in key) + "'"
 
 
 def find_target_file(target_dir: str) -> str:
@@ -141,6 +154,10 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
             raw = tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
         raise TargetError(f"{path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TargetError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise TargetError(f"{path}: arrays or tables nested too deeply") from None
     except OSError as exc:
         raise TargetError(f"{path}: {exc.strerror}") from None
 
@@ -185,15 +202,22 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         if getattr(measure, key) < 1:
             raise TargetError(f"{path}: [measure] '{key}' must be at least 1, "
                               f"found {getattr(measure, key)}")
-    if measure.warmup < 0 or measure.timeout <= 0:
-        raise TargetError(f"{path}: [measure] 'warmup' must be >= 0 and 'timeout' > 0")
+    if measure.warmup < 0 or not measure.timeout > 0 or not math.isfinite(measure.timeout):
+        raise TargetError(f"{path}: [measure] 'warmup' must be >= 0 and 'timeout' > 0 "
+                          "(a finite number of seconds)")
+    if measure.seed < 0:
+        raise TargetError(f"{path}: [measure] 'seed' must be >= 0, found {measure.seed}")
+    for key, most in _MEASURE_MAX.items():
+        if getattr(measure, key) > most:
+            raise TargetError(f"{path}: [measure] '{key}' must be at most {most:,}, "
+                              f"found {getattr(measure, key):,}")
     if measure.method not in TIMING_METHODS:
         raise TargetError(f"{path}: [measure] 'method' must be one of "
                           f"{', '.join(TIMING_METHODS)}, found {measure.method!r}")
 
     loops = raw.get("loops", {})
     for key, value in loops.items():
-        where = f"{path}: [loops] '{key}'"
+        where = f"{path}: [loops] {_q(key)}"
         if isinstance(value, dict):
             # {max = N, total = T}: per entry, and/or in total per call (see wcetfit.wcet.loops)
             for k, v in value.items():
@@ -210,16 +234,19 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
             raise TargetError(f"{where}: a loop bound must be >= 0")
     recursion = raw.get("recursion", {})
     for key, value in recursion.items():
-        _check_type(f"{path}: [recursion] '{key}'", value, (int,))
+        _check_type(f"{path}: [recursion] {_q(key)}", value, (int,))
         if value < 1:
-            raise TargetError(f"{path}: [recursion] '{key}': a recursion depth must be >= 1")
+            raise TargetError(f"{path}: [recursion] {_q(key)}: a recursion depth must be >= 1")
 
     wcet = raw.get("wcet", {})
     for key, value in wcet.items():
         if key not in _WCET_KEYS:
             raise _unknown_key(f"{path}: [wcet]", key, _WCET_KEYS)
         _check_type(f"{path}: [wcet] '{key}'", value, _WCET_KEYS[key])
-    exceedance = float(wcet.get("exceedance", 1e-6))
+    try:
+        exceedance = float(wcet.get("exceedance", 1e-6))
+    except OverflowError:
+        exceedance = math.inf       # refused just below
     if not 0.0 < exceedance < 0.01:
         raise TargetError(f"{path}: [wcet] 'exceedance' is a probability per call, "
                           f"0 < p < 0.01, found {wcet['exceedance']!r}")

@@ -77,10 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Formatter(logging.Formatter):
+    """A logged error reads like the CLI's own: one ``error: ...`` line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.levelno >= logging.ERROR and not record.exc_info:
+            return f"error: {record.getMessage()}"
+        return super().format(record)
+
+
 def _setup_logging(verbosity: int) -> None:
     level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    handler.setFormatter(_Formatter("%(levelname)s: %(message)s"))
     root = logging.getLogger("wcetfit")
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -100,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except WcetfitError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        # one line, whatever the message echoes of the user's input
+        sys.stderr.write("error: " + " ".join(str(exc).splitlines()) + "\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write("interrupted: measurements taken so far are kept in the store\n")

@@ -17,6 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "what is stored.  The TSC method is calibrated once per boot.")
     add_measure_args(p, json=False)   # --json (the report's) comes with the output options
     add_output_args(p)
+    from wcetfit.locks import add_wait_option
+    add_wait_option(p)
     p.set_defaults(func=run)
 
 
@@ -29,11 +31,14 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.pipeline import analyze_stage, open_session, stored_measurements
 
     check_outputs(args)
+    from wcetfit.locks import lock_target_store
+    _lock = lock_target_store(args.target, wait=not args.no_wait)  # held to the end
     s = open_session(args.target, fresh=args.fresh, **measure_overrides(args))
     roots = list(s.target.functions)
     with progress_bars() as update:
         run_counts(s.target, s.store, s.model, roots, progress=lambda d, t: update("count", d, t))
-        run_times(s.target, s.store, s.roots, progress=lambda d, t: update("time", d, t))
+        run_times(s.target, s.store, s.roots, wait=not args.no_wait,
+                  progress=lambda d, t: update("time", d, t))
         _search(s, roots, update)
     analyses = [analyze_stage(s, root, *stored_measurements(s, root)) for root in roots]
     emit(analyses, args)

@@ -18,6 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_measure_args(p, repeats=False)
     p.add_argument("--trace", action="store_true",
                    help="also record each input's block trace (for `wcetfit split`)")
+    from wcetfit.locks import add_wait_option
+    add_wait_option(p)
     p.set_defaults(func=run)
 
 
@@ -28,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.pipeline import open_session
 
     check_output_path(args.json)
+    from wcetfit.locks import lock_target_store
+    _lock = lock_target_store(args.target, wait=not args.no_wait)  # held to the end
     s = open_session(args.target, fresh=args.fresh, **measure_overrides(args))
     with progress_bars() as update:
         sets = run_counts(s.target, s.store, s.model, list(s.target.functions), trace=args.trace,

@@ -23,6 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="instead: time k = 1..M back-to-back calls per region and report "
                         "the slope, the call's time with the overhead ε removed (Moreno & "
                         "Fischmeister §4; only for calls that need no argument restore)")
+    from wcetfit.locks import add_wait_option
+    add_wait_option(p)
     p.set_defaults(func=run)
 
 
@@ -36,12 +38,14 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.timing.tsc import ticks_to_ns
 
     check_output_path(args.json)
+    from wcetfit.locks import lock_target_store
+    _lock = lock_target_store(args.target, wait=not args.no_wait)  # held to the end
     s = open_session(args.target, fresh=args.fresh, method=args.method,
                      **measure_overrides(args))
     if args.straight_line:
         return _straight_line(s, args)
     with progress_bars() as update:
-        times = run_times(s.target, s.store, s.roots,
+        times = run_times(s.target, s.store, s.roots, wait=not args.no_wait,
                           progress=lambda d, t: update("time", d, t))
     out = sys.stdout if args.json != "-" else sys.stderr
     for name, ts in times.items():

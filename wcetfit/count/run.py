@@ -112,9 +112,9 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
         if [(fc.name, fc.blocks) for fc in old.functions] != [(n, b) for n, _, b in layout[r]]:
             log.warning("stored counts of %s have another block layout: counting again", r)
             continue
-        if trace and old.trace is None:
-            continue
         for k, i in enumerate(old.indices):
+            if trace and int(i) not in (old.trace or {}):
+                continue        # counted again for its trace
             per_root[r][int(i)] = {fc.name: fc.counts[k] for fc in old.functions}
         if old.trace:
             traces[r].update(old.trace)
@@ -132,7 +132,7 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
                 else np.zeros((0, len(blocks)), np.int64)))
                 for name, addr, blocks in layout[r])
             out[r] = CountSet(r, m.seed, idx, fcs, tuple(failures),
-                              dict(traces[r]) if trace else None)
+                              dict(traces[r]) if trace or traces[r] else None)  # kept
         return out
 
     def save() -> None:

@@ -185,10 +185,12 @@ def measure_round(target: Target, function: str, root_link: int,
 
     t0 = time.monotonic()
     timeout = m.timeout * (repeats + warmup + 3) * max(1, len(layouts))
-    run = run_isolated(lambda: _RoundWorker(target, function, proto, root_link, layouts,
-                                            wanted, method, repeats, warmup, check,
-                                            bool(whole_set)),
-                       todo, timeout=timeout, on_result=on_result, on_failure=on_failure)
+    from wcetfit.locks import timing_lock
+    with timing_lock(target.directory):     # one timing run per machine
+        run = run_isolated(lambda: _RoundWorker(target, function, proto, root_link, layouts,
+                                                wanted, method, repeats, warmup, check,
+                                                bool(whole_set)),
+                           todo, timeout=timeout, on_result=on_result, on_failure=on_failure)
     if run.interrupted:
         raise KeyboardInterrupt
     seconds = time.monotonic() - t0

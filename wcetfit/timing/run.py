@@ -70,8 +70,33 @@ def resolve_method(target: Target) -> tuple[str, str]:
     return auto_method()
 
 
+def load_warning(load: Mapping[str, Any]) -> str | None:
+    """The warning the fit and report carry when something else ran during timing."""
+    others = int(load.get("others_max", 0) or 0)
+    if others <= 0:
+        return None
+    return (f"up to {others} other runnable process(es) on the machine during the timing "
+            f"run ({load.get('busy_samples', '?')} of {len(load.get('samples', []))} samples "
+            "of /proc/stat procs_running): the times may be disturbed; time again on a quiet "
+            "machine for a tighter bound")
+
+
+def _record_load(load: dict[str, Any], when: str) -> None:
+    """One sample of the machine's runnable processes, this process not counted."""
+    from wcetfit.locks import machine_load
+
+    sample = dict(machine_load(), when=when)
+    if "procs_running" in sample:
+        sample["others"] = max(0, int(sample["procs_running"]) - 1)
+    load.setdefault("samples", []).append(sample)
+    others = [int(x.get("others", 0)) for x in load["samples"]]
+    load["others_max"] = max(others)
+    load["busy_samples"] = sum(1 for o in others if o > 0)
+    load["warning"] = load_warning(load)
+
+
 def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
-              progress: Progress | None = None) -> dict[str, TimeSet]:
+              progress: Progress | None = None, wait: bool = True) -> dict[str, TimeSet]:
     """Time every input of every measured function (name → link-time address).
 
     Repeats are taken in passes, not back to back: pass r times each input once (after
@@ -82,7 +107,13 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     many inputs, and the repeat statistic (wcetfit.fit.robust) sets it aside as a disturbed
     call.  Repeats already in the store are not measured again; results are saved as
     they come.
+
+    The passes run under the machine-wide timing lock (:func:`wcetfit.locks.timing_lock`;
+    ``wait`` False: refuse instead of waiting), and the machine's load is sampled before
+    and after each pass into ``environment["load"]`` (with a warning when anything else
+    was runnable).
     """
+    from wcetfit.locks import timing_lock
     from wcetfit.timing import tsc
 
     m = target.measure
@@ -104,6 +135,10 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
         done[old.indices[keep]] |= old.done[keep]
         migrated[f] = old.migrated
         failures.extend(x for x in old.failures if x not in failures)
+        old_samples = (old.environment.get("load") or {}).get("samples") or []
+        if old_samples and "load" not in env:
+            env["load"] = {"samples": list(old_samples)}
+    load = env.setdefault("load", {})
 
     def snapshot() -> dict[str, TimeSet]:
         measured = np.flatnonzero(done.any(axis=1))
@@ -115,24 +150,35 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
         for ts in snapshot().values():
             save_times(store, ts)
 
-    for r in range(m.repeats):
-        failed = {x.index for x in failures}
-        todo = [i for i in range(n) if not done[i, r] and i not in failed]
-        if not todo:
-            continue
+    machine = None
+    try:
+        for r in range(m.repeats):
+            failed = {x.index for x in failures}
+            todo = [i for i in range(n) if not done[i, r] and i not in failed]
+            if not todo:
+                continue
+            if machine is None:
+                machine = timing_lock(target.directory, wait=wait)
+            _record_load(load, f"before pass {r}")
 
-        def store_result(index: int, result: dict[str, tuple[np.ndarray, int]],
-                         r: int = r) -> None:
-            for f, (row, mig) in result.items():
-                ticks[f][index, r] = row[0]
-                migrated[f] += mig
-            done[index, r] = True
+            def store_result(index: int, result: dict[str, tuple[np.ndarray, int]],
+                             r: int = r) -> None:
+                for f, (row, mig) in result.items():
+                    ticks[f][index, r] = row[0]
+                    migrated[f] += mig
+                done[index, r] = True
 
-        measure_saving(lambda: _TimingWorker(target, list(functions.items()), method,
-                                             repeats=1), todo,
-                       timeout=m.timeout * (m.warmup + 2), store_result=store_result,
-                       failures=failures, save=save, done=lambda: int(done.sum()),
-                       wanted=n * m.repeats, progress=progress)
+            measure_saving(lambda: _TimingWorker(target, list(functions.items()), method,
+                                                 repeats=1), todo,
+                           timeout=m.timeout * (m.warmup + 2), store_result=store_result,
+                           failures=failures, save=save, done=lambda: int(done.sum()),
+                           wanted=n * m.repeats, progress=progress)
+            _record_load(load, f"after pass {r}")
+    finally:
+        if machine is not None:
+            machine.release()
+    if machine is not None:
+        save()          # the last load sample, with the times
     return snapshot()
 
 
@@ -179,11 +225,13 @@ def run_straight_line(target: Target, functions: Mapping[str, int], *, kmax: int
         if progress:
             progress(len(rows[next(iter(functions))]), target.measure.inputs)
 
-    run = run_isolated(lambda: _StraightLineWorker(target, list(functions.items()), method,
-                                                   kmax, rounds),
-                       range(target.measure.inputs),
-                       timeout=target.measure.timeout * kmax * (kmax + 1) / 2 * rounds,
-                       on_result=on_result, on_failure=failures.append)
+    from wcetfit.locks import timing_lock
+    with timing_lock(target.directory):
+        run = run_isolated(lambda: _StraightLineWorker(target, list(functions.items()), method,
+                                                       kmax, rounds),
+                           range(target.measure.inputs),
+                           timeout=target.measure.timeout * kmax * (kmax + 1) / 2 * rounds,
+                           on_result=on_result, on_failure=failures.append)
     if run.interrupted:
         raise KeyboardInterrupt
     return rows, failures, method

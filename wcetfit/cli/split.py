@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from wcetfit.split import rounds as S
+    from wcetfit.split import configs as CF, rounds as RD
     from wcetfit.split import workflow as R
     from wcetfit.cli.common import check_output_path, write_json
     from wcetfit.errors import WcetfitError
@@ -64,19 +64,19 @@ def run(args: argparse.Namespace) -> int:
                            f"(measured: {', '.join(s.roots)})")
 
     if args.drop is not None:
-        ok = S.drop_round(s.store, args.drop)
+        ok = RD.drop_round(s.store, args.drop)
         if not ok:
             raise WcetfitError(f"there is no round {args.drop} in {s.store.directory}")
         out.write(f"dropped round {args.drop}\n")
 
     if args.list:
-        rounds = S.load_rounds(s.store, function, s.target.measure.seed)
+        rounds = RD.load_rounds(s.store, function, s.target.measure.seed)
         _print_rounds(rounds, out)
-        write_json(args.json, S.split_json(s.target.directory, function, rounds))
+        write_json(args.json, RD.split_json(s.target.directory, function, rounds))
         return 0
     if args.drop is not None and not (args.apply or args.auto or args.at):
-        rounds = S.load_rounds(s.store, function, s.target.measure.seed)
-        write_json(args.json, S.split_json(s.target.directory, function, rounds))
+        rounds = RD.load_rounds(s.store, function, s.target.measure.seed)
+        write_json(args.json, RD.split_json(s.target.directory, function, rounds))
         return 0
 
     st = R.load_state(s, function)
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
               f"rows from {source}\n")
     _print_fit(current, out, "current fit")
     plan = R.make_plan(st, max_probes=args.max_probes, entry=not args.no_entry_probe)
-    at_probes = [st.layouts[S.Probe(S.KIND_STOP, S.SITE_BLOCK, parse_addr(t)).key].probe
+    at_probes = [st.layouts[CF.Probe(CF.KIND_STOP, CF.SITE_BLOCK, parse_addr(t)).key].probe
                  for t in args.at]
     _print_plan(plan, out, at_probes)
 
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         plan = R.make_plan(st, max_probes=args.max_probes, entry=not args.no_entry_probe)
     elapsed = time.monotonic() - t_start
     out.write(f"time spent: {elapsed:.1f} s\n")
-    write_json(args.json, S.split_json(s.target.directory, function, st.rounds, current, plan,
+    write_json(args.json, RD.split_json(s.target.directory, function, st.rounds, current, plan,
                                        {"applied": doc_rounds, "time_s": elapsed}))
     return 0
 

@@ -9,6 +9,8 @@ numpy's floating-point rank on small exact integer matrices.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -635,3 +637,69 @@ def test_auto_stops_after_two_rounds_that_did_not_help():
     assert R.stalled_rounds(state([2, 5, 4, 4])) == 2       # then stop
     assert R.stalled_rounds(state([2, 5, 4, 6])) == 0
 
+
+# ============================================================================================
+# `wcetfit split` right after `wcetfit analyze`, end to end on samples/adpcm
+# ============================================================================================
+
+ADPCM = Path(__file__).resolve().parent.parent / "samples" / "adpcm"
+
+
+@pytest.mark.slow
+def test_split_after_analyze_gathers_the_block_traces(tmp_path):
+    """`wcetfit analyze` stores counts without block traces; `wcetfit split` right after it
+    counts every input again with traces, stores them, and plans.  Truth: the counts the
+    analyze run stored (the recount must give the very same ones) and each trace's own
+    block histogram (it must equal its input's counts)."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from wcetfit.measurements import load_counts, open_store
+    from wcetfit.target import load_target
+
+    lib = ADPCM / "build" / "libadpcm.so"
+    if not lib.is_file():
+        pytest.skip(f"{lib} is not built (make -C samples)")
+    d = tmp_path / "adpcm"
+    (d / "build").mkdir(parents=True)
+    shutil.copy(lib, d / "build")
+    shutil.copy(ADPCM / "inputs.py", d)
+    toml = (ADPCM / "wcetfit.toml").read_text()
+    toml = re.sub(r"(?m)^inputs = \d+$", "inputs = 24", toml)      # small: the test's time
+    toml = re.sub(r"(?m)^repeats = \d+$", "repeats = 3", toml)
+    (d / "wcetfit.toml").write_text(toml)
+
+    def wcetfit(*args):
+        return subprocess.run([sys.executable, "-m", "wcetfit", *args], capture_output=True,
+                              text=True, timeout=600)
+
+    def stored():
+        target = load_target(str(d))
+        return load_counts(open_store(target), "adpcm_coder", target.measure.seed)
+
+    res = wcetfit("analyze", str(d))
+    assert res.returncode == 0, res.stderr
+    before = stored()
+    assert before is not None and not before.trace and len(before.indices) == 24
+
+    res = wcetfit("split", str(d))
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "no block traces stored" in res.stdout and "24 inputs counted with block traces" \
+        in res.stdout
+    assert "proposals" in res.stdout and "24 inputs with block traces" in res.stdout
+    after = stored()
+    assert after is not None and sorted(after.trace) == [int(i) for i in before.indices]
+    assert np.array_equal(after.indices, before.indices)
+    assert [fc.name for fc in after.functions] == [fc.name for fc in before.functions]
+    for old, new in zip(before.functions, after.functions):
+        assert np.array_equal(old.counts, new.counts), old.name
+    counts = np.hstack([fc.counts for fc in after.functions])
+    for k, i in enumerate(after.indices):
+        hist = np.bincount(after.trace[int(i)], minlength=counts.shape[1])
+        assert np.array_equal(hist, counts[k]), f"input {i}"
+
+    res = wcetfit("split", str(d), "--list")
+    assert res.returncode == 0 and "no rounds stored" in res.stdout, res.stderr

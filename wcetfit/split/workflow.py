@@ -113,6 +113,54 @@ def _block_order(cs: Any) -> tuple[list[int], np.ndarray]:
     return blocks, (np.hstack(parts) if parts else np.zeros((len(cs.indices), 0), np.int64))
 
 
+MISSING_TRACES = "traces"   # no count set with block traces (`wcetfit analyze` keeps none)
+MISSING_TIMES = "times"     # no whole-call times for the target's method and repeats
+
+
+def missing_measurements(session: Any, function: str) -> list[str]:
+    """What :func:`load_state` needs of ``function`` and the store lacks, in the order
+    :func:`gather_measurements` measures it: :data:`MISSING_TRACES`, :data:`MISSING_TIMES`."""
+    from wcetfit.measurements import load_counts, load_times
+    from wcetfit.timing.run import resolve_method
+
+    target, store = session.target, session.store
+    m = target.measure
+    missing = []
+    cs = load_counts(store, function, m.seed)
+    if cs is None or not cs.trace:
+        missing.append(MISSING_TRACES)
+    method, _why = resolve_method(target)
+    if load_times(store, function, m.seed, method, m.repeats) is None:
+        missing.append(MISSING_TIMES)
+    return missing
+
+
+def gather_measurements(session: Any, function: str, missing: Sequence[str], *,
+                        progress: Callable[[str, int, int], None] | None = None
+                        ) -> dict[str, Any]:
+    """Measure what :func:`missing_measurements` named, for every input of the target, and
+    save it to the store as it comes (an interruption keeps what was measured): the count
+    run with block traces (inputs counted without a trace are counted again: the counts
+    are the same, the trace is new) and the timing run.  ``progress(stage, done, total)``
+    with stage ``"count"`` or ``"time"``.  Returns ``{"count": CountSet, "time": TimeSet}``
+    for the runs made."""
+    done: dict[str, Any] = {}
+
+    def stage(name: str) -> Callable[[int, int], None] | None:
+        return None if progress is None else (lambda d, t: progress(name, d, t))
+
+    if MISSING_TRACES in missing:
+        from wcetfit.count.run import run_counts
+        done["count"] = run_counts(session.target, session.store, session.model, [function],
+                                   trace=True, progress=stage("count"))[function]
+    if MISSING_TIMES in missing:
+        from wcetfit.timing.run import run_times
+        done["time"] = run_times(session.target, session.store,
+                                 {function: session.roots[function]},
+                                 progress=stage("time"))[function]
+    return done
+
+
 def load_state(session: Any, function: str, *, place: bool = True) -> SplitState:
     """Counts with traces, whole-call times, rounds and probe placements of ``function``."""
     from wcetfit.measurements import load_counts, load_times

@@ -68,7 +68,7 @@ def _synthetic() -> list[dict[str, Any]]:
         groups_before += sum(1 for g in before.groups if len(g.blocks) > 1)
         t0 = time.perf_counter()
         pl = PL.plan(cols, sysm.counts, sysm.traces, [], PL.candidate_probes(cols),
-                    max_probes=500)
+                     max_probes=500)
         plan_s += time.perf_counter() - t0
         probes += len(pl.proposals)
         js = sysm.joint([p.probe for p in pl.proposals])

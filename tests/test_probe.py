@@ -150,7 +150,7 @@ def test_wrapper_and_direct_stub_decode_as_intended(shapes, kind, method):
     lay = PM.place_probe(fn, kind, b, info.read)
     FN = BIAS + fn.entry
     built = SB.assemble(lay, method, bias=BIAS, fn_entry=FN, code_address=CODE,
-                       data_address=DATA)
+                        data_address=DATA)
     ins = _decode(built.code, CODE)
     m = [i.mnemonic for i in ins]
     # the wrapper: pop the return address, call F, push it back, return
@@ -221,7 +221,7 @@ def test_edge_stub_redirects_only_the_transfer_to_the_probe_point(shapes):
     _path, info, fn, (a, b, c, d) = shapes
     lay = PM.place_probe(fn, CF.KIND_STOP, c, info.read)
     built = SB.assemble(lay, "lfence", bias=BIAS, fn_entry=BIAS + fn.entry, code_address=CODE,
-                       data_address=DATA)
+                        data_address=DATA)
     ins = _decode(built.code, CODE)
     # region: mov ecx, edi; test ecx, ecx; je <check>; jmp B (fall-through); check; cont
     k = next(n for n, i in enumerate(ins) if i.mnemonic == "mov" and i.op_str == "ecx, edi")
@@ -381,10 +381,10 @@ def test_the_differential_check_catches_a_wrong_probe(shapes):
     with good:
         for x in (0, 3, -7):
             IN.differential_check(good, h, "shapes", h.pack("shapes", (x,)),
-                                 lb.runtime(fn.entry), data, x)
+                                  lb.runtime(fn.entry), data, x)
     # sabotage: the stub forgets the displaced `mov eax, 1` (and still resumes after it)
     broken = PM.ProbeLayout(lay.probe, lay.function,
-                           (PM.Region(r.start, r.end, (), True, None, r.pass_block),))
+                            (PM.Region(r.start, r.end, (), True, None, r.pass_block),))
     bad = IN.InstalledProbe(lb, broken, fn.entry, "lfence")
     bad.patches = [(at, b"".join(i.raw for i in r.insns), patch)
                    for at, _orig, patch in bad.patches]
@@ -392,7 +392,7 @@ def test_the_differential_check_catches_a_wrong_probe(shapes):
         with pytest.raises(SelfCheckError, match="returned"):
             for x in (3, 5, 11):
                 IN.differential_check(bad, h, "shapes", h.pack("shapes", (x,)),
-                                     lb.runtime(fn.entry), data, x)
+                                      lb.runtime(fn.entry), data, x)
     assert lb.read(r.start, r.size) == b"".join(x.raw for x in r.insns)
 
 

@@ -190,8 +190,8 @@ class System:
     def joint(self, probes) -> JS.JointSystem:
         idx = np.arange(len(self.traces))
         return JS.build_joint(self.columns, idx, self.counts,
-                             self.times(self.counts, self.EPS[CF.CONFIG_WHOLE]), self.traces,
-                             self.measure(probes))
+                              self.times(self.counts, self.EPS[CF.CONFIG_WHOLE]), self.traces,
+                              self.measure(probes))
 
 
 # ============================================================================================
@@ -276,7 +276,7 @@ def test_probe_json_round_trip_and_validation():
     assert CF.Probe.from_json(p.to_json()) == p
     assert p.key == "stop@0x1130"
     assert CF.Probe.from_json(CF.Probe(CF.KIND_START, CF.SITE_RETURN, None,
-                                     CF.MECH_WRAPPER).to_json()).key == "start@return"
+                                       CF.MECH_WRAPPER).to_json()).key == "start@return"
     with pytest.raises(WcetfitError):
         CF.Probe("halt", CF.SITE_BLOCK, 1)
     with pytest.raises(WcetfitError):
@@ -331,7 +331,7 @@ def test_plan_completes_and_scores_honestly(seed):
     for prop in pl.proposals:
         before = PL.plan(cols, sysm.counts, sysm.traces, probes, [], max_probes=0)
         after = PL.plan(cols, sysm.counts, sysm.traces, probes + [prop.probe], [],
-                       max_probes=0)
+                        max_probes=0)
         assert after.rank - before.rank == prop.rank_gain
         assert after.nullity == before.nullity - prop.net_gain
         assert set(prop.newly_estimable) <= set(after.estimable)
@@ -444,7 +444,7 @@ def test_edge_probes_and_start_probes_model_their_stub_passes(seed):
         else:
             cands.append(CF.Probe(CF.KIND_START, CF.SITE_BLOCK, sysm.addrs[b]))
             cands.append(CF.Probe(CF.KIND_START, CF.SITE_BLOCK, sysm.addrs[b], CF.MECH_EDGE,
-                                 preds))
+                                  preds))
     pl = PL.plan(cols, sysm.counts, sysm.traces, [], cands, max_probes=300)
     probes = [p.probe for p in pl.proposals]
     js = sysm.joint(probes)
@@ -469,7 +469,7 @@ def test_joint_system_layout():
     probes = [CF.Probe(CF.KIND_STOP, CF.SITE_ENTRY, None, CF.MECH_WRAPPER),
               CF.Probe(CF.KIND_START, CF.SITE_BLOCK, sysm.addrs[busiest]),
               CF.Probe(CF.KIND_STOP, CF.SITE_BLOCK, sysm.addrs[-1], CF.MECH_EDGE,
-                      tuple(sysm.addrs[p] for p in sysm.preds(sysm.n - 1)))]
+                       tuple(sysm.addrs[p] for p in sysm.preds(sysm.n - 1)))]
     js = sysm.joint(probes)
     n0 = 60
     assert np.array_equal(js.config_ids[:n0], np.zeros(n0))
@@ -495,10 +495,10 @@ def test_rounds_persist_list_and_drop(tmp_path):
     p = CF.Probe(CF.KIND_STOP, CF.SITE_BLOCK, 0x1130, CF.MECH_EDGE, (0x1100,))
     ticks = np.array([[78.0, np.nan], [104.0, 78.0]])
     whole = JS.ConfigTimes(CF.Probe(CF.KIND_STOP, CF.SITE_RETURN, None, CF.MECH_WRAPPER),
-                          np.array([0, 1]), np.array([[300.0, 326.0], [1000.0, 990.0]]))
+                           np.array([0, 1]), np.array([[300.0, 326.0], [1000.0, 990.0]]))
     r1 = RD.Round(1, "f", 7, "lfence", (JS.ConfigTimes(p, np.array([3, 5]), ticks),),
-                 introduced=(p.key,), whole=whole, splits=(0x1134,),
-                 fit={"rank": 3, "blocks": [], "groups": []}, based_on=(1,), time_s=1.5)
+                  introduced=(p.key,), whole=whole, splits=(0x1134,),
+                  fit={"rank": 3, "blocks": [], "groups": []}, based_on=(1,), time_s=1.5)
     RD.save_round(store, r1)
     RD.save_round(store, RD.Round(2, "f", 7, "lfence", (), introduced=(), based_on=(1,)))
     RD.save_round(store, RD.Round(3, "g", 7, "lfence", ()))
@@ -549,9 +549,9 @@ def _state_with_round(sysm: System, measured: list[JS.ConfigTimes]):
 
     idx = np.arange(len(sysm.traces))
     whole = JS.ConfigTimes(CF.Probe(CF.KIND_STOP, CF.SITE_RETURN, None, CF.MECH_WRAPPER), idx,
-                          sysm.times(sysm.counts, sysm.EPS[CF.CONFIG_WHOLE]))
+                           sysm.times(sysm.counts, sysm.EPS[CF.CONFIG_WHOLE]))
     rnd = RD.Round(number=1, function="f", seed=1, method="lfence", probes=tuple(measured),
-                  introduced=tuple(ct.probe.key for ct in measured), whole=whole)
+                   introduced=tuple(ct.probe.key for ct in measured), whole=whole)
     return R.SplitState(target=None, store=None, function="f", root_link=0, models={},
                         columns=sysm.columns, traces=sysm.traces, count_indices=idx,
                         counts=sysm.counts, timing_indices=idx,
@@ -561,7 +561,7 @@ def _state_with_round(sysm: System, measured: list[JS.ConfigTimes]):
 
 def _planned(sysm: System) -> list[CF.Probe]:
     pl = PL.plan(sysm.columns, sysm.counts, sysm.traces, [], PL.candidate_probes(sysm.columns),
-                max_probes=500)
+                 max_probes=500)
     return [p.probe for p in pl.proposals]
 
 
@@ -582,7 +582,7 @@ def test_a_biased_probe_is_found_and_left_out():
         for bad in sorted(range(len(measured)), key=lambda k: -np.nanmean(measured[k].ticks)):
             ct = measured[bad]
             rows = CF.probe_rows(ct.probe, sysm.columns, sysm.traces,
-                                [int(i) for i in ct.indices])
+                                 [int(i) for i in ct.indices])
             extra = 0.5 * (rows.counts[:, :sysm.n].astype(float) @ sysm.costs)
             biased = list(measured)
             biased[bad] = JS.ConfigTimes(ct.probe, ct.indices, ct.ticks + extra[:, None])
@@ -623,7 +623,7 @@ def test_auto_stops_after_two_rounds_that_did_not_help():
 
     def state(history):
         rounds = [RD.Round(number=k + 1, function="f", seed=1, method="lfence", probes=(),
-                          fit=fit_with(n)) for k, n in enumerate(history)]
+                           fit=fit_with(n)) for k, n in enumerate(history)]
         return R.SplitState(target=None, store=None, function="f", root_link=0, models={},
                             columns=CF.Columns((0x10,)), traces={},
                             count_indices=np.zeros(0, np.int64),

@@ -27,15 +27,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, metavar="R",
                    help="timed calls per input, as in the timing run (default: [measure] "
                         "repeats)")
-    p.add_argument("--apply", action="store_true", help="measure the proposed probes (one round), then refit jointly")
+    p.add_argument("--apply", action="store_true",
+                   help="measure the proposed probes (one round), then refit jointly")
     p.add_argument("--auto", action="store_true",
-                   help="apply rounds until every block is estimable alone or no probe adds rank "
-                        "(at most --max-rounds)")
+                   help="apply rounds until every block is estimable alone or no probe adds "
+                        "rank (at most --max-rounds)")
     p.add_argument("--at", action="append", default=[], metavar="0xADDR",
                    help="split the block holding this instruction address there and probe "
                         "the cut (repeatable); measured with --apply/--auto")
     p.add_argument("--list", action="store_true", help="list the stored rounds (measures nothing)")
-    p.add_argument("--drop", type=int, metavar="N", help="drop round N: the probes it introduced leave every later fit")
+    p.add_argument("--drop", type=int, metavar="N",
+                   help="drop round N: the probes it introduced leave every later fit")
     p.add_argument("--max-probes", type=int, default=8, metavar="K",
                    help="probes per round (default 8)")
     p.add_argument("--max-rounds", type=int, default=10, metavar="R",
@@ -143,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - t_start
     out.write(f"time spent: {elapsed:.1f} s\n")
     write_json(args.json, RD.split_json(s.target.directory, function, st.rounds, current, plan,
-                                       {"applied": doc_rounds, "time_s": elapsed}))
+                                        {"applied": doc_rounds, "time_s": elapsed}))
     return 0
 
 

@@ -31,7 +31,8 @@ more than B's prefix).  Then the probe-code unknowns:
   ε per probe, no probe could ever separate two co-executed blocks.  The entry probe
   (a stop before the call: zero blocks) measures ε_stop alone, which separates even the
   always-once entry block from the overheads; without it (``entry=False`` in
-  :func:`~wcetfit.split.planner.candidate_probes`) the entry block stays confounded with the ε's only.
+  :func:`~wcetfit.split.planner.candidate_probes`) the entry block stays confounded with
+  the ε's only.
 * δ columns for stub *passes* that happen inside the timed region besides the one that
   reads the clock: a start probe's later arrivals at X (each goes through the stub's
   dispatch: two jumps more than the original code), and an edge probe's extra passes

@@ -229,13 +229,13 @@ def joint(st: SplitState, *, probes: bool = True,
     rnd = st.latest
     if rnd is None or rnd.whole is None:
         return JS.build_joint(st.columns, st.timing_indices, st.counts_of(st.timing_indices),
-                             st.timing_ticks, st.traces, [])
+                              st.timing_ticks, st.traces, [])
     active = set(st.active_keys) - set(leave_out)
     widx = [int(i) for i in rnd.whole.indices if int(i) in st.traces]
     keep = [k for k, i in enumerate(rnd.whole.indices) if int(i) in st.traces]
     measured = [ct for ct in rnd.probes if ct.probe.key in active] if probes else []
     return JS.build_joint(st.columns, np.asarray(widx, np.int64), st.counts_of(widx),
-                         np.asarray(rnd.whole.ticks)[keep], st.traces, measured)
+                          np.asarray(rnd.whole.ticks)[keep], st.traces, measured)
 
 
 def fit(st: SplitState, *, probes: bool = True, leave_out: Sequence[str] = (),
@@ -309,7 +309,7 @@ def make_plan(st: SplitState, *, max_probes: int = 8, entry: bool = True,
              if key not in have and lay.probe.kind in kinds
              and (entry or lay.probe.site != CF.SITE_ENTRY)]
     return PL.plan(st.columns, st.counts, st.traces, st.active_probes, cands,
-                  unprobeable=st.unprobeable, max_probes=max_probes)
+                   unprobeable=st.unprobeable, max_probes=max_probes)
 
 
 def precision_probes(st: SplitState, summary: Mapping[str, Any], *, max_probes: int = 8
@@ -472,12 +472,12 @@ def apply_round(st: SplitState, new: Sequence[CF.Probe], *, splits: Sequence[int
     number = RD.next_round_number(st.store)
     introduced = tuple(p.key for p in new if p.key in {q.key for q in kept})
     whole = JS.ConfigTimes(CF.Probe(CF.KIND_STOP, CF.SITE_RETURN, None, CF.MECH_WRAPPER),
-                          run.whole_indices, run.whole_ticks)
+                           run.whole_indices, run.whole_ticks)
     rnd = RD.Round(number=number, function=st.function, seed=st.target.measure.seed,
-                  method=st.method, probes=tuple(measured), introduced=introduced,
-                  whole=whole, splits=tuple(splits), time_s=time.monotonic() - t0,
-                  created=_dt.datetime.now().isoformat(timespec="seconds"),
-                  tsc_hz=st.tsc_hz, notes=tuple(notes), failures=failures)
+                   method=st.method, probes=tuple(measured), introduced=introduced,
+                   whole=whole, splits=tuple(splits), time_s=time.monotonic() - t0,
+                   created=_dt.datetime.now().isoformat(timespec="seconds"),
+                   tsc_hz=st.tsc_hz, notes=tuple(notes), failures=failures)
     st.rounds.append(rnd)
     _res, _js, baseline = fit(st, probes=False)
     _res, _js, summary = fit(st)

@@ -46,7 +46,7 @@ def _models(path: str, roots: list[str]) -> dict:
 # --- a native C driver: the same calls without Python, for valgrind and ptrace -------------
 
 def _driver_source(prototype: str, cdef: str, function: str) -> str:
-    from wcetfit.timing.thunk import _C_PRELUDE, parse_signatures
+    from wcetfit.timing.prototype import _C_PRELUDE, parse_signatures
 
     ffi, fns = parse_signatures(prototype, cdef)
     fctype = dict(fns)[function]

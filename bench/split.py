@@ -54,7 +54,7 @@ def _synthetic() -> list[dict[str, Any]]:
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from test_split import System  # the tests' simulator: independent truth
 
-    from wcetfit.split import rounds as S
+    from wcetfit.split import configs as CF, planner as PL
     from wcetfit.fit.solve import fit_function
 
     inside = total = probes = 0
@@ -67,14 +67,14 @@ def _synthetic() -> list[dict[str, Any]]:
         before = fit_function(js0.counts, js0.ticks, js0.addresses, config_ids=js0.config_ids)
         groups_before += sum(1 for g in before.groups if len(g.blocks) > 1)
         t0 = time.perf_counter()
-        pl = S.plan(cols, sysm.counts, sysm.traces, [], S.candidate_probes(cols),
-                    max_probes=500)
+        pl = PL.plan(cols, sysm.counts, sysm.traces, [], PL.candidate_probes(cols),
+                     max_probes=500)
         plan_s += time.perf_counter() - t0
         probes += len(pl.proposals)
         js = sysm.joint([p.probe for p in pl.proposals])
         res = fit_function(js.counts, js.ticks, js.addresses, config_ids=js.config_ids)
         for b in res.blocks:
-            if b.address >= S.PSEUDO_BASE:          # a δ column (stub passes)
+            if b.address >= CF.PSEUDO_BASE:          # a δ column (stub passes)
                 continue
             total += 1
             if b.estimable:
@@ -163,7 +163,7 @@ def _coexec_target(dest: str) -> str:
 def auto_split(target_dir: str, *, max_rounds: int = 6, max_probes: int = 40,
                inputs: int = INPUTS) -> dict[str, Any]:
     """count --trace, time, then split --auto, through the library."""
-    from wcetfit.split import rounds as S
+    from wcetfit.split import checks as CK
     from wcetfit.split import workflow as R
     from wcetfit.count.run import run_counts
     from wcetfit.timing.run import run_times
@@ -196,17 +196,17 @@ def auto_split(target_dir: str, *, max_rounds: int = 6, max_probes: int = 40,
     against = last.baseline if last is not None and last.baseline else before
     return {"function": fn, "before": before, "after": summary, "rounds": rounds,
             "probes": probes, "seconds": time.monotonic() - t0,
-            "disagreements": S.disagreements(against, summary),
+            "disagreements": CK.disagreements(against, summary),
             "round_disagreements": disagreements,
-            "drift": S.disagreements(before, against) if against is not before else [],
+            "drift": CK.disagreements(before, against) if against is not before else [],
             "excluded": sorted(st.excluded_keys), "state": st, "stopped": why,
             "unprobeable": len(st.unprobeable)}
 
 
 def _groups(summary: dict[str, Any]) -> tuple[int, int]:
-    from wcetfit.split import rounds as S
+    from wcetfit.split import checks as CK
     real = [b for b in summary["blocks"] if b["address"].startswith("0x")]
-    return len(S.multi_block_groups(summary)), sum(1 for b in real if b["estimable"])
+    return len(CK.multi_block_groups(summary)), sum(1 for b in real if b["estimable"])
 
 
 def _coexec(tmp: str) -> list[dict[str, Any]]:
@@ -313,7 +313,7 @@ def _sample_once(name: str, tmp: str) -> list[dict[str, Any]]:
 
 def _overhead(tmp: str) -> list[dict[str, Any]]:
     """ε of the stop family (stop at entry) beside the harness's empty-call time."""
-    from wcetfit.split import probe as P
+    from wcetfit.split import placement as PM, install as IN
     from wcetfit.timing import tsc
     from wcetfit.loader import load_binary
     from wcetfit.timing.thunk import build_harness
@@ -332,14 +332,14 @@ def _overhead(tmp: str) -> list[dict[str, Any]]:
     fn = mini_model(ElfInfo(path), "nop")
     lb = load_binary(path)
     h = build_harness("int nop(int x);")
-    lay = P.place_probe(fn, "stop", None, lb.read, site="entry")
-    lay_ret = P.place_probe(fn, "stop", None, lb.read, site="return")
+    lay = PM.place_probe(fn, "stop", None, lb.read, site="entry")
+    lay_ret = PM.place_probe(fn, "stop", None, lb.read, site="return")
     with tsc.pinned():
         pack = h.pack("nop", (1,))
-        with P.InstalledProbe(lb, lay, fn.entry, "lfence") as ip:
-            table = P.RestoreTable(h, pack)
+        with IN.InstalledProbe(lb, lay, fn.entry, "lfence") as ip:
+            table = IN.RestoreTable(h, pack)
             s = ip.time(h, "nop", pack, table, repeats=2000, warmup=20)
-        with P.InstalledProbe(lb, lay_ret, fn.entry, "lfence") as ip:
+        with IN.InstalledProbe(lb, lay_ret, fn.entry, "lfence") as ip:
             r = ip.time(h, "nop", pack, table, repeats=2000, warmup=20)
         w = time_input(h, "nop", lb.runtime(fn.entry), pack, 2000, 20, "lfence")
     e_stop = float(np.nanmedian(s.ticks))

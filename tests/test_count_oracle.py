@@ -43,7 +43,7 @@ def _need_tools():
 # --- the driver ---------------------------------------------------------------------------
 
 def _driver_source(prototype: str, cdef: str, function: str) -> tuple[str, list]:
-    from wcetfit.timing.thunk import _C_PRELUDE, parse_signatures
+    from wcetfit.timing.prototype import _C_PRELUDE, parse_signatures
 
     ffi, fns = parse_signatures(prototype, cdef)
     fctype = dict(fns)[function]

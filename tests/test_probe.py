@@ -1,4 +1,5 @@
-"""Timing probes on the original code (wcetfit.split.probe, wcetfit.split.probe_run).
+"""Timing probes on the original code (wcetfit.split.placement, .stubs, .install,
+wcetfit.split.probe_run).
 
 Truth used here: capstone's decoding of every stub byte (and its flag-effect tables);
 hand-written assembly whose block shapes are known; the original function's return
@@ -18,14 +19,14 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_relocate import ElfInfo, build_so, mini_model  # noqa: E402
 
-from wcetfit.split import probe as P  # noqa: E402
-from wcetfit.split import rounds as S  # noqa: E402
+from wcetfit.split import placement as PM, stubs as SB, install as IN  # noqa: E402
+from wcetfit.split import configs as CF  # noqa: E402
 from wcetfit.errors import SelfCheckError  # noqa: E402
 
 
 def _native_or_skip():
     try:
-        P.native_lib()
+        IN.native_lib()
     except Exception as exc:  # NativeBuildError: module not rebuilt yet
         pytest.skip(f"wcetfit._native lacks the probe loop ({exc}); run `make setup`")
 
@@ -66,22 +67,22 @@ def shapes(tmp_path_factory):
 
 def test_placement_rules_on_known_shapes(shapes):
     _path, info, fn, (a, b, c, d) = shapes
-    lay = P.place_probe(fn, S.KIND_STOP, a, info.read)
-    assert lay.probe.mechanism == S.MECH_DIRECT and lay.regions[0].size == 6
-    lay = P.place_probe(fn, S.KIND_STOP, b, info.read)
-    assert lay.probe.mechanism == S.MECH_DIRECT and lay.regions[0].size == 5
+    lay = PM.place_probe(fn, CF.KIND_STOP, a, info.read)
+    assert lay.probe.mechanism == CF.MECH_DIRECT and lay.regions[0].size == 6
+    lay = PM.place_probe(fn, CF.KIND_STOP, b, info.read)
+    assert lay.probe.mechanism == CF.MECH_DIRECT and lay.regions[0].size == 5
     # C: 2 bytes, then D is a jump target: never patched across; probed on its edge from A
-    lay = P.place_probe(fn, S.KIND_STOP, c, info.read)
-    assert lay.probe.mechanism == S.MECH_EDGE and lay.probe.pass_blocks == (a,)
+    lay = PM.place_probe(fn, CF.KIND_STOP, c, info.read)
+    assert lay.probe.mechanism == CF.MECH_EDGE and lay.probe.pass_blocks == (a,)
     (r,) = lay.regions
     assert (r.start, r.end, r.edge_to) == (a, a + 6, c)
     # D: 1 byte; its predecessor C is itself a 2-byte jump target: nothing can be patched
-    with pytest.raises(P.ProbePlacementError, match="jump target"):
-        P.place_probe(fn, S.KIND_STOP, d, info.read)
+    with pytest.raises(PM.ProbePlacementError, match="jump target"):
+        PM.place_probe(fn, CF.KIND_STOP, d, info.read)
     # a split point inside B, at `add eax, ecx`: 4 bytes to B's end, D after it: refused
-    with pytest.raises(P.ProbePlacementError):
-        P.place_probe(fn, S.KIND_STOP, b + 5, info.read, edges=False)
-    ok, bad = P.placements({"shapes": fn}, "shapes", [a, b, c, d], [], info.read)
+    with pytest.raises(PM.ProbePlacementError):
+        PM.place_probe(fn, CF.KIND_STOP, b + 5, info.read, edges=False)
+    ok, bad = PM.placements({"shapes": fn}, "shapes", [a, b, c, d], [], info.read)
     assert f"stop@{d:#x}" in bad and f"start@{d:#x}" in bad
     assert {f"stop@{x:#x}" for x in (a, b, c)} <= set(ok)
     assert {"stop@entry", "stop@return", "start@entry", "start@return"} <= set(ok)
@@ -105,7 +106,7 @@ two:
     info = ElfInfo(path)
     fn = mini_model(info, "two")
     a = fn.entry
-    lay = P.place_probe(fn, S.KIND_STOP, a, info.read)
+    lay = PM.place_probe(fn, CF.KIND_STOP, a, info.read)
     (r,) = lay.regions
     assert r.start == a and r.end > a + 4          # continues into B
     assert any(i.address >= a + 4 for i in r.insns)
@@ -142,19 +143,19 @@ def _flag_writers(insns):
     return [i for i in insns if any(i.eflags & m for m in masks)]
 
 
-@pytest.mark.parametrize("method", P.STUB_METHODS)
-@pytest.mark.parametrize("kind", S.KINDS)
+@pytest.mark.parametrize("method", SB.STUB_METHODS)
+@pytest.mark.parametrize("kind", CF.KINDS)
 def test_wrapper_and_direct_stub_decode_as_intended(shapes, kind, method):
     _path, info, fn, (a, b, c, d) = shapes
-    lay = P.place_probe(fn, kind, b, info.read)
+    lay = PM.place_probe(fn, kind, b, info.read)
     FN = BIAS + fn.entry
-    built = P.assemble(lay, method, bias=BIAS, fn_entry=FN, code_address=CODE,
-                       data_address=DATA)
+    built = SB.assemble(lay, method, bias=BIAS, fn_entry=FN, code_address=CODE,
+                        data_address=DATA)
     ins = _decode(built.code, CODE)
     m = [i.mnemonic for i in ins]
     # the wrapper: pop the return address, call F, push it back, return
     assert m[:4] == ["pop", "call", "push", "ret"]
-    assert _rip(ins[0]) == DATA + P.OFF_SAVED == _rip(ins[2])
+    assert _rip(ins[0]) == DATA + SB.OFF_SAVED == _rip(ins[2])
     assert ins[1].operands[0].imm == FN
     # the patch: a jmp from B to the region's dispatch jump, INT3 over the rest
     (at, original, patch) = built.patches[0]
@@ -170,7 +171,7 @@ def test_wrapper_and_direct_stub_decode_as_intended(shapes, kind, method):
         assert built.slots_armed == [DATA]
     else:
         # an indirect dispatch through slot 0, armed with the reading path
-        assert _rip(disp) == DATA + P.OFF_SLOT
+        assert _rip(disp) == DATA + SB.OFF_SLOT
         read_at = built.slots_armed[0]
     # the continuation: B's displaced `mov eax, 1`, then back to B + 5
     assert (ins[5].mnemonic, ins[5].op_str) == ("mov", "eax, 1")
@@ -193,18 +194,18 @@ def test_wrapper_and_direct_stub_decode_as_intended(shapes, kind, method):
     # a start probe's slot is redirected to the continuation before its reading; a stop
     # probe's store destination to the scratch area after it (later readings: untimed)
     redirect = next(k for k, i in enumerate(read) if i.mnemonic == "mov"
-                    and i.op_str.startswith("qword ptr [rip") and _rip(i) == DATA + P.OFF_SLOT)
+                    and i.op_str.startswith("qword ptr [rip") and _rip(i) == DATA + SB.OFF_SLOT)
     first_tsc = next(k for k, i in enumerate(read) if i.mnemonic in ("rdtsc", "rdtscp"))
     last_tsc = max(k for k, i in enumerate(read) if i.mnemonic in ("rdtsc", "rdtscp"))
     if kind == "start":
         assert _rip(read[redirect - 1]) == ins[5].address      # lea rax, [cont]
         assert redirect < first_tsc
     else:
-        assert _rip(read[redirect - 1]) == DATA + P.OFF_SCRATCH
+        assert _rip(read[redirect - 1]) == DATA + SB.OFF_SCRATCH
         assert redirect > last_tsc
         # the reading goes where the slot points: mov rbx, [slot]; stores through rbx
         load = next(i for i in read if i.mnemonic == "mov" and i.op_str.startswith("rbx,"))
-        assert _rip(load) == DATA + P.OFF_SLOT
+        assert _rip(load) == DATA + SB.OFF_SLOT
         stores = [i.op_str for i in read if i.op_str.startswith("dword ptr [rbx")]
         assert stores[:2] == ["dword ptr [rbx + 4], eax", "dword ptr [rbx + 8], edx"]
         assert "dword ptr [rbx], 1" in stores
@@ -218,9 +219,9 @@ def test_wrapper_and_direct_stub_decode_as_intended(shapes, kind, method):
 
 def test_edge_stub_redirects_only_the_transfer_to_the_probe_point(shapes):
     _path, info, fn, (a, b, c, d) = shapes
-    lay = P.place_probe(fn, S.KIND_STOP, c, info.read)
-    built = P.assemble(lay, "lfence", bias=BIAS, fn_entry=BIAS + fn.entry, code_address=CODE,
-                       data_address=DATA)
+    lay = PM.place_probe(fn, CF.KIND_STOP, c, info.read)
+    built = SB.assemble(lay, "lfence", bias=BIAS, fn_entry=BIAS + fn.entry, code_address=CODE,
+                        data_address=DATA)
     ins = _decode(built.code, CODE)
     # region: mov ecx, edi; test ecx, ecx; je <check>; jmp B (fall-through); check; cont
     k = next(n for n, i in enumerate(ins) if i.mnemonic == "mov" and i.op_str == "ecx, edi")
@@ -306,15 +307,15 @@ def test_every_probe_keeps_the_result_and_reads_between_the_readings(live):
     packs = list(_inputs(h))
     reached = _reached(models, lb, h, "work", packs)
     points = [b.address for f in models.values() for b in f.blocks]
-    ok, bad = P.placements(models, "work", points, [], info.read)
+    ok, bad = PM.placements(models, "work", points, [], info.read)
     assert len(ok) >= len(points), f"too few probes placed: {bad}"
-    data = P.WritableData(lb)
+    data = IN.WritableData(lb)
     original = lb.runtime(fn.entry)
     code_before = lb.read(fn.address, max(b.end for b in fn.blocks) - fn.address)
     mechanisms = set()
     for key, lay in sorted(ok.items()):
         mechanisms.add(lay.probe.mechanism)
-        with P.InstalledProbe(lb, lay, fn.entry, "lfence") as ip:
+        with IN.InstalledProbe(lb, lay, fn.entry, "lfence") as ip:
             # nothing but the patched regions changed: no other block can enter a stub
             now = lb.read(fn.address, len(code_before))
             changed = [k for k in range(len(now)) if now[k] != code_before[k]]
@@ -323,10 +324,10 @@ def test_every_probe_keeps_the_result_and_reads_between_the_readings(live):
                 allowed |= set(range(r.start - fn.address, r.end - fn.address))
             assert set(changed) <= allowed, key
             for i, pack in packs:
-                table = P.RestoreTable(h, pack)
-                P.differential_check(ip, h, "work", pack, original, data, i)
+                table = IN.RestoreTable(h, pack)
+                IN.differential_check(ip, h, "work", pack, original, data, i)
                 s = ip.time(h, "work", pack, table, repeats=4, warmup=1)
-                if lay.probe.site == S.SITE_BLOCK:
+                if lay.probe.site == CF.SITE_BLOCK:
                     expect = lay.probe.address in reached[i]
                 else:
                     expect = True
@@ -338,7 +339,7 @@ def test_every_probe_keeps_the_result_and_reads_between_the_readings(live):
                 assert np.all(s.ticks[good] >= 0), key
                 assert np.all(s.ticks[good] <= s.whole[good]), key
         assert lb.read(fn.address, len(code_before)) == code_before, f"{key}: not restored"
-    assert S.MECH_DIRECT in mechanisms and S.MECH_WRAPPER in mechanisms
+    assert CF.MECH_DIRECT in mechanisms and CF.MECH_WRAPPER in mechanisms
 
 
 def test_a_stop_probe_reads_once_and_a_start_probe_lets_later_arrivals_through(live):
@@ -346,12 +347,12 @@ def test_a_stop_probe_reads_once_and_a_start_probe_lets_later_arrivals_through(l
     fn = models["work"]
     info = ElfInfo(path)
     loop_block = max(fn.blocks, key=lambda b: sum(1 for s, d in fn.edges if d == b.address))
-    for kind in S.KINDS:
+    for kind in CF.KINDS:
         try:
-            lay = P.place_probe(fn, kind, loop_block.address, info.read)
-        except P.ProbePlacementError:
+            lay = PM.place_probe(fn, kind, loop_block.address, info.read)
+        except PM.ProbePlacementError:
             pytest.skip(f"{loop_block.address:#x} cannot be probed on this compiler's code")
-        with P.InstalledProbe(lb, lay, fn.entry, "lfence") as ip:
+        with IN.InstalledProbe(lb, lay, fn.entry, "lfence") as ip:
             _i, pack = list(_inputs(h, 3, seed=5))[-1]
             ip.arm()
             h.call("work", ip.wrapper, pack)
@@ -359,7 +360,7 @@ def test_a_stop_probe_reads_once_and_a_start_probe_lets_later_arrivals_through(l
             assert ip.fired() and first > 0
             # the slots now point past the reading: another call without re-arming
             # reads nothing
-            ctypes.memset(ip.data_address + P.OFF_LO, 0, 8)
+            ctypes.memset(ip.data_address + SB.OFF_LO, 0, 8)
             h.call("work", ip.wrapper, pack)
             assert ip.reading() == 0
 
@@ -372,26 +373,26 @@ def test_the_differential_check_catches_a_wrong_probe(shapes):
     path, info, fn, (a, b, c, d) = shapes
     lb = load_binary(path)
     h = build_harness("int shapes(int x);")
-    lay = P.place_probe(fn, S.KIND_STOP, b, info.read)
+    lay = PM.place_probe(fn, CF.KIND_STOP, b, info.read)
     (r,) = lay.regions
     assert r.insns[0].text == "mov eax, 1"
-    data = P.WritableData(lb)
-    good = P.InstalledProbe(lb, lay, fn.entry, "lfence")
+    data = IN.WritableData(lb)
+    good = IN.InstalledProbe(lb, lay, fn.entry, "lfence")
     with good:
         for x in (0, 3, -7):
-            P.differential_check(good, h, "shapes", h.pack("shapes", (x,)),
-                                 lb.runtime(fn.entry), data, x)
+            IN.differential_check(good, h, "shapes", h.pack("shapes", (x,)),
+                                  lb.runtime(fn.entry), data, x)
     # sabotage: the stub forgets the displaced `mov eax, 1` (and still resumes after it)
-    broken = P.ProbeLayout(lay.probe, lay.function,
-                           (P.Region(r.start, r.end, (), True, None, r.pass_block),))
-    bad = P.InstalledProbe(lb, broken, fn.entry, "lfence")
+    broken = PM.ProbeLayout(lay.probe, lay.function,
+                            (PM.Region(r.start, r.end, (), True, None, r.pass_block),))
+    bad = IN.InstalledProbe(lb, broken, fn.entry, "lfence")
     bad.patches = [(at, b"".join(i.raw for i in r.insns), patch)
                    for at, _orig, patch in bad.patches]
     with bad:
         with pytest.raises(SelfCheckError, match="returned"):
             for x in (3, 5, 11):
-                P.differential_check(bad, h, "shapes", h.pack("shapes", (x,)),
-                                     lb.runtime(fn.entry), data, x)
+                IN.differential_check(bad, h, "shapes", h.pack("shapes", (x,)),
+                                      lb.runtime(fn.entry), data, x)
     assert lb.read(r.start, r.size) == b"".join(x.raw for x in r.insns)
 
 
@@ -416,9 +417,9 @@ def test_measure_round_on_a_target(live, tmp_path):
         'prototype = "int work(const int *v, int n, int *out);"\ninputs = "inputs.py"\n'
         "[measure]\ninputs = 12\nrepeats = 3\nwarmup = 1\n")
     target = load_target(str(tmp_path))
-    lays = [P.place_probe(fn, S.KIND_STOP, None, info.read, site=S.SITE_ENTRY),
-            P.place_probe(fn, S.KIND_START, fn.entry, info.read),
-            P.place_probe(fn, S.KIND_STOP, None, info.read, site=S.SITE_RETURN)]
+    lays = [PM.place_probe(fn, CF.KIND_STOP, None, info.read, site=CF.SITE_ENTRY),
+            PM.place_probe(fn, CF.KIND_START, fn.entry, info.read),
+            PM.place_probe(fn, CF.KIND_STOP, None, info.read, site=CF.SITE_RETURN)]
     run = measure_round(target, "work", fn.entry, lays, [range(12), range(0, 12, 2), range(12)],
                         method="lfence", whole=range(12))
     assert [p.times.probe.key for p in run.probes] == [lay.probe.key for lay in lays]

@@ -1,4 +1,5 @@
-"""Block splitting on synthetic systems with known truth (wcetfit.split.rounds).
+"""Block splitting on synthetic systems with known truth (wcetfit.split: configs, joint, rank,
+planner, rounds, checks).
 
 Truth used here: random structured CFGs whose executions this file simulates itself
 (block traces), block costs and overheads drawn by the test, timings made from them with
@@ -8,10 +9,13 @@ numpy's floating-point rank on small exact integer matrices.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from wcetfit.split import rounds as S
+from wcetfit.split import checks as CK, configs as CF, joint as JS, planner as PL
+from wcetfit.split import rank as RK, rounds as RD
 from wcetfit.errors import WcetfitError
 
 QUANTUM = 26
@@ -146,8 +150,8 @@ def quantized(d: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 class System:
     """A random program with known costs, its traces and a timing simulator."""
 
-    EPS = {S.CONFIG_WHOLE: 70.0, S.CONFIG_STOP: 95.0, S.CONFIG_START: 120.0}
-    DELTA = {S.PASS_STOP_EDGE: 4.0, S.PASS_START_DIRECT: 6.0, S.PASS_START_EDGE: 5.0}
+    EPS = {CF.CONFIG_WHOLE: 70.0, CF.CONFIG_STOP: 95.0, CF.CONFIG_START: 120.0}
+    DELTA = {CF.PASS_STOP_EDGE: 4.0, CF.PASS_START_DIRECT: 6.0, CF.PASS_START_EDGE: 5.0}
 
     def __init__(self, seed: int, n_inputs: int = 250, sigma: float = 3.0) -> None:
         rng = np.random.default_rng(seed)
@@ -160,7 +164,7 @@ class System:
         self.costs = rng.uniform(20.0, 300.0, self.n)
         self.rng = np.random.default_rng([seed, 999])
         self.sigma = sigma
-        self.columns = S.Columns(self.addrs)
+        self.columns = CF.Columns(self.addrs)
 
     def preds(self, b: int) -> list[int]:
         return sorted({s for s, d in self.edges if d == b})
@@ -173,21 +177,21 @@ class System:
         d = d[:, None] + self.rng.normal(0.0, self.sigma, (counts.shape[0], repeats))
         return quantized(d, self.rng)
 
-    def measure(self, probes) -> list[S.ConfigTimes]:
+    def measure(self, probes) -> list[JS.ConfigTimes]:
         out = []
         for p in probes:
-            pr = S.probe_rows(p, self.columns, self.traces)
-            pk = S.pass_kind(p)
-            out.append(S.ConfigTimes(p, pr.indices, self.times(
-                pr.counts, self.EPS[S.config_id_of(p)], pr.passes,
+            pr = CF.probe_rows(p, self.columns, self.traces)
+            pk = CF.pass_kind(p)
+            out.append(JS.ConfigTimes(p, pr.indices, self.times(
+                pr.counts, self.EPS[CF.config_id_of(p)], pr.passes,
                 self.DELTA.get(pk, 0.0) if pk else 0.0)))
         return out
 
-    def joint(self, probes) -> S.JointSystem:
+    def joint(self, probes) -> JS.JointSystem:
         idx = np.arange(len(self.traces))
-        return S.build_joint(self.columns, idx, self.counts,
-                             self.times(self.counts, self.EPS[S.CONFIG_WHOLE]), self.traces,
-                             self.measure(probes))
+        return JS.build_joint(self.columns, idx, self.counts,
+                              self.times(self.counts, self.EPS[CF.CONFIG_WHOLE]), self.traces,
+                              self.measure(probes))
 
 
 # ============================================================================================
@@ -207,7 +211,7 @@ def test_prefix_counts_match_brute_force(seed):
     n = 12
     trace = rng.integers(0, n - 2, 400)          # ids n-2, n-1 never run
     targets = list(range(n))
-    reached, rows = S.prefix_counts(trace, n, targets)
+    reached, rows = CF.prefix_counts(trace, n, targets)
     for x in targets:
         want = _brute_prefix(trace, n, x)
         assert reached[x] == (want is not None)
@@ -215,23 +219,23 @@ def test_prefix_counts_match_brute_force(seed):
             assert not rows[x].any()
         else:
             assert np.array_equal(rows[x], want)
-            assert np.array_equal(S.counts_before(trace, n, x), want)
-            assert np.array_equal(S.counts_from(trace, n, x),
+            assert np.array_equal(CF.counts_before(trace, n, x), want)
+            assert np.array_equal(CF.counts_from(trace, n, x),
                                   np.bincount(trace, minlength=n) - want)
-    assert S.counts_before(trace, n, n - 1) is None
-    assert S.counts_from(trace, n, n - 1) is None
+    assert CF.counts_before(trace, n, n - 1) is None
+    assert CF.counts_from(trace, n, n - 1) is None
 
 
 def test_prefix_of_the_first_block_is_empty_and_ids_are_checked():
     trace = np.array([3, 1, 3, 2])
-    assert not S.counts_before(trace, 4, 3).any()
-    assert np.array_equal(S.counts_from(trace, 4, 3), [0, 1, 1, 2])
+    assert not CF.counts_before(trace, 4, 3).any()
+    assert np.array_equal(CF.counts_from(trace, 4, 3), [0, 1, 1, 2])
     with pytest.raises(WcetfitError):
-        S.prefix_counts(trace, 3, [0])
+        CF.prefix_counts(trace, 3, [0])
 
 
 def test_split_points_make_segments_and_partial_prefixes():
-    cols = S.Columns((0x10, 0x20, 0x30), splits=(0x24, 0x28), ends=(0x20, 0x30, 0x40))
+    cols = CF.Columns((0x10, 0x20, 0x30), splits=(0x24, 0x28), ends=(0x20, 0x30, 0x40))
     assert cols.segments == (0x10, 0x20, 0x24, 0x28, 0x30)
     assert list(cols.owner) == [0, 1, 1, 1, 2]
     assert np.array_equal(cols.to_segments(np.array([5, 7, 9])), [5, 7, 7, 7, 9])
@@ -239,46 +243,46 @@ def test_split_points_make_segments_and_partial_prefixes():
     # a stop at the split point 0x28: block 0x20 ran twice before, its first two pieces
     # once more (the current pass has reached 0x28)
     trace = np.array([0, 1, 1, 0, 1, 2])
-    stop = S.Probe(S.KIND_STOP, S.SITE_BLOCK, 0x28)
-    pr = S.probe_rows(stop, cols, {0: trace})
+    stop = CF.Probe(CF.KIND_STOP, CF.SITE_BLOCK, 0x28)
+    pr = CF.probe_rows(stop, cols, {0: trace})
     assert np.array_equal(pr.counts[0], [1, 1, 1, 0, 0])
-    start = S.Probe(S.KIND_START, S.SITE_BLOCK, 0x28)
-    pr = S.probe_rows(start, cols, {0: trace})
+    start = CF.Probe(CF.KIND_START, CF.SITE_BLOCK, 0x28)
+    pr = CF.probe_rows(start, cols, {0: trace})
     assert np.array_equal(pr.counts[0], [1, 2, 2, 3, 1])
     assert pr.passes[0] == 2                     # arrivals at 0x28 after the first
     with pytest.raises(WcetfitError):
-        S.Columns((0x10, 0x20), splits=(0x20,))
+        CF.Columns((0x10, 0x20), splits=(0x20,))
     with pytest.raises(WcetfitError):
-        S.Columns((0x10, 0x20), splits=(0x50,), ends=(0x20, 0x30))
+        CF.Columns((0x10, 0x20), splits=(0x50,), ends=(0x20, 0x30))
 
 
 def test_passes_of_edge_probes():
     # 0 → 1 → (2 → 1)* → 3: probe at 3 on the edge from 1; every pass through 1's tail
     # before the first arrival at 3 goes through the stub, one of them reads.
     trace = np.array([0, 1, 2, 1, 2, 1, 3])
-    cols = S.Columns((0, 1, 2, 3))
-    stop = S.Probe(S.KIND_STOP, S.SITE_BLOCK, 3, S.MECH_EDGE, (1,))
-    pr = S.probe_rows(stop, cols, {0: trace})
+    cols = CF.Columns((0, 1, 2, 3))
+    stop = CF.Probe(CF.KIND_STOP, CF.SITE_BLOCK, 3, CF.MECH_EDGE, (1,))
+    pr = CF.probe_rows(stop, cols, {0: trace})
     assert np.array_equal(pr.counts[0], [1, 3, 2, 0])
     assert pr.passes[0] == 2
-    start = S.Probe(S.KIND_START, S.SITE_BLOCK, 1, S.MECH_EDGE, (0, 2))
-    pr = S.probe_rows(start, cols, {0: trace})
+    start = CF.Probe(CF.KIND_START, CF.SITE_BLOCK, 1, CF.MECH_EDGE, (0, 2))
+    pr = CF.probe_rows(start, cols, {0: trace})
     assert np.array_equal(pr.counts[0], [0, 3, 2, 1])
     assert pr.passes[0] == 2                     # the two passes through 2's tail after it
 
 
 def test_probe_json_round_trip_and_validation():
-    p = S.Probe(S.KIND_STOP, S.SITE_BLOCK, 0x1130, S.MECH_EDGE, (0x1100, 0x1120))
-    assert S.Probe.from_json(p.to_json()) == p
+    p = CF.Probe(CF.KIND_STOP, CF.SITE_BLOCK, 0x1130, CF.MECH_EDGE, (0x1100, 0x1120))
+    assert CF.Probe.from_json(p.to_json()) == p
     assert p.key == "stop@0x1130"
-    assert S.Probe.from_json(S.Probe(S.KIND_START, S.SITE_RETURN, None,
-                                     S.MECH_WRAPPER).to_json()).key == "start@return"
+    assert CF.Probe.from_json(CF.Probe(CF.KIND_START, CF.SITE_RETURN, None,
+                                       CF.MECH_WRAPPER).to_json()).key == "start@return"
     with pytest.raises(WcetfitError):
-        S.Probe("halt", S.SITE_BLOCK, 1)
+        CF.Probe("halt", CF.SITE_BLOCK, 1)
     with pytest.raises(WcetfitError):
-        S.Probe(S.KIND_STOP, S.SITE_BLOCK, None)
+        CF.Probe(CF.KIND_STOP, CF.SITE_BLOCK, None)
     with pytest.raises(WcetfitError):
-        S.Probe(S.KIND_STOP, S.SITE_ENTRY, None, S.MECH_DIRECT)
+        CF.Probe(CF.KIND_STOP, CF.SITE_ENTRY, None, CF.MECH_DIRECT)
 
 
 # ============================================================================================
@@ -290,7 +294,7 @@ def test_exact_rank_and_estimability_match_floating_point(seed):
     rng = np.random.default_rng(seed)
     m, n, r = 30, 9, int(rng.integers(1, 8))
     A = rng.integers(-3, 4, (m, r)) @ rng.integers(-3, 4, (r, n))
-    sp = S.ExactSpace(n)
+    sp = RK.ExactSpace(n)
     sp.add(A[:10])
     sp.add(A[10:])
     assert sp.rank == np.linalg.matrix_rank(A.astype(float))
@@ -305,7 +309,7 @@ def test_exact_rank_and_estimability_match_floating_point(seed):
 def test_exact_rank_sees_what_floating_point_tolerance_would_blur():
     # columns 0 and 1 differ only in one row with counts 10^6 apart: still rank 2
     A = np.array([[10**6, 10**6], [10**6 + 1, 10**6], [1, 1]])
-    sp = S.ExactSpace(2)
+    sp = RK.ExactSpace(2)
     sp.add(A)
     assert sp.rank == 2 and sp.estimable().all()
 
@@ -318,25 +322,25 @@ def test_exact_rank_sees_what_floating_point_tolerance_would_blur():
 def test_plan_completes_and_scores_honestly(seed):
     sysm = System(seed, n_inputs=120)
     cols = sysm.columns
-    pl = S.plan(cols, sysm.counts, sysm.traces, [], S.candidate_probes(cols), max_probes=200)
+    pl = PL.plan(cols, sysm.counts, sysm.traces, [], PL.candidate_probes(cols), max_probes=200)
     assert pl.complete_after
     # the base system leaves the always-once blocks with ε, as the fit would say
     assert pl.groups and any("ε[0]" in g.others for g in pl.groups)
     # replay: every proposal adds exactly the rank it claims, in order
-    probes: list[S.Probe] = []
+    probes: list[CF.Probe] = []
     for prop in pl.proposals:
-        before = S.plan(cols, sysm.counts, sysm.traces, probes, [], max_probes=0)
-        after = S.plan(cols, sysm.counts, sysm.traces, probes + [prop.probe], [],
-                       max_probes=0)
+        before = PL.plan(cols, sysm.counts, sysm.traces, probes, [], max_probes=0)
+        after = PL.plan(cols, sysm.counts, sysm.traces, probes + [prop.probe], [],
+                        max_probes=0)
         assert after.rank - before.rank == prop.rank_gain
         assert after.nullity == before.nullity - prop.net_gain
         assert set(prop.newly_estimable) <= set(after.estimable)
         probes.append(prop.probe)
-    final = S.plan(cols, sysm.counts, sysm.traces, probes, [], max_probes=0)
+    final = PL.plan(cols, sysm.counts, sysm.traces, probes, [], max_probes=0)
     executed = [a for a, c in zip(cols.segments, sysm.counts.sum(0)) if c]
     assert set(final.estimable) == set(executed)
     # nothing is proposed once everything is estimable
-    again = S.plan(cols, sysm.counts, sysm.traces, probes, S.candidate_probes(cols))
+    again = PL.plan(cols, sysm.counts, sysm.traces, probes, PL.candidate_probes(cols))
     assert not again.proposals
 
 
@@ -345,32 +349,32 @@ def test_one_private_overhead_per_probe_could_never_separate_a_loop():
     # whole-call rows by a constant adds nothing once that constant has its own ε
     sysm = System(1, n_inputs=120)
     cols = sysm.columns
-    pl = S.plan(cols, sysm.counts, sysm.traces, [], S.candidate_probes(cols), max_probes=200)
-    lay = S._Layout(cols)
+    pl = PL.plan(cols, sysm.counts, sysm.traces, [], PL.candidate_probes(cols), max_probes=200)
+    lay = PL._Layout(cols)
     base = lay.rows(sysm.counts, ("eps", 0), None, None)
-    sp = S.ExactSpace(len(lay.keys))
+    sp = RK.ExactSpace(len(lay.keys))
     sp.add(base)
     private_gain = 0
     for k, prop in enumerate(pl.proposals):
-        pr = S.probe_rows(prop.probe, cols, sysm.traces)
+        pr = CF.probe_rows(prop.probe, cols, sysm.traces)
         R = lay.rows(pr.counts, ("eps", f"own{k}"), None, None)
         sp.spaces = [s for s in sp.spaces]
         n = len(lay.keys)
-        gain = sp.residual_rank(S._pad(R, n))
+        gain = sp.residual_rank(PL._pad(R, n))
         private_gain += gain - 1
-        sp.add(S._pad(R, n))
+        sp.add(PL._pad(R, n))
     assert sum(p.net_gain for p in pl.proposals) > private_gain
 
 
 def test_without_the_entry_probe_only_the_entry_block_stays_with_the_overheads():
     sysm = System(2, n_inputs=150)
     cols = sysm.columns
-    cands = S.candidate_probes(cols, entry=False)
-    cands = [c for c in cands if not (c.site == S.SITE_BLOCK and c.address == cols.blocks[0])]
-    pl = S.plan(cols, sysm.counts, sysm.traces, [], cands, max_probes=200)
+    cands = PL.candidate_probes(cols, entry=False)
+    cands = [c for c in cands if not (c.site == CF.SITE_BLOCK and c.address == cols.blocks[0])]
+    pl = PL.plan(cols, sysm.counts, sysm.traces, [], cands, max_probes=200)
     assert not pl.complete_after
     probes = [p.probe for p in pl.proposals]
-    final = S.plan(cols, sysm.counts, sysm.traces, probes, [], max_probes=0)
+    final = PL.plan(cols, sysm.counts, sysm.traces, probes, [], max_probes=0)
     assert final.not_estimable == (cols.blocks[0],)
     (group,) = final.groups
     assert group.segments == (cols.blocks[0],)
@@ -381,7 +385,7 @@ def test_without_the_entry_probe_only_the_entry_block_stays_with_the_overheads()
 # the joint refit recovers every block
 # ============================================================================================
 
-def _fit(js: S.JointSystem):
+def _fit(js: JS.JointSystem):
     from wcetfit.fit.solve import fit_function
     return fit_function(js.counts, js.ticks, js.addresses, config_ids=js.config_ids)
 
@@ -392,14 +396,14 @@ def test_splitting_recovers_every_block_cost(seed):
     cols = sysm.columns
     before = _fit(sysm.joint([]))
     assert any(len(g.blocks) > 1 for g in before.groups)     # something to split
-    pl = S.plan(cols, sysm.counts, sysm.traces, [], S.candidate_probes(cols), max_probes=200)
+    pl = PL.plan(cols, sysm.counts, sysm.traces, [], PL.candidate_probes(cols), max_probes=200)
     res = _fit(sysm.joint([p.probe for p in pl.proposals]))
     assert not res.groups
     misses, total = 0, 0
     js_pseudo = sysm.joint([p.probe for p in pl.proposals]).pseudo
     for b in res.blocks:
-        if b.address >= S.PSEUDO_BASE:               # δ of a stub pass (start probes)
-            truth = System.DELTA[js_pseudo[b.address - S.PSEUDO_BASE]]
+        if b.address >= CF.PSEUDO_BASE:               # δ of a stub pass (start probes)
+            truth = System.DELTA[js_pseudo[b.address - CF.PSEUDO_BASE]]
         else:
             truth = sysm.costs[sysm.addrs.index(b.address)]
         assert b.estimable
@@ -429,54 +433,54 @@ def test_edge_probes_and_start_probes_model_their_stub_passes(seed):
     cols = sysm.columns
     # pretend every block after the entry is too short for a direct patch: probe it on
     # its edges (the pass blocks are its predecessors), and use start probes only
-    cands = [S.Probe(S.KIND_START, S.SITE_RETURN, None, S.MECH_WRAPPER),
-             S.Probe(S.KIND_START, S.SITE_ENTRY, None, S.MECH_WRAPPER),
-             S.Probe(S.KIND_STOP, S.SITE_ENTRY, None, S.MECH_WRAPPER),
-             S.Probe(S.KIND_STOP, S.SITE_RETURN, None, S.MECH_WRAPPER)]
+    cands = [CF.Probe(CF.KIND_START, CF.SITE_RETURN, None, CF.MECH_WRAPPER),
+             CF.Probe(CF.KIND_START, CF.SITE_ENTRY, None, CF.MECH_WRAPPER),
+             CF.Probe(CF.KIND_STOP, CF.SITE_ENTRY, None, CF.MECH_WRAPPER),
+             CF.Probe(CF.KIND_STOP, CF.SITE_RETURN, None, CF.MECH_WRAPPER)]
     for b in range(1, sysm.n):
         preds = tuple(sysm.addrs[p] for p in sysm.preds(b))
         if b % 2:
-            cands.append(S.Probe(S.KIND_STOP, S.SITE_BLOCK, sysm.addrs[b], S.MECH_EDGE, preds))
+            cands.append(CF.Probe(CF.KIND_STOP, CF.SITE_BLOCK, sysm.addrs[b], CF.MECH_EDGE, preds))
         else:
-            cands.append(S.Probe(S.KIND_START, S.SITE_BLOCK, sysm.addrs[b]))
-            cands.append(S.Probe(S.KIND_START, S.SITE_BLOCK, sysm.addrs[b], S.MECH_EDGE,
-                                 preds))
-    pl = S.plan(cols, sysm.counts, sysm.traces, [], cands, max_probes=300)
+            cands.append(CF.Probe(CF.KIND_START, CF.SITE_BLOCK, sysm.addrs[b]))
+            cands.append(CF.Probe(CF.KIND_START, CF.SITE_BLOCK, sysm.addrs[b], CF.MECH_EDGE,
+                                  preds))
+    pl = PL.plan(cols, sysm.counts, sysm.traces, [], cands, max_probes=300)
     probes = [p.probe for p in pl.proposals]
     js = sysm.joint(probes)
     assert js.pseudo, "the planned probes should include stub passes to model"
     res = _fit(js)
     for b in res.blocks:
-        if b.address >= S.PSEUDO_BASE:
-            name = js.pseudo[b.address - S.PSEUDO_BASE]
+        if b.address >= CF.PSEUDO_BASE:
+            name = js.pseudo[b.address - CF.PSEUDO_BASE]
             truth = System.DELTA[name]
         else:
             truth = sysm.costs[sysm.addrs.index(b.address)]
         if not b.estimable:
             continue
         assert abs(b.cost_ticks - truth) < 4.0 * b.ci95_ticks + 1e-9, (b.address, truth)
-    real = [b for b in res.blocks if b.address < S.PSEUDO_BASE]
+    real = [b for b in res.blocks if b.address < CF.PSEUDO_BASE]
     assert sum(b.estimable for b in real) >= len(real) - 1
 
 
 def test_joint_system_layout():
     sysm = System(4, n_inputs=60)
     busiest = int(np.argmax(sysm.counts.sum(axis=0)))     # a loop block: later arrivals
-    probes = [S.Probe(S.KIND_STOP, S.SITE_ENTRY, None, S.MECH_WRAPPER),
-              S.Probe(S.KIND_START, S.SITE_BLOCK, sysm.addrs[busiest]),
-              S.Probe(S.KIND_STOP, S.SITE_BLOCK, sysm.addrs[-1], S.MECH_EDGE,
-                      tuple(sysm.addrs[p] for p in sysm.preds(sysm.n - 1)))]
+    probes = [CF.Probe(CF.KIND_STOP, CF.SITE_ENTRY, None, CF.MECH_WRAPPER),
+              CF.Probe(CF.KIND_START, CF.SITE_BLOCK, sysm.addrs[busiest]),
+              CF.Probe(CF.KIND_STOP, CF.SITE_BLOCK, sysm.addrs[-1], CF.MECH_EDGE,
+                       tuple(sysm.addrs[p] for p in sysm.preds(sysm.n - 1)))]
     js = sysm.joint(probes)
     n0 = 60
     assert np.array_equal(js.config_ids[:n0], np.zeros(n0))
-    assert set(js.config_ids[n0:]) <= {S.CONFIG_STOP, S.CONFIG_START}
+    assert set(js.config_ids[n0:]) <= {CF.CONFIG_STOP, CF.CONFIG_START}
     assert js.counts.shape[1] == sysm.n + len(js.pseudo)
     assert js.addresses[:sysm.n] == sysm.addrs
     # a stop at the entry reads nothing: all-zero rows
     stop_entry = js.counts[n0:2 * n0]
     assert not stop_entry.any()
-    assert S.PASS_START_DIRECT in js.pseudo
-    assert js.name_of(S.PSEUDO_BASE) == f"δ[{js.pseudo[0]}]"
+    assert CF.PASS_START_DIRECT in js.pseudo
+    assert js.name_of(CF.PSEUDO_BASE) == f"δ[{js.pseudo[0]}]"
 
 
 # ============================================================================================
@@ -487,30 +491,30 @@ def test_rounds_persist_list_and_drop(tmp_path):
     from wcetfit.store import Store, StoreIdentity
 
     store = Store(str(tmp_path / "st"), StoreIdentity("b" * 64, "p" * 64))
-    assert S.next_round_number(store) == 1
-    p = S.Probe(S.KIND_STOP, S.SITE_BLOCK, 0x1130, S.MECH_EDGE, (0x1100,))
+    assert RD.next_round_number(store) == 1
+    p = CF.Probe(CF.KIND_STOP, CF.SITE_BLOCK, 0x1130, CF.MECH_EDGE, (0x1100,))
     ticks = np.array([[78.0, np.nan], [104.0, 78.0]])
-    whole = S.ConfigTimes(S.Probe(S.KIND_STOP, S.SITE_RETURN, None, S.MECH_WRAPPER),
-                          np.array([0, 1]), np.array([[300.0, 326.0], [1000.0, 990.0]]))
-    r1 = S.Round(1, "f", 7, "lfence", (S.ConfigTimes(p, np.array([3, 5]), ticks),),
-                 introduced=(p.key,), whole=whole, splits=(0x1134,),
-                 fit={"rank": 3, "blocks": [], "groups": []}, based_on=(1,), time_s=1.5)
-    S.save_round(store, r1)
-    S.save_round(store, S.Round(2, "f", 7, "lfence", (), introduced=(), based_on=(1,)))
-    S.save_round(store, S.Round(3, "g", 7, "lfence", ()))
-    assert S.round_numbers(store) == [1, 2, 3]
-    got = S.load_round(store, 1)
+    whole = JS.ConfigTimes(CF.Probe(CF.KIND_STOP, CF.SITE_RETURN, None, CF.MECH_WRAPPER),
+                           np.array([0, 1]), np.array([[300.0, 326.0], [1000.0, 990.0]]))
+    r1 = RD.Round(1, "f", 7, "lfence", (JS.ConfigTimes(p, np.array([3, 5]), ticks),),
+                  introduced=(p.key,), whole=whole, splits=(0x1134,),
+                  fit={"rank": 3, "blocks": [], "groups": []}, based_on=(1,), time_s=1.5)
+    RD.save_round(store, r1)
+    RD.save_round(store, RD.Round(2, "f", 7, "lfence", (), introduced=(), based_on=(1,)))
+    RD.save_round(store, RD.Round(3, "g", 7, "lfence", ()))
+    assert RD.round_numbers(store) == [1, 2, 3]
+    got = RD.load_round(store, 1)
     assert got.probes[0].probe == p and got.introduced == (p.key,)
     assert np.array_equal(got.probes[0].ticks, ticks, equal_nan=True)
     assert np.array_equal(got.whole.ticks, whole.ticks)
     assert got.splits == (0x1134,) and got.fit["rank"] == 3
-    assert [r.number for r in S.load_rounds(store, "f", 7)] == [1, 2]
-    assert S.drop_round(store, 1) and not S.drop_round(store, 1)
-    rounds = S.load_rounds(store, "f")
-    doc = S.split_json("t", "f", rounds)
+    assert [r.number for r in RD.load_rounds(store, "f", 7)] == [1, 2]
+    assert RD.drop_round(store, 1) and not RD.drop_round(store, 1)
+    rounds = RD.load_rounds(store, "f")
+    doc = RD.split_json("t", "f", rounds)
     assert doc["schema"] == "wcetfit.split/1"
     assert doc["rounds"][0]["stale_fit"] is True        # computed with round 1's probes
-    assert S.next_round_number(store) == 4
+    assert RD.next_round_number(store) == 4
 
 
 def test_compare_fits_reports_separations_and_disagreements():
@@ -528,36 +532,36 @@ def test_compare_fits_reports_separations_and_disagreements():
                         {"address": "0x30", "estimable": True, "cost_ticks": 55.0,
                          "ci95_ticks": 1.0, "group": None}],
              "groups": []}
-    cmp = S.compare_fits(before, after)
+    cmp = CK.compare_fits(before, after)
     assert cmp["newly_estimable"] == ["0x10", "0x20"]
     assert cmp["separated"][0]["now_estimable"] == ["0x10", "0x20"]
     assert [d["address"] for d in cmp["disagreements"]] == ["0x30"]
-    assert not S.multi_block_groups(after)
-    assert S.multi_block_groups({"groups": [{"blocks": ["0x10", "0x20", "ε[0]"]}]})
+    assert not CK.multi_block_groups(after)
+    assert CK.multi_block_groups({"groups": [{"blocks": ["0x10", "0x20", "ε[0]"]}]})
 
 
 # ============================================================================================
 # consistency of probe rows with the same session's whole calls
 # ============================================================================================
 
-def _state_with_round(sysm: System, measured: list[S.ConfigTimes]):
+def _state_with_round(sysm: System, measured: list[JS.ConfigTimes]):
     from wcetfit.split import workflow as R
 
     idx = np.arange(len(sysm.traces))
-    whole = S.ConfigTimes(S.Probe(S.KIND_STOP, S.SITE_RETURN, None, S.MECH_WRAPPER), idx,
-                          sysm.times(sysm.counts, sysm.EPS[S.CONFIG_WHOLE]))
-    rnd = S.Round(number=1, function="f", seed=1, method="lfence", probes=tuple(measured),
-                  introduced=tuple(ct.probe.key for ct in measured), whole=whole)
+    whole = JS.ConfigTimes(CF.Probe(CF.KIND_STOP, CF.SITE_RETURN, None, CF.MECH_WRAPPER), idx,
+                           sysm.times(sysm.counts, sysm.EPS[CF.CONFIG_WHOLE]))
+    rnd = RD.Round(number=1, function="f", seed=1, method="lfence", probes=tuple(measured),
+                   introduced=tuple(ct.probe.key for ct in measured), whole=whole)
     return R.SplitState(target=None, store=None, function="f", root_link=0, models={},
                         columns=sysm.columns, traces=sysm.traces, count_indices=idx,
                         counts=sysm.counts, timing_indices=idx,
-                        timing_ticks=sysm.times(sysm.counts, sysm.EPS[S.CONFIG_WHOLE]),
+                        timing_ticks=sysm.times(sysm.counts, sysm.EPS[CF.CONFIG_WHOLE]),
                         method="lfence", tsc_hz=None, rounds=[rnd])
 
 
-def _planned(sysm: System) -> list[S.Probe]:
-    pl = S.plan(sysm.columns, sysm.counts, sysm.traces, [], S.candidate_probes(sysm.columns),
-                max_probes=500)
+def _planned(sysm: System) -> list[CF.Probe]:
+    pl = PL.plan(sysm.columns, sysm.counts, sysm.traces, [], PL.candidate_probes(sysm.columns),
+                 max_probes=500)
     return [p.probe for p in pl.proposals]
 
 
@@ -572,25 +576,25 @@ def test_a_biased_probe_is_found_and_left_out():
     shown = 0
     for seed in range(1, 9):
         sysm = System(seed)
-        probes = [p for p in _planned(sysm) if p.kind == S.KIND_STOP
-                  and p.site == S.SITE_BLOCK]
+        probes = [p for p in _planned(sysm) if p.kind == CF.KIND_STOP
+                  and p.site == CF.SITE_BLOCK]
         measured = sysm.measure(probes)
         for bad in sorted(range(len(measured)), key=lambda k: -np.nanmean(measured[k].ticks)):
             ct = measured[bad]
-            rows = S.probe_rows(ct.probe, sysm.columns, sysm.traces,
-                                [int(i) for i in ct.indices])
+            rows = CF.probe_rows(ct.probe, sysm.columns, sysm.traces,
+                                 [int(i) for i in ct.indices])
             extra = 0.5 * (rows.counts[:, :sysm.n].astype(float) @ sysm.costs)
             biased = list(measured)
-            biased[bad] = S.ConfigTimes(ct.probe, ct.indices, ct.ticks + extra[:, None])
+            biased[bad] = JS.ConfigTimes(ct.probe, ct.indices, ct.ticks + extra[:, None])
             st = _state_with_round(sysm, biased)
             _r, _j, base = R.fit(st, probes=False)
             _r, _j, joint = R.fit(st)
-            if not S.disagreements(base, joint):
+            if not CK.disagreements(base, joint):
                 continue
             dropped, after = R.inconsistent_probes(st, base, joint,
                                                    [c.probe.key for c in biased])
             assert dropped == [ct.probe.key], f"seed {seed}"
-            assert not S.disagreements(base, after)
+            assert not CK.disagreements(base, after)
             shown += 1
             break
     assert shown >= 3, f"the bias showed in only {shown} of 8 systems"
@@ -605,7 +609,7 @@ def test_consistent_probes_are_kept(seed):
     st = _state_with_round(sysm, measured)
     _r, _j, base = R.fit(st, probes=False)
     _r, _j, joint = R.fit(st)
-    assert not S.disagreements(base, joint)
+    assert not CK.disagreements(base, joint)
     dropped, _after = R.inconsistent_probes(st, base, joint, [c.probe.key for c in measured])
     assert dropped == []
 
@@ -618,10 +622,10 @@ def test_auto_stops_after_two_rounds_that_did_not_help():
                            for k in range(6)]}
 
     def state(history):
-        rounds = [S.Round(number=k + 1, function="f", seed=1, method="lfence", probes=(),
-                          fit=fit_with(n)) for k, n in enumerate(history)]
+        rounds = [RD.Round(number=k + 1, function="f", seed=1, method="lfence", probes=(),
+                           fit=fit_with(n)) for k, n in enumerate(history)]
         return R.SplitState(target=None, store=None, function="f", root_link=0, models={},
-                            columns=S.Columns((0x10,)), traces={},
+                            columns=CF.Columns((0x10,)), traces={},
                             count_indices=np.zeros(0, np.int64),
                             counts=np.zeros((0, 1), np.int64),
                             timing_indices=np.zeros(0, np.int64),
@@ -632,3 +636,70 @@ def test_auto_stops_after_two_rounds_that_did_not_help():
     assert R.stalled_rounds(state([2, 4, 4])) == 1          # one more round is allowed
     assert R.stalled_rounds(state([2, 5, 4, 4])) == 2       # then stop
     assert R.stalled_rounds(state([2, 5, 4, 6])) == 0
+
+
+# ============================================================================================
+# `wcetfit split` right after `wcetfit analyze`, end to end on samples/adpcm
+# ============================================================================================
+
+ADPCM = Path(__file__).resolve().parent.parent / "samples" / "adpcm"
+
+
+@pytest.mark.slow
+def test_split_after_analyze_gathers_the_block_traces(tmp_path):
+    """`wcetfit analyze` stores counts without block traces; `wcetfit split` right after it
+    counts every input again with traces, stores them, and plans.  Truth: the counts the
+    analyze run stored (the recount must give the very same ones) and each trace's own
+    block histogram (it must equal its input's counts)."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from wcetfit.measurements import load_counts, open_store
+    from wcetfit.target import load_target
+
+    lib = ADPCM / "build" / "libadpcm.so"
+    if not lib.is_file():
+        pytest.skip(f"{lib} is not built (make -C samples)")
+    d = tmp_path / "adpcm"
+    (d / "build").mkdir(parents=True)
+    shutil.copy(lib, d / "build")
+    shutil.copy(ADPCM / "inputs.py", d)
+    toml = (ADPCM / "wcetfit.toml").read_text()
+    toml = re.sub(r"(?m)^inputs = \d+$", "inputs = 24", toml)      # small: the test's time
+    toml = re.sub(r"(?m)^repeats = \d+$", "repeats = 3", toml)
+    (d / "wcetfit.toml").write_text(toml)
+
+    def wcetfit(*args):
+        return subprocess.run([sys.executable, "-m", "wcetfit", *args], capture_output=True,
+                              text=True, timeout=600)
+
+    def stored():
+        target = load_target(str(d))
+        return load_counts(open_store(target), "adpcm_coder", target.measure.seed)
+
+    res = wcetfit("analyze", str(d))
+    assert res.returncode == 0, res.stderr
+    before = stored()
+    assert before is not None and not before.trace and len(before.indices) == 24
+
+    res = wcetfit("split", str(d))
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "no block traces stored" in res.stdout and "24 inputs counted with block traces" \
+        in res.stdout
+    assert "proposals" in res.stdout and "24 inputs with block traces" in res.stdout
+    after = stored()
+    assert after is not None and sorted(after.trace) == [int(i) for i in before.indices]
+    assert np.array_equal(after.indices, before.indices)
+    assert [fc.name for fc in after.functions] == [fc.name for fc in before.functions]
+    for old, new in zip(before.functions, after.functions):
+        assert np.array_equal(old.counts, new.counts), old.name
+    counts = np.hstack([fc.counts for fc in after.functions])
+    for k, i in enumerate(after.indices):
+        hist = np.bincount(after.trace[int(i)], minlength=counts.shape[1])
+        assert np.array_equal(hist, counts[k]), f"input {i}"
+
+    res = wcetfit("split", str(d), "--list")
+    assert res.returncode == 0 and "no rounds stored" in res.stdout, res.stderr

@@ -10,12 +10,16 @@ from typing import Any, TextIO
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "split", help="separate co-executed blocks with timing probes, round by round",
-        description="Show the groups of blocks the whole-call timings cannot separate and "
-                    "propose timing probes (stop the clock at the first arrival at a block, "
-                    "or start it there) by the rank they add; --apply measures them and "
-                    "refits jointly, --auto repeats until every block is estimable or "
-                    "nothing more helps.  Rounds are kept in the target's store.  Needs the "
-                    "count run's block traces (`wcetfit count --trace`) and the timing run.")
+        description="Show the groups of blocks that whole-call timings cannot tell apart, "
+                    "and propose timing probes that can (the clock stopped at the first "
+                    "arrival at a block, or started there), best first by the rank they add "
+                    "to the fit.  Without --apply or --auto it prints the current groups and "
+                    "the proposals only.  --apply measures them and refits jointly; "
+                    "--auto repeats rounds until every block is estimable alone or no probe "
+                    "helps.  Rounds are kept in the target's store (--list, --drop N).  "
+                    "Splitting uses the block trace of every input and the timing run: "
+                    "what the store lacks (the traces, after `wcetfit analyze`) is measured "
+                    "first and stored.")
     p.add_argument("target", metavar="TARGET_DIR", help="folder holding wcetfit.toml")
     p.add_argument("--function", help="measured function (default: the target's first)")
     p.add_argument("--seed", type=int, metavar="S",
@@ -23,23 +27,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, metavar="R",
                    help="timed calls per input, as in the timing run (default: [measure] "
                         "repeats)")
-    p.add_argument("--apply", action="store_true", help="measure the proposed probes, refit")
+    p.add_argument("--apply", action="store_true",
+                   help="measure the proposed probes (one round), then refit jointly")
     p.add_argument("--auto", action="store_true",
-                   help="apply rounds until every block is estimable or nothing helps")
+                   help="apply rounds until every block is estimable alone or no probe adds "
+                        "rank (at most --max-rounds)")
     p.add_argument("--at", action="append", default=[], metavar="0xADDR",
                    help="split the block holding this instruction address there and probe "
                         "the cut (repeatable); measured with --apply/--auto")
-    p.add_argument("--list", action="store_true", help="list the stored rounds")
-    p.add_argument("--drop", type=int, metavar="N", help="drop round N")
+    p.add_argument("--list", action="store_true", help="list the stored rounds (measures nothing)")
+    p.add_argument("--drop", type=int, metavar="N",
+                   help="drop round N: the probes it introduced leave every later fit")
     p.add_argument("--max-probes", type=int, default=8, metavar="K",
                    help="probes per round (default 8)")
     p.add_argument("--max-rounds", type=int, default=10, metavar="R",
                    help="rounds at most with --auto (default 10)")
     p.add_argument("--no-entry-probe", action="store_true",
-                   help="do not probe at the function entry: ε and the always-once entry "
-                        "block then stay together")
+                   help="do not probe at the function entry (the probe overheads ε and the "
+                        "always-once entry block then stay together)")
     p.add_argument("--no-check", action="store_true",
-                   help="skip the per-input differential check (faster; not recommended)")
+                   help="skip the per-input differential check (same return value and memory "
+                        "with the probe as without); faster, not recommended")
     p.add_argument("--json", metavar="FILE", help="write wcetfit.split/1 JSON ('-' = stdout)")
     p.set_defaults(func=run)
 
@@ -47,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from wcetfit.split import rounds as S
+    from wcetfit.split import configs as CF, rounds as RD
     from wcetfit.split import workflow as R
     from wcetfit.cli.common import check_output_path, write_json
     from wcetfit.errors import WcetfitError
@@ -64,21 +72,22 @@ def run(args: argparse.Namespace) -> int:
                            f"(measured: {', '.join(s.roots)})")
 
     if args.drop is not None:
-        ok = S.drop_round(s.store, args.drop)
+        ok = RD.drop_round(s.store, args.drop)
         if not ok:
             raise WcetfitError(f"there is no round {args.drop} in {s.store.directory}")
         out.write(f"dropped round {args.drop}\n")
 
     if args.list:
-        rounds = S.load_rounds(s.store, function, s.target.measure.seed)
+        rounds = RD.load_rounds(s.store, function, s.target.measure.seed)
         _print_rounds(rounds, out)
-        write_json(args.json, S.split_json(s.target.directory, function, rounds))
+        write_json(args.json, RD.split_json(s.target.directory, function, rounds))
         return 0
     if args.drop is not None and not (args.apply or args.auto or args.at):
-        rounds = S.load_rounds(s.store, function, s.target.measure.seed)
-        write_json(args.json, S.split_json(s.target.directory, function, rounds))
+        rounds = RD.load_rounds(s.store, function, s.target.measure.seed)
+        write_json(args.json, RD.split_json(s.target.directory, function, rounds))
         return 0
 
+    _gather(s, function, out)
     st = R.load_state(s, function)
     for text in args.at:
         try:
@@ -96,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
               f"rows from {source}\n")
     _print_fit(current, out, "current fit")
     plan = R.make_plan(st, max_probes=args.max_probes, entry=not args.no_entry_probe)
-    at_probes = [st.layouts[S.Probe(S.KIND_STOP, S.SITE_BLOCK, parse_addr(t)).key].probe
+    at_probes = [st.layouts[CF.Probe(CF.KIND_STOP, CF.SITE_BLOCK, parse_addr(t)).key].probe
                  for t in args.at]
     _print_plan(plan, out, at_probes)
 
@@ -135,9 +144,39 @@ def run(args: argparse.Namespace) -> int:
         plan = R.make_plan(st, max_probes=args.max_probes, entry=not args.no_entry_probe)
     elapsed = time.monotonic() - t_start
     out.write(f"time spent: {elapsed:.1f} s\n")
-    write_json(args.json, S.split_json(s.target.directory, function, st.rounds, current, plan,
-                                       {"applied": doc_rounds, "time_s": elapsed}))
+    write_json(args.json, RD.split_json(s.target.directory, function, st.rounds, current, plan,
+                                        {"applied": doc_rounds, "time_s": elapsed}))
     return 0
+
+
+def _gather(s: Any, function: str, out: TextIO) -> None:
+    """Measure what splitting needs and the store lacks, with the other commands' progress
+    bars, and say so: counting every input again takes as long as the count run did."""
+    from wcetfit.cli.progress import progress_bars
+    from wcetfit.split import workflow as R
+
+    missing = R.missing_measurements(s, function)
+    if not missing:
+        return
+    m = s.target.measure
+    if R.MISSING_TRACES in missing:
+        out.write(f"{function}: no block traces stored; running the count run with traces "
+                  f"on the {m.inputs} inputs\n")
+    if R.MISSING_TIMES in missing:
+        out.write(f"{function}: no whole-call times stored; running the timing run "
+                  f"({m.inputs} inputs, {m.repeats} repeats)\n")
+    with progress_bars() as update:
+        done = R.gather_measurements(s, function, missing, progress=update)
+    if "count" in done:
+        cs = done["count"]
+        out.write(f"  {len(cs.trace or {})} inputs counted with block traces (stored)"
+                  + (f"; {len(cs.failures)} failed" if cs.failures else "") + "\n")
+        for f in cs.failures:
+            out.write(f"  {f.describe()}\n")
+    if "time" in done:
+        ts = done["time"]
+        out.write(f"  {len(ts.indices)} inputs timed (stored)"
+                  + (f"; {len(ts.failures)} failed" if ts.failures else "") + "\n")
 
 
 # --- printing ----------------------------------------------------------------------------
@@ -156,7 +195,7 @@ def _print_fit(summary: dict[str, Any], out: TextIO, title: str) -> None:
         blocks = ", ".join(g["blocks"])
         out.write(f"  group {g['id']} ({g['kind']}): {blocks}\n")
         for c in g["combinations"][:6]:
-            out.write(f"      {c['text']} = {_fmt(c['value_ticks'], c['ci95_ticks'])} ticks\n")
+            out.write(f"      {c['text']}\n")   # the fit's text holds the value
         if len(g["combinations"]) > 6:
             out.write(f"      … {len(g['combinations']) - 6} more combinations\n")
 

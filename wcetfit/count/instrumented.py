@@ -58,7 +58,7 @@ class TraceOverflow(MeasurementError):
 
 
 class Harness(Protocol):
-    """What :func:`count_inputs` needs from :class:`wcetfit.timing.thunk.CallHarness`."""
+    """What :func:`count_inputs` needs from :class:`wcetfit.timing.harness.CallHarness`."""
 
     def pack(self, function: str, args: tuple) -> Any: ...
     def snapshot(self, pack: Any) -> tuple[bytes, ...]: ...

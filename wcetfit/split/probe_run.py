@@ -1,6 +1,6 @@
 """Measuring probe configurations: one isolated child per probe, every input checked.
 
-For a round of probe configurations (:class:`wcetfit.split.probe.ProbeLayout`) one child
+For a round of probe configurations (:class:`wcetfit.split.placement.ProbeLayout`) one child
 process (:func:`wcetfit.isolate.run_isolated`) loads the binary, builds the call harness,
 writes every probe's stubs (patches go into the child's memory only: the parent never
 runs patched code), pins itself to one CPU, and then for every input, for every probe
@@ -13,7 +13,7 @@ cores — shifts them alike)
 2. runs the differential check: the original function without the probe and the probed
    call through the wrapper, from the same argument bytes and the same writable data of
    the binary, must return the same value and leave the same memory;
-3. times ``warmup`` + ``repeats`` calls through :func:`wcetfit.split.probe.InstalledProbe.time`
+3. times ``warmup`` + ``repeats`` calls through :func:`wcetfit.split.install.InstalledProbe.time`
    (the C loop of ``instrument/wf_probe.c``), arguments restored and probe re-armed
    before each, outside the timed region.
 
@@ -32,9 +32,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from wcetfit.isolate import InputFailure, run_isolated
-from wcetfit.split.probe import InstalledProbe, ProbeLayout, RestoreTable, WritableData, \
-    differential_check
-from wcetfit.split.rounds import ConfigTimes
+from wcetfit.loader import WritableData
+from wcetfit.split.install import InstalledProbe, RestoreTable, differential_check
+from wcetfit.split.joint import ConfigTimes
+from wcetfit.split.placement import ProbeLayout
 from wcetfit.target import Target, describe_args, generate_input, load_inputs_module
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,12 @@
 """The splitting workflow on a target: load what is stored, fit jointly, plan, measure.
 
-:mod:`wcetfit.split.rounds` is the pure part (rows, rank, rounds as data); this module wires it
-to the store (counts with block traces from the count run, whole-call times from the
-timing run, earlier rounds), to the static model (where probes can be placed, see
-:func:`wcetfit.split.probe.placements`) and to the measuring child process
+The pure part is :mod:`wcetfit.split.configs` (probes and their rows),
+:mod:`wcetfit.split.joint` (the joint system), :mod:`wcetfit.split.planner` (with the exact rank
+of :mod:`wcetfit.split.rank`), :mod:`wcetfit.split.rounds` (rounds as data) and
+:mod:`wcetfit.split.checks` (comparing fits); this module wires it to the store (counts
+with block traces from the count run, whole-call times from the timing run, earlier
+rounds), to the static model (where probes can be placed, see
+:func:`wcetfit.split.placement.placements`) and to the measuring child process
 (:mod:`wcetfit.split.probe_run`).
 
 Which rows a fit uses.  Before any round: the timing run's whole calls.  After round n:
@@ -32,10 +35,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from wcetfit.split import rounds as S
+from wcetfit.split import checks as CK, configs as CF, joint as JS, planner as PL
+from wcetfit.split import rounds as RD
 from wcetfit.errors import StoreError, WcetfitError
 from wcetfit.model import FunctionModel, hexaddr
-from wcetfit.split.probe import ProbeLayout, place_probe, placements
+from wcetfit.split.placement import ProbeLayout, place_probe, placements
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +53,7 @@ class SplitState:
     function: str
     root_link: int
     models: Mapping[str, FunctionModel]
-    columns: S.Columns
+    columns: CF.Columns
     traces: Mapping[int, np.ndarray]
     count_indices: np.ndarray         # inputs with counts and a trace
     counts: np.ndarray                # int64 [inputs, n_blocks] (trace-id order)
@@ -57,12 +61,12 @@ class SplitState:
     timing_ticks: np.ndarray          # float [inputs, repeats]
     method: str
     tsc_hz: float | None
-    rounds: list[S.Round]
+    rounds: list[RD.Round]
     layouts: dict[str, ProbeLayout] = field(default_factory=dict)
     unprobeable: dict[str, str] = field(default_factory=dict)
 
     @property
-    def latest(self) -> S.Round | None:
+    def latest(self) -> RD.Round | None:
         return self.rounds[-1] if self.rounds else None
 
     @property
@@ -83,9 +87,9 @@ class SplitState:
         return out
 
     @property
-    def active_probes(self) -> list[S.Probe]:
+    def active_probes(self) -> list[CF.Probe]:
         keys = self.active_keys
-        found: dict[str, S.Probe] = {}
+        found: dict[str, CF.Probe] = {}
         for r in self.rounds:
             for ct in r.probes:
                 if ct.probe.key in keys:
@@ -107,6 +111,54 @@ def _block_order(cs: Any) -> tuple[list[int], np.ndarray]:
         blocks.extend(int(a) for a in fc.blocks)
         parts.append(np.asarray(fc.counts, dtype=np.int64))
     return blocks, (np.hstack(parts) if parts else np.zeros((len(cs.indices), 0), np.int64))
+
+
+MISSING_TRACES = "traces"   # no count set with block traces (`wcetfit analyze` keeps none)
+MISSING_TIMES = "times"     # no whole-call times for the target's method and repeats
+
+
+def missing_measurements(session: Any, function: str) -> list[str]:
+    """What :func:`load_state` needs of ``function`` and the store lacks, in the order
+    :func:`gather_measurements` measures it: :data:`MISSING_TRACES`, :data:`MISSING_TIMES`."""
+    from wcetfit.measurements import load_counts, load_times
+    from wcetfit.timing.run import resolve_method
+
+    target, store = session.target, session.store
+    m = target.measure
+    missing = []
+    cs = load_counts(store, function, m.seed)
+    if cs is None or not cs.trace:
+        missing.append(MISSING_TRACES)
+    method, _why = resolve_method(target)
+    if load_times(store, function, m.seed, method, m.repeats) is None:
+        missing.append(MISSING_TIMES)
+    return missing
+
+
+def gather_measurements(session: Any, function: str, missing: Sequence[str], *,
+                        progress: Callable[[str, int, int], None] | None = None
+                        ) -> dict[str, Any]:
+    """Measure what :func:`missing_measurements` named, for every input of the target, and
+    save it to the store as it comes (an interruption keeps what was measured): the count
+    run with block traces (inputs counted without a trace are counted again: the counts
+    are the same, the trace is new) and the timing run.  ``progress(stage, done, total)``
+    with stage ``"count"`` or ``"time"``.  Returns ``{"count": CountSet, "time": TimeSet}``
+    for the runs made."""
+    done: dict[str, Any] = {}
+
+    def stage(name: str) -> Callable[[int, int], None] | None:
+        return None if progress is None else (lambda d, t: progress(name, d, t))
+
+    if MISSING_TRACES in missing:
+        from wcetfit.count.run import run_counts
+        done["count"] = run_counts(session.target, session.store, session.model, [function],
+                                   trace=True, progress=stage("count"))[function]
+    if MISSING_TIMES in missing:
+        from wcetfit.timing.run import run_times
+        done["time"] = run_times(session.target, session.store,
+                                 {function: session.roots[function]},
+                                 progress=stage("time"))[function]
+    return done
 
 
 def load_state(session: Any, function: str, *, place: bool = True) -> SplitState:
@@ -148,9 +200,9 @@ def load_state(session: Any, function: str, *, place: bool = True) -> SplitState
     models = session.functions_of(function)
     by_addr = {b.address: b for f in models.values() for b in f.blocks}
     ends = tuple(by_addr[a].end if a in by_addr else a + 1 for a in blocks)
-    rounds = S.load_rounds(store, function, m.seed)
+    rounds = RD.load_rounds(store, function, m.seed)
     splits = sorted({s for r in rounds for s in r.splits})
-    columns = S.Columns(tuple(blocks), tuple(splits), ends)
+    columns = CF.Columns(tuple(blocks), tuple(splits), ends)
     st = SplitState(target, store, function, session.roots[function], models, columns,
                     traces, cidx, ccounts, np.asarray(common, dtype=np.int64), tticks, method,
                     ts.tsc_hz, rounds)
@@ -170,31 +222,31 @@ def place_all(st: SplitState) -> None:
 
 
 def joint(st: SplitState, *, probes: bool = True,
-          leave_out: Sequence[str] = ()) -> S.JointSystem:
+          leave_out: Sequence[str] = ()) -> JS.JointSystem:
     """The rows of the current fit: the latest round's session, or the timing run.
 
     ``probes`` False: the whole calls alone; ``leave_out``: probe keys not to use."""
     rnd = st.latest
     if rnd is None or rnd.whole is None:
-        return S.build_joint(st.columns, st.timing_indices, st.counts_of(st.timing_indices),
-                             st.timing_ticks, st.traces, [])
+        return JS.build_joint(st.columns, st.timing_indices, st.counts_of(st.timing_indices),
+                              st.timing_ticks, st.traces, [])
     active = set(st.active_keys) - set(leave_out)
     widx = [int(i) for i in rnd.whole.indices if int(i) in st.traces]
     keep = [k for k, i in enumerate(rnd.whole.indices) if int(i) in st.traces]
     measured = [ct for ct in rnd.probes if ct.probe.key in active] if probes else []
-    return S.build_joint(st.columns, np.asarray(widx, np.int64), st.counts_of(widx),
-                         np.asarray(rnd.whole.ticks)[keep], st.traces, measured)
+    return JS.build_joint(st.columns, np.asarray(widx, np.int64), st.counts_of(widx),
+                          np.asarray(rnd.whole.ticks)[keep], st.traces, measured)
 
 
 def fit(st: SplitState, *, probes: bool = True, leave_out: Sequence[str] = (),
-        options: Any = None) -> tuple[Any, S.JointSystem, dict[str, Any]]:
+        options: Any = None) -> tuple[Any, JS.JointSystem, dict[str, Any]]:
     """The joint fit of the current rows (see :func:`joint`)."""
     from wcetfit.fit.solve import FitOptions, fit_function
 
     js = joint(st, probes=probes, leave_out=leave_out)
     res = fit_function(js.counts, js.ticks, js.addresses, config_ids=js.config_ids,
                        tsc_hz=st.tsc_hz, options=options or FitOptions())
-    return res, js, S.fit_summary(res, js)
+    return res, js, CK.fit_summary(res, js)
 
 
 def _distance(reference: Mapping[str, Any], summary: Mapping[str, Any]) -> float:
@@ -229,14 +281,14 @@ def inconsistent_probes(st: SplitState, baseline: Mapping[str, Any],
     trial_options = FitOptions(folds=0, max_iterations=4)   # trials compare estimates only
     dropped: list[str] = []
     current = dict(summary)
-    dis = S.disagreements(baseline, current)
+    dis = CK.disagreements(baseline, current)
     while dis and len(dropped) < max_drop:
         best = None
         for key in candidates:
             if key in dropped:
                 continue
             _r, _j, trial = fit(st, leave_out=dropped + [key], options=trial_options)
-            d = S.disagreements(baseline, trial)
+            d = CK.disagreements(baseline, trial)
             score = (len(d), _distance(baseline, trial))
             if best is None or score < best[0]:
                 best = (score, key, trial, d)
@@ -251,17 +303,17 @@ def inconsistent_probes(st: SplitState, baseline: Mapping[str, Any],
 
 
 def make_plan(st: SplitState, *, max_probes: int = 8, entry: bool = True,
-              kinds: Sequence[str] = S.KINDS) -> S.Plan:
+              kinds: Sequence[str] = CF.KINDS) -> PL.Plan:
     have = set(st.active_keys) | st.excluded_keys
     cands = [lay.probe for key, lay in st.layouts.items()
              if key not in have and lay.probe.kind in kinds
-             and (entry or lay.probe.site != S.SITE_ENTRY)]
-    return S.plan(st.columns, st.counts, st.traces, st.active_probes, cands,
-                  unprobeable=st.unprobeable, max_probes=max_probes)
+             and (entry or lay.probe.site != CF.SITE_ENTRY)]
+    return PL.plan(st.columns, st.counts, st.traces, st.active_probes, cands,
+                   unprobeable=st.unprobeable, max_probes=max_probes)
 
 
 def precision_probes(st: SplitState, summary: Mapping[str, Any], *, max_probes: int = 8
-                     ) -> list[S.Probe]:
+                     ) -> list[CF.Probe]:
     """Probes that add no exact rank but shorter rows for the blocks the fit still groups.
 
     The planner's ranks are exact; the fit declares a direction undetermined when its
@@ -276,17 +328,17 @@ def precision_probes(st: SplitState, summary: Mapping[str, Any], *, max_probes: 
                for a in g["blocks"] if a.startswith("0x")}
     have = set(st.active_keys) | st.excluded_keys
     stop_ok = {lay.probe.address for key, lay in st.layouts.items()
-               if lay.probe.kind == S.KIND_STOP and key not in st.excluded_keys}
+               if lay.probe.kind == CF.KIND_STOP and key not in st.excluded_keys}
 
-    def wanted(p: S.Probe) -> bool:
-        return p.kind == S.KIND_STOP or p.address not in stop_ok
+    def wanted(p: CF.Probe) -> bool:
+        return p.kind == CF.KIND_STOP or p.address not in stop_ok
 
     cands = [lay.probe for key, lay in st.layouts.items()
-             if key not in have and lay.probe.site == S.SITE_BLOCK
+             if key not in have and lay.probe.site == CF.SITE_BLOCK
              and lay.probe.address in grouped and wanted(lay.probe)]
     if not cands:
         return []
-    rows = S.probe_rows_many(cands, st.columns, st.traces)
+    rows = CF.probe_rows_many(cands, st.columns, st.traces)
     sized = sorted(((float(np.mean(r.counts.sum(axis=1) + r.passes)), p.key, p)
                     for p, r in zip(cands, rows) if r.indices.size), key=lambda t: t[:2])
     return [p for _s, _k, p in sized[:max_probes]]
@@ -303,7 +355,7 @@ def complete(summary: Mapping[str, Any]) -> bool:
 
 
 def next_probes(st: SplitState, summary: Mapping[str, Any], *, max_probes: int = 8,
-                entry: bool = True) -> tuple[list[S.Probe], str]:
+                entry: bool = True) -> tuple[list[CF.Probe], str]:
     """What the next ``--auto`` round measures, and why (empty: stop, with the reason).
 
     Probes that add exact rank first; once the rank is complete, short probes for the
@@ -343,7 +395,7 @@ def stalled_rounds(st: SplitState) -> int:
     return n
 
 
-def split_at(st: SplitState, address: int, kind: str = S.KIND_STOP) -> ProbeLayout:
+def split_at(st: SplitState, address: int, kind: str = CF.KIND_STOP) -> ProbeLayout:
     """Cut the block holding ``address`` there (an instruction boundary) and place a
     probe at the cut."""
     from wcetfit.loader import read_elf
@@ -367,10 +419,10 @@ def split_at(st: SplitState, address: int, kind: str = S.KIND_STOP) -> ProbeLayo
     return lay
 
 
-def apply_round(st: SplitState, new: Sequence[S.Probe], *, splits: Sequence[int] = (),
+def apply_round(st: SplitState, new: Sequence[CF.Probe], *, splits: Sequence[int] = (),
                 previous: Mapping[str, Any] | None = None, check: bool = True,
                 progress: Callable[[str, int, int], None] | None = None
-                ) -> tuple[S.Round, dict[str, Any], dict[str, Any]]:
+                ) -> tuple[RD.Round, dict[str, Any], dict[str, Any]]:
     """Measure the active probes and ``new`` ones with the whole call, input by input;
     save the next round with the joint fit after it.
 
@@ -382,12 +434,12 @@ def apply_round(st: SplitState, new: Sequence[S.Probe], *, splits: Sequence[int]
     t0 = time.monotonic()
     notes: list[str] = []
     keys = set()
-    probes: list[S.Probe] = []
+    probes: list[CF.Probe] = []
     for p in list(st.active_probes) + list(new):
         if p.key not in keys:
             keys.add(p.key)
             probes.append(p)
-    rows = S.probe_rows_many(probes, st.columns, st.traces)
+    rows = CF.probe_rows_many(probes, st.columns, st.traces)
     layouts, indices, kept = [], [], []
     for p, pr in zip(probes, rows):
         lay = st.layouts.get(p.key)
@@ -403,7 +455,7 @@ def apply_round(st: SplitState, new: Sequence[S.Probe], *, splits: Sequence[int]
     run = measure_round(st.target, st.function, st.root_link, layouts, indices,
                         method=st.method, check=check, whole=st.count_indices,
                         progress=progress)
-    measured: list[S.ConfigTimes] = []
+    measured: list[JS.ConfigTimes] = []
     for pr in run.probes:
         key = pr.times.probe.key
         measured.append(pr.times)
@@ -417,20 +469,20 @@ def apply_round(st: SplitState, new: Sequence[S.Probe], *, splits: Sequence[int]
         notes.append(f"whole call: {run.whole_migrated} migrated samples discarded")
     failures = tuple({"index": f.index, "kind": f.kind, "message": f.message,
                       "arguments": f.arguments} for f in run.failures)
-    number = S.next_round_number(st.store)
+    number = RD.next_round_number(st.store)
     introduced = tuple(p.key for p in new if p.key in {q.key for q in kept})
-    whole = S.ConfigTimes(S.Probe(S.KIND_STOP, S.SITE_RETURN, None, S.MECH_WRAPPER),
-                          run.whole_indices, run.whole_ticks)
-    rnd = S.Round(number=number, function=st.function, seed=st.target.measure.seed,
-                  method=st.method, probes=tuple(measured), introduced=introduced,
-                  whole=whole, splits=tuple(splits), time_s=time.monotonic() - t0,
-                  created=_dt.datetime.now().isoformat(timespec="seconds"),
-                  tsc_hz=st.tsc_hz, notes=tuple(notes), failures=failures)
+    whole = JS.ConfigTimes(CF.Probe(CF.KIND_STOP, CF.SITE_RETURN, None, CF.MECH_WRAPPER),
+                           run.whole_indices, run.whole_ticks)
+    rnd = RD.Round(number=number, function=st.function, seed=st.target.measure.seed,
+                   method=st.method, probes=tuple(measured), introduced=introduced,
+                   whole=whole, splits=tuple(splits), time_s=time.monotonic() - t0,
+                   created=_dt.datetime.now().isoformat(timespec="seconds"),
+                   tsc_hz=st.tsc_hz, notes=tuple(notes), failures=failures)
     st.rounds.append(rnd)
     _res, _js, baseline = fit(st, probes=False)
     _res, _js, summary = fit(st)
     excluded: list[str] = []
-    if S.disagreements(baseline, summary):
+    if CK.disagreements(baseline, summary):
         excluded, summary = inconsistent_probes(st, baseline, summary, st.active_keys)
         for key in excluded:
             notes.append(f"{key}: left out of the fit and not measured again — its rows "
@@ -441,11 +493,11 @@ def apply_round(st: SplitState, new: Sequence[S.Probe], *, splits: Sequence[int]
     rnd = replace(rnd, fit=summary, based_on=based, baseline=baseline,
                   excluded=tuple(excluded), notes=tuple(notes))
     st.rounds[-1] = rnd
-    S.save_round(st.store, rnd)
-    return rnd, summary, S.compare_fits(previous, summary, baseline)
+    RD.save_round(st.store, rnd)
+    return rnd, summary, CK.compare_fits(previous, summary, baseline)
 
 
 def drop(st: SplitState, number: int) -> bool:
-    ok = S.drop_round(st.store, number)
+    ok = RD.drop_round(st.store, number)
     st.rounds = [r for r in st.rounds if r.number != number]
     return ok

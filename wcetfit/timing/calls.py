@@ -1,7 +1,7 @@
 """The timing run's core: timed calls of the original code, and straight-line fitting.
 
 This module knows nothing about child processes (wcetfit.isolate runs it in one) nor
-about targets and stores: it takes a compiled :class:`~wcetfit.timing.thunk.CallHarness`, a
+about targets and stores: it takes a compiled :class:`~wcetfit.timing.harness.CallHarness`, a
 run-time function address and packed arguments, and returns plain results.
 
 Ticks are raw ``stop - start`` TSC differences of the chosen fence method: they include
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from wcetfit.errors import MeasurementError
-from wcetfit.timing.thunk import ArgPack, CallHarness
+from wcetfit.timing.harness import ArgPack, CallHarness
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.common import check_output_path, write_json
-    from wcetfit.fit.solve import FitOptions
+    from wcetfit.fit.result import FitOptions
     from wcetfit.pipeline import fit_stage, open_session, stored_measurements
 
     check_output_path(args.json)

@@ -5,6 +5,7 @@ validation figures), with the ``wcetfit.fit/1`` JSON form of one function's fit.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -14,6 +15,8 @@ import numpy as np
 from wcetfit.errors import FitError
 from wcetfit.fit import robust
 from wcetfit.model import hexaddr
+
+log = logging.getLogger(__name__)
 
 SCHEMA_FIT = "wcetfit.fit/1"
 
@@ -47,6 +50,9 @@ class FitOptions:
     weights: str = "relative"           # "relative": IRLS, row weight 1/max(pred, floor)²;
                                         # "none": ordinary least squares (module docstring)
     weight_floor_quanta: float = 5.0    # the floor, in TSC steps (1 tick without a step)
+    overhead_floor_ticks: float = 0.0   # physical floor of ε (e.g. the calibrated empty timed
+                                        # region): an overhead or a predicted call below it
+                                        # is a warning (FitWarning), never clamped
 
     def __post_init__(self) -> None:
         if self.rows not in ("input", "call"):
@@ -161,6 +167,39 @@ class Validation:
     p95_rel_error_kept: float = float("nan")
 
 
+# Codes of FitWarning (wcetfit.fit.checks).
+WARN_NEGATIVE_COST = "negative_cost"          # an estimable cost (sum) wholly below zero
+WARN_OVERHEAD = "overhead_below_floor"        # ε (+ once-per-call blocks) below its floor
+WARN_NEGATIVE_PREDICTION = "negative_prediction"   # a call predicted below the floor
+
+
+@dataclass(frozen=True)
+class FitWarning:
+    """A physically implausible figure of the fit, with what it means and what to do.
+
+    ``blocks``/``config`` name the quantity (a block, a sum of blocks, the overhead of a
+    configuration), ``estimate_ticks`` ± ``ci95_ticks`` its value; ``inputs`` the inputs
+    concerned (predictions)."""
+
+    code: str
+    message: str
+    remedy: str
+    blocks: tuple[int, ...] = ()
+    config: int | None = None
+    estimate_ticks: float | None = None
+    ci95_ticks: float | None = None
+    inputs: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        def num(x: float | None) -> float | None:
+            return None if x is None or not math.isfinite(x) else float(x)
+
+        return {"code": self.code, "message": self.message, "remedy": self.remedy,
+                "blocks": [hexaddr(a) for a in self.blocks], "config": self.config,
+                "estimate_ticks": num(self.estimate_ticks), "ci95_ticks": num(self.ci95_ticks),
+                "inputs": list(self.inputs)}
+
+
 @dataclass(frozen=True)
 class FitResult:
     blocks: tuple[BlockFit, ...]
@@ -196,6 +235,9 @@ class FitResult:
     # The machine's speed during the timing run (wcetfit.timing.speed.SpeedProfile.to_dict()), when
     # the fit divided it out: costs and predictions are then at its reference speed.
     machine_speed: Mapping[str, Any] | None = None
+    # physically implausible figures, structured (their one-line summaries are also in
+    # ``warnings``): see wcetfit.fit.checks
+    fit_warnings: tuple[FitWarning, ...] = ()
 
     # -- use ------------------------------------------------------------------------------
     def _aug(self, counts: np.ndarray, config_id: int | np.ndarray) -> np.ndarray:
@@ -224,6 +266,17 @@ class FitResult:
             pred = np.where((x[:, unk] != 0).any(axis=1), np.nan, pred)
         elif unknown != "zero":
             raise FitError(f"unknown must be 'nan' or 'zero', not {unknown!r}")
+        low = np.isfinite(pred) & (pred < 0.0)
+        if low.any():
+            # clamped nowhere: a negative time is a defect of the fit to be seen
+            outside = ~np.asarray(self.predictable(x[:, :self.solution.size],
+                                                   np.asarray(config_id)), dtype=bool)
+            log.warning("%d call(s) predicted below zero ticks (min %.0f)%s", int(low.sum()),
+                        float(pred[low].min()),
+                        ": their counts lie outside the space the inputs exercised, so the "
+                        "prediction rests on the particular solution"
+                        if np.all(outside[low]) else
+                        ": see the fit's warnings (overhead and negative costs)")
         return float(pred[0]) if single else pred
 
     def predict_ci95(self, counts: np.ndarray, config_id: int | np.ndarray = 0
@@ -368,4 +421,5 @@ class FitResult:
             "overhead_note": ("ε and the blocks that run exactly once per call are confounded: "
                               "only their sum is estimable"),
             "warnings": list(self.warnings),
+            "fit_warnings": [w.to_json() for w in self.fit_warnings],
         }

@@ -89,7 +89,7 @@ def particular_solution(fx: Any, an: est.Analysis, theta: np.ndarray, cov_theta:
     # particular solution: min Σ_blocks T² with ε free (see module docstring)
     sizes = np.array([c.size for c in fx.classes] + [0] * (pr - n_cls), dtype=np.float64)
     wdiag = np.where(sizes > 0, 1.0 / np.maximum(sizes, 1.0), 0.0)
-    N = an.V0 * an.scale[:, None]             # reduced null basis, unscaled
+    N = exact_null_basis(an)
     if N.shape[1]:
         A = N.T @ (wdiag[:, None] * N)
         L = np.eye(pr) - N @ np.linalg.pinv(A) @ (N.T * wdiag[None, :])
@@ -129,3 +129,30 @@ def particular_solution(fx: Any, an: est.Analysis, theta: np.ndarray, cov_theta:
     else:
         row_space = np.zeros((fx.nb + fx.n_cfg, 0))
     return solution, overhead_solution, covariance, row_space, executed
+
+
+def exact_null_basis(an: est.Analysis) -> np.ndarray:
+    """Unscaled basis of the directions the particular solution may move along: the
+    numerically exact null space of the design (σ ≤ the eigensolver's own tolerance), with
+    the rows of the columns estimable alone set to exactly zero.
+
+    Not the analysis's whole null space: that one also holds the weak directions the noise
+    tolerance dropped (:func:`estimability.analyze`), which the inputs do exercise.  Moving
+    along them changes the predicted times of measured inputs, and an estimable column
+    has small but non-zero entries in them (its Q[j,j] is below the tolerance, not zero):
+    the minimum-Σ T² step then moved estimable blocks by up to thousands of ticks on
+    multi-function code (issue #15), so the cost a block was reported with was not the
+    cost it predicted with.  On the exact null space the entries of estimable columns are
+    rounding errors; zeroing them makes the particular solution carry every estimable
+    block's estimate exactly."""
+    lam, vec = an.eig if an.eig is not None else (an.eigvals, None)
+    p = an.scale.size
+    if vec is None or p == 0:
+        N = an.V0 * an.scale[:, None]
+    else:
+        sig = np.sqrt(np.clip(lam, 0.0, None))
+        tol = an.sigma_max * float(np.sqrt(100.0 * p * est.EPS))
+        N = vec[:, sig <= min(tol, an.sigma_tol)] * an.scale[:, None]
+    N = N.copy()
+    N[an.estimable] = 0.0
+    return N

@@ -41,6 +41,7 @@ from scipy import stats
 from wcetfit.errors import FitError
 from wcetfit.fit import estimability as est
 from wcetfit.fit import robust
+from wcetfit.fit.checks import plausibility, summaries
 from wcetfit.fit.groups import build_groups, overhead_quantities, red_of_block, structural_space
 from wcetfit.fit.intervals import bootstrap, half_width, quantity_variance, sandwich
 from wcetfit.fit.iteration import iterate
@@ -376,6 +377,11 @@ class _Fitter:
                 self.warnings.append(f"rank {an.rank} exceeds the structural bound {max_rank}: "
                                      "the structural basis does not match these counts")
 
+        # figures no machine can produce: warned about with a remedy, never clamped
+        fit_warnings = plausibility(self, blocks, group_objs, overhead, resid_all, kept)
+        for text in summaries(fit_warnings):
+            self._warn(text)
+
         return FitResult(
             blocks=tuple(blocks), groups=group_objs, overhead=overhead,
             overhead_ticks=overhead_ticks, rank=an.rank, max_rank=max_rank, unknowns=pr,
@@ -391,4 +397,5 @@ class _Fitter:
             solution=solution, overhead_solution=overhead_solution, covariance=covariance,
             row_space=row_space, weights=self.opts.weights,
             weight_floor_ticks=self.weight_floor, weight_iterations=self.weight_iterations,
-            machine_speed=self.speed.to_dict() if self.speed is not None else None)
+            machine_speed=self.speed.to_dict() if self.speed is not None else None,
+            fit_warnings=tuple(fit_warnings))

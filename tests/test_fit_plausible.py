@@ -162,8 +162,8 @@ def test_overhead_below_its_floor_is_warned_exactly_when_true(eps, warned):
     if warned:
         w = found[0]
         assert w.config == 0 and w.estimate_ticks == pytest.approx(ov.value_ticks)
-        assert "whole 95 % interval" in w.message and "short inputs" in w.remedy
-        assert any("extrapolation" in t for t in res.warnings)
+        assert "whole 95 % interval" in w.message and "short ones" in w.remedy
+        assert any("cannot cost less than its empty timed region" in t for t in res.warnings)
     # a floor above the truth (e.g. the calibrated empty timed region) is checked too
     floored = fit_function(counts, ticks, addrs,
                            options=FitOptions(folds=0, overhead_floor_ticks=truth + 200))

@@ -13,6 +13,7 @@ and row weights; the statistics in :mod:`~wcetfit.fit.robust`),
 :mod:`~wcetfit.fit.intervals` (covariance: sandwich HC3/HC1, bootstrap),
 :mod:`~wcetfit.fit.solution` (non-negative and particular solutions),
 :mod:`~wcetfit.fit.groups` and :mod:`~wcetfit.fit.wording` (groups, combinations and their
-words) and :mod:`~wcetfit.fit.validation` (k-fold held-out errors); options and results
-are plain data in :mod:`~wcetfit.fit.result`.
+words), :mod:`~wcetfit.fit.validation` (k-fold held-out errors) and
+:mod:`~wcetfit.fit.checks` (implausible figures as :class:`~wcetfit.fit.result.FitWarning`);
+options and results are plain data in :mod:`~wcetfit.fit.result`.
 """

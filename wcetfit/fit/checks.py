@@ -138,20 +138,21 @@ def _overheads(fx: Any, overhead: Sequence[Overhead]) -> list[FitWarning]:
         excludes = o.value_ticks + ci < floor
         short = _shortest_call(fx, o.config)
         floor_txt = "zero" if floor == 0.0 else f"its floor of {fmt(floor)} ticks"
-        far = f" far below the shortest call used ({fmt(short)} ticks)" if short else ""
+        shortest = f" (the shortest call used measured {fmt(short)} ticks)" if short else ""
         if excludes:
             msg = (f"{what} = {fmt(o.value_ticks)} ± {fmt(ci)} ticks: the whole 95 % interval "
-                   f"is below {floor_txt}.  A timed call cannot cost less than its empty timed "
-                   "region: the fit traded the overhead against blocks whose counts grow with "
-                   f"every call, so ε is an extrapolation{far}, and the costs of those blocks "
-                   "are off by as much in the other direction")
-            remedy = ("add short inputs (an empty or minimal one) that run the per-call work "
-                      "few times, so that the overhead is measured rather than extrapolated; "
-                      "until then read block costs as combinations, not as physical costs")
+                   f"is below {floor_txt}{shortest}.  A timed call cannot cost less than its "
+                   "empty timed region: the fit traded the overhead against blocks that run "
+                   "in (nearly) every call, whose costs are then off by as much in the other "
+                   "direction")
+            remedy = ("add inputs that run the per-call work a different number of times — "
+                      "short ones (an empty or minimal input) and ones that leave out the usual "
+                      "paths — so that the overhead is measured rather than traded; until then "
+                      "read block costs as combinations, not as physical costs")
         else:
             msg = (f"{what} = {fmt(o.value_ticks)} ± {fmt(ci)} ticks: the estimate is below "
                    f"{floor_txt}, which no timed call can cost; its interval reaches physical "
-                   f"values, so the inputs determine it poorly (an extrapolation{far})")
+                   f"values, so the inputs determine it poorly{shortest}")
             remedy = ("add short inputs (an empty or minimal one) to measure the overhead "
                       "instead of extrapolating it")
         out.append(FitWarning(WARN_OVERHEAD, msg, remedy,

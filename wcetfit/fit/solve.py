@@ -25,7 +25,9 @@ columns and iterates outlier rejection and row weights; the estimate is solved h
 row space (:mod:`~wcetfit.fit.estimability`); :mod:`~wcetfit.fit.intervals` gives its
 covariance; :mod:`~wcetfit.fit.solution` the non-negative and the particular solutions;
 :mod:`~wcetfit.fit.groups` the groups and combinations (worded by
-:mod:`~wcetfit.fit.wording`); :mod:`~wcetfit.fit.validation` the held-out figures.  The
+:mod:`~wcetfit.fit.wording`); :mod:`~wcetfit.fit.validation` the held-out figures;
+:mod:`~wcetfit.fit.checks` the warnings about implausible figures (negative costs, ε
+below its floor, negative predictions).  The
 options and the result are plain data in :mod:`~wcetfit.fit.result`.
 """
 

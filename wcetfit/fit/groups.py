@@ -25,7 +25,7 @@ from wcetfit.fit.result import (KIND_OBSERVED, KIND_OVERHEAD, KIND_STRUCTURAL, K
                                 KIND_UNEXECUTED, Combination, Group, Overhead)
 from wcetfit.model import hexaddr
 from wcetfit.fit.intervals import half_width, quantity_variance
-from wcetfit.fit.wording import fmt, linear_text
+from wcetfit.fit.wording import fmt, linear_text, relations_text, unexecuted_advice
 
 
 def readable_rows(fx: Any, comp: np.ndarray, row: np.ndarray) -> np.ndarray:
@@ -219,8 +219,7 @@ def count_relations(fx: Any, T: np.ndarray, blocks: list[int], basis: dict[str, 
                 chosen.append(r)
     else:
         chosen = list(rows)
-    texts: list[str] = []
-    advice: list[str] = []
+    pairs = []
     for r in chosen:
         r, fr = est.rationalize(r, fx.opts.max_denominator)
         if all(f is not None for f in fr):
@@ -230,27 +229,8 @@ def count_relations(fx: Any, T: np.ndarray, blocks: list[int], basis: dict[str, 
             r = r * lcm
         lhs = [(hexaddr(fx.addrs[blocks[i]]), r[i]) for i in range(len(r)) if r[i] > 0]
         rhs = [(hexaddr(fx.addrs[blocks[i]]), -r[i]) for i in range(len(r)) if r[i] < 0]
-
-        def side(terms):
-            if not terms:
-                return "0"
-            return " + ".join(("" if abs(v - 1) < 1e-12 else f"{fmt(v)}·")
-                              + f"N({a})" for a, v in terms)
-
-        rel = f"{side(lhs)} = {side(rhs)}"
-        texts.append(rel)
-        if len(lhs) == 1 and len(rhs) == 1 and abs(lhs[0][1] - rhs[0][1]) < 1e-12:
-            advice.append(f"vary the inputs so that {lhs[0][0]} executes a different "
-                          f"number of times than {rhs[0][0]}")
-        elif not rhs or not lhs:
-            only = [a for a, _ in lhs + rhs]
-            advice.append(f"vary the inputs so that {', '.join(only)} execute(s)")
-        else:
-            advice.append(f"vary the inputs so that {rel} does not hold for every input")
-    if basis is None:
-        text = ("if the CFG lets these counts differ: " + "; ".join(advice)) if advice else None
-    else:
-        text = "; ".join(advice) if advice else None
+        pairs.append((lhs, rhs))
+    texts, text = relations_text(pairs, basis is not None)
     return texts, text
 
 
@@ -307,11 +287,7 @@ def class_group(fx: Any, an: est.Analysis, j: int, basis: dict[str, Any] | None
 
 
 def unexecuted_group(fx: Any, k: int) -> dict[str, Any]:
-    a = hexaddr(fx.addrs[k])
-    if fx.block_col[k] >= 0:
-        why = f"{a} ran only in rejected inputs: its cost is unknown"
-    else:
-        why = f"no input executed {a}: its cost is unknown; add inputs that reach it"
+    why = unexecuted_advice(hexaddr(fx.addrs[k]), bool(fx.block_col[k] >= 0))
     return dict(blocks=(fx.addrs[k],), kind=KIND_UNEXECUTED, combinations=(),
                 configs=(), relations=(), advice=why, observed_deficiency=0)
 

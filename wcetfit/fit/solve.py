@@ -27,8 +27,8 @@ covariance; :mod:`~wcetfit.fit.solution` the non-negative and the particular sol
 :mod:`~wcetfit.fit.groups` the groups and combinations (worded by
 :mod:`~wcetfit.fit.wording`); :mod:`~wcetfit.fit.validation` the held-out figures;
 :mod:`~wcetfit.fit.checks` the warnings about implausible figures (negative costs, ε
-below its floor, negative predictions).  The
-options and the result are plain data in :mod:`~wcetfit.fit.result`.
+below its floor, negative predictions).  The options and the result are plain data in
+:mod:`~wcetfit.fit.result`.
 """
 
 from __future__ import annotations

@@ -26,3 +26,40 @@ def linear_text(terms: list[tuple[str, float, Fraction | None]]) -> str:
         else:
             out += (" − " if neg else " + ") + coef + name
     return out or "0"
+
+
+def relations_text(pairs: list[tuple[list[tuple[str, float]], list[tuple[str, float]]]],
+                   structural: bool) -> tuple[list[str], str | None]:
+    """Count relations "lhs = rhs" (each side: (block name, coefficient) terms) and the
+    advice to break them; without a structural basis the advice is conditional."""
+    texts: list[str] = []
+    advice: list[str] = []
+    for lhs, rhs in pairs:
+        rel = f"{_side(lhs)} = {_side(rhs)}"
+        texts.append(rel)
+        if len(lhs) == 1 and len(rhs) == 1 and abs(lhs[0][1] - rhs[0][1]) < 1e-12:
+            advice.append(f"vary the inputs so that {lhs[0][0]} executes a different "
+                          f"number of times than {rhs[0][0]}")
+        elif not rhs or not lhs:
+            only = [a for a, _ in lhs + rhs]
+            advice.append(f"vary the inputs so that {', '.join(only)} execute(s)")
+        else:
+            advice.append(f"vary the inputs so that {rel} does not hold for every input")
+    if not structural:
+        text = ("if the CFG lets these counts differ: " + "; ".join(advice)) if advice else None
+    else:
+        text = "; ".join(advice) if advice else None
+    return texts, text
+
+
+def _side(terms: list[tuple[str, float]]) -> str:
+    if not terms:
+        return "0"
+    return " + ".join(("" if abs(v - 1) < 1e-12 else f"{fmt(v)}·") + f"N({a})"
+                      for a, v in terms)
+
+
+def unexecuted_advice(name: str, ran_in_rejected: bool) -> str:
+    if ran_in_rejected:
+        return f"{name} ran only in rejected inputs: its cost is unknown"
+    return f"no input executed {name}: its cost is unknown; add inputs that reach it"

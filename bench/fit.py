@@ -95,7 +95,8 @@ def coverage_of(res, costs: np.ndarray, eps: float, addrs) -> tuple[int, int, li
 # --- the scale run (in a child process) --------------------------------------------------------
 
 def scale_child(n_inputs: int, n_regions: int, repeats: int) -> dict:
-    from wcetfit.fit.solve import FitOptions, fit_function
+    from wcetfit.fit.result import FitOptions
+    from wcetfit.fit.solve import fit_function
     rng = np.random.default_rng(2024)
     counts, costs, basis = region_system(n_inputs, n_regions, rng)
     ticks = timings(counts, costs, 150.0, repeats, rng)
@@ -162,7 +163,8 @@ def scale_figures(n_inputs: int = 100_000, n_regions: int = 200, repeats: int = 
 # --- small systems: coverage over many seeded trials ---------------------------------------------
 
 def coverage_figures(trials: int = 200) -> list[dict]:
-    from wcetfit.fit.solve import FitOptions, fit_function
+    from wcetfit.fit.result import FitOptions
+    from wcetfit.fit.solve import fit_function
     out = []
     for method in ("sandwich", "bootstrap"):
         hit = tot = 0
@@ -194,8 +196,9 @@ def coverage_figures(trials: int = 200) -> list[dict]:
 def weight_figures(trials: int = 100) -> list[dict]:
     """Relative errors and coverage, unweighted against relative weights, on systems whose
     per-input error is 3 % of the call (the measurement behind weights="relative"; the
-    real samples' figures are in the wcetfit.fit.solve docstring)."""
-    from wcetfit.fit.solve import FitOptions, fit_function
+    real samples' figures are in the wcetfit.fit.iteration docstring)."""
+    from wcetfit.fit.result import FitOptions
+    from wcetfit.fit.solve import fit_function
     out = []
     res: dict[str, list] = {"none": [], "relative": []}
     for k in range(trials):
@@ -235,7 +238,8 @@ def statistic_figures() -> list[dict]:
     costs built on it, on quantized timings with interrupts (the measurement behind the
     default in wcetfit.fit.robust)."""
     from wcetfit.fit import robust
-    from wcetfit.fit.solve import FitOptions, fit_function
+    from wcetfit.fit.result import FitOptions
+    from wcetfit.fit.solve import fit_function
     rng = np.random.default_rng(77)
     counts, costs, basis = region_system(3000, 6, rng, p_enter=0.6, max_trip=6)
     true = counts @ costs + 100.0

@@ -1,4 +1,4 @@
-"""Tests of wcetfit.fit.solve against known truth: simulated CFG executions (tests/cfgsim.py),
+"""Tests of the fit (wcetfit.fit.solve) against known truth: simulated CFG executions (tests/cfgsim.py),
 known block costs and overheads, Gaussian noise, 26-tick TSC quantization, interrupts."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from wcetfit.errors import FitError
-from wcetfit.fit.solve import (KIND_OBSERVED, KIND_OVERHEAD, KIND_STRUCTURAL, KIND_UNCLASSIFIED,
-                         KIND_UNEXECUTED, FitOptions, fit_function)
+from wcetfit.fit.result import (KIND_OBSERVED, KIND_OVERHEAD, KIND_STRUCTURAL, KIND_UNCLASSIFIED,
+                          KIND_UNEXECUTED, FitOptions)
+from wcetfit.fit.solve import fit_function
 
 import cfgsim
 

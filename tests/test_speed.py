@@ -111,7 +111,8 @@ def test_too_short_or_too_few_calls_leave_the_speed_alone_and_say_why():
 
 
 def test_the_fit_recovers_costs_at_the_fast_end_through_slow_periods():
-    from wcetfit.fit.solve import FitOptions, fit_function
+    from wcetfit.fit.result import FitOptions
+    from wcetfit.fit.solve import fit_function
 
     rng = np.random.default_rng(8)
     n, r = 300, 10

@@ -69,7 +69,7 @@ class Analysis:
     root: str
     functions: dict[str, FunctionModel]
     system: Any          # wcetfit.fit.system.LinearSystem
-    fit: Any             # wcetfit.fit.solve.FitResult
+    fit: Any             # wcetfit.fit.result.FitResult
     wcet: Any            # wcetfit.wcet.result.WcetResult, or the WcetError that prevented it
     report: Any          # wcetfit.report.Report
 
@@ -79,7 +79,8 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
     """(LinearSystem, FitResult) of one measured function."""
     from dataclasses import replace
 
-    from wcetfit.fit.solve import FitOptions, fit_function
+    from wcetfit.fit.result import FitOptions
+    from wcetfit.fit.solve import fit_function
     from wcetfit.fit.robust import detect_quantum
     from wcetfit.timing.speed import flat_profile, speed_profile
     from wcetfit.fit.system import build_system

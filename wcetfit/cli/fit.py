@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.common import check_output_path, write_json
-    from wcetfit.fit.solve import FitOptions
+    from wcetfit.fit.result import FitOptions
     from wcetfit.pipeline import fit_stage, open_session, stored_measurements
 
     check_output_path(args.json)
@@ -64,6 +64,8 @@ def _summary(out: Any, root: str, system: Any, fit: Any) -> None:
             out.write(f"    {c.text}\n")
         if g.advice:
             out.write(f"    advice: {g.advice}\n")
+    for w in fit.fit_warnings:
+        out.write(f"  warning ({w.code}): {w.message}\n    remedy: {w.remedy}\n")
     v = fit.validation
     if v is not None:
         out.write(f"  held-out ({v.folds}-fold over {v.heldout_inputs} inputs): median relative "

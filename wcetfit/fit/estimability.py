@@ -2,7 +2,7 @@
 
 Pure linear algebra on the normal matrix G = XᵀWX of the design X = [counts | config
 indicators] (one column per distinct block column and one per probe configuration's
-overhead ε).  No data passes here: :mod:`wcetfit.fit.solve` accumulates G and hands it over.
+overhead ε).  No data passes here: :mod:`wcetfit.fit.rows` accumulates G and hands it over.
 G is the one with integer row weights (exact); estimates under float row weights are
 solved on its row space by :func:`row_space_solver`, so the rank is never decided on a
 weighted matrix.

@@ -241,7 +241,8 @@ def joint(st: SplitState, *, probes: bool = True,
 def fit(st: SplitState, *, probes: bool = True, leave_out: Sequence[str] = (),
         options: Any = None) -> tuple[Any, JS.JointSystem, dict[str, Any]]:
     """The joint fit of the current rows (see :func:`joint`)."""
-    from wcetfit.fit.solve import FitOptions, fit_function
+    from wcetfit.fit.result import FitOptions
+    from wcetfit.fit.solve import fit_function
 
     js = joint(st, probes=probes, leave_out=leave_out)
     res = fit_function(js.counts, js.ticks, js.addresses, config_ids=js.config_ids,
@@ -276,7 +277,7 @@ def inconsistent_probes(st: SplitState, baseline: Mapping[str, Any],
     whose removal leaves the least disagreement is left out, as long as that removal
     helps, at most ``max_drop`` of them, among ``candidates`` (every probe measured in
     the round: each round measures all of them again, in a session of its own)."""
-    from wcetfit.fit.solve import FitOptions
+    from wcetfit.fit.result import FitOptions
 
     trial_options = FitOptions(folds=0, max_iterations=4)   # trials compare estimates only
     dropped: list[str] = []

@@ -34,7 +34,7 @@ class FitInputs:
 
 def fit_inputs(fit: Any, functions: Mapping[str, FunctionModel], *,
                config: int = 0) -> FitInputs:
-    """Costs, overhead and covariance for :func:`wcet_bound` from a ``wcetfit.fit.solve.FitResult``
+    """Costs, overhead and covariance for :func:`wcet_bound` from a ``wcetfit.fit.result.FitResult``
     (read by attribute: ``blocks[].address/.solution_ticks``, ``overhead_ticks``,
     ``configs``, ``covariance`` over (solution, overhead_solution), ``residuals["t95"]``).
 

@@ -1,0 +1,215 @@
+"""Plausibility checks of a finished fit: figures no physical machine can produce become
+:class:`~wcetfit.fit.result.FitWarning` s (issue #15, "stable, plausible fits").
+
+* A cost, or a sum of costs (an estimable combination without negative coefficient),
+  whose whole 95 % interval lies below zero.  Differences of costs ("A − B") may be
+  negative and are not checked.
+* The overhead quantity of a configuration (ε, plus the blocks that run once per call
+  when they are confounded with it) below its physical floor
+  (:attr:`FitOptions.overhead_floor_ticks`, 0 unless the caller knows the calibrated
+  empty-region cost).  A negative ε is never silent: it is reported whether or not its
+  interval reaches the floor.
+* A call predicted below the floor: a measured input by the fit itself, or a held-out
+  input by the fit without its fold.
+
+Nothing is clamped: the warnings say what the figure means and how to get a better one.
+Why such figures appear: the inputs of library code that calls a dozen functions move
+whole groups of block counts together (every byte runs the same few blocks), so the
+least-squares fit can trade cost between a block and the ones that run with it, and
+between ε and the blocks every call runs many times, with little change in the
+residuals; the intercept ε is then an extrapolation far below the shortest call.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import numpy as np
+
+from wcetfit.fit.result import (WARN_NEGATIVE_COST, WARN_NEGATIVE_PREDICTION, WARN_OVERHEAD,
+                                BlockFit, Combination, FitWarning, Group, Overhead)
+from wcetfit.fit.wording import fmt
+from wcetfit.model import hexaddr
+
+log = logging.getLogger(__name__)
+
+# count columns whose correlation with a block's counts over the used inputs exceeds this
+# are named in the remedy as "the blocks that run with it"
+CO_VARY = 0.95
+# inputs listed in a prediction warning's text (all are in FitWarning.inputs)
+LIST_INPUTS = 5
+
+
+def plausibility(fx: Any, blocks: Sequence[BlockFit], groups: Sequence[Group],
+                 overhead: Sequence[Overhead], resid_all: np.ndarray,
+                 kept: np.ndarray) -> list[FitWarning]:
+    """Every warning of the module docstring, in order: costs, overheads, predictions."""
+    out: list[FitWarning] = []
+    out += _negative_costs(fx, blocks, groups)
+    out += _overheads(fx, overhead)
+    out += _predictions(fx, overhead, resid_all)
+    return out
+
+
+def _co_varying(fx: Any, block_idx: Sequence[int], limit: int = 3) -> list[int]:
+    """Addresses of the other executed blocks whose counts move with these blocks' summed
+    count over the used inputs (|correlation| > CO_VARY), most correlated first."""
+    rows = np.flatnonzero(fx.w > 0)
+    if rows.size < 3:
+        return []
+    X = np.asarray(fx.counts[rows], dtype=np.float64)
+    target = X[:, list(block_idx)].sum(axis=1)
+    tc = target - target.mean()
+    Xc = X - X.mean(axis=0)
+    den = np.linalg.norm(Xc, axis=0) * np.linalg.norm(tc)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.abs(tc @ Xc) / den
+    r[list(block_idx)] = 0.0
+    r[~np.isfinite(r)] = 0.0
+    order = [int(k) for k in np.argsort(-r) if r[k] > CO_VARY][:limit]
+    return [fx.addrs[k] for k in order]
+
+
+def _cost_remedy(fx: Any, addrs: Sequence[int]) -> str:
+    pos = {a: k for k, a in enumerate(fx.addrs)}
+    with_ = _co_varying(fx, [pos[a] for a in addrs])
+    what = ", ".join(hexaddr(a) for a in addrs)
+    if with_:
+        others = ", ".join(hexaddr(a) for a in with_)
+        return (f"the inputs do not vary how often {what} run(s) independently of {others}: "
+                f"the fit traded cost between them.  Add inputs that change {what}'s count "
+                f"while {others} run about as often as before, or split {what} from them "
+                f"with timing probes (wcetfit split)")
+    return (f"the inputs do not vary how often {what} run(s) independently of the other "
+            f"blocks: the fit traded cost between them.  Add inputs that change {what}'s "
+            f"count on its own, or split it with timing probes (wcetfit split)")
+
+
+def _negative_costs(fx: Any, blocks: Sequence[BlockFit],
+                    groups: Sequence[Group]) -> list[FitWarning]:
+    out: list[FitWarning] = []
+    for b in blocks:
+        if b.estimable and b.cost_ticks is not None and b.ci95_ticks is not None \
+                and b.cost_ticks + b.ci95_ticks < 0.0:
+            out.append(FitWarning(
+                WARN_NEGATIVE_COST,
+                f"the cost of {hexaddr(b.address)} is {fmt(b.cost_ticks)} ± "
+                f"{fmt(b.ci95_ticks)} ticks: its whole 95 % interval is below zero, which no "
+                "block can cost",
+                _cost_remedy(fx, [b.address]), blocks=(b.address,),
+                estimate_ticks=b.cost_ticks, ci95_ticks=b.ci95_ticks))
+    for g in groups:
+        for c in g.combinations:
+            if c.overhead_coefficients or not _is_sum(c):
+                continue            # differences may be negative; ε is checked apart
+            if c.value_ticks + c.ci95_ticks < 0.0:
+                addrs = tuple(a for a, _ in c.coefficients)
+                out.append(FitWarning(
+                    WARN_NEGATIVE_COST,
+                    f"{c.text}: a sum of block costs whose whole 95 % interval is below zero",
+                    _cost_remedy(fx, addrs), blocks=addrs, estimate_ticks=c.value_ticks,
+                    ci95_ticks=c.ci95_ticks))
+    return out
+
+
+def _is_sum(c: Combination) -> bool:
+    return bool(c.coefficients) and all(v > 0 for _, v in c.coefficients) and \
+        all(v > 0 for _, v in c.overhead_coefficients)
+
+
+def _shortest_call(fx: Any, config: int) -> float | None:
+    rows = np.flatnonzero((fx.w > 0) & (fx.cfg == fx.configs.index(config)))
+    return float(np.min(fx.y[rows])) if rows.size else None
+
+
+def _overheads(fx: Any, overhead: Sequence[Overhead]) -> list[FitWarning]:
+    floor = float(fx.opts.overhead_floor_ticks)
+    out: list[FitWarning] = []
+    for o in overhead:
+        if o.value_ticks is None or o.value_ticks >= floor:
+            continue
+        name = "ε" if fx.n_cfg == 1 else f"ε[{o.config}]"
+        once = ", ".join(hexaddr(a) for a, _ in o.blocks[:LIST_INPUTS])
+        if len(o.blocks) > LIST_INPUTS:
+            once += f", … {len(o.blocks)} blocks"
+        what = f"{name} + the blocks run once per call ({once})" if once else name
+        ci = o.ci95_ticks if o.ci95_ticks is not None else float("inf")
+        excludes = o.value_ticks + ci < floor
+        short = _shortest_call(fx, o.config)
+        floor_txt = "zero" if floor == 0.0 else f"its floor of {fmt(floor)} ticks"
+        shortest = f" (the shortest call used measured {fmt(short)} ticks)" if short else ""
+        if excludes:
+            msg = (f"{what} = {fmt(o.value_ticks)} ± {fmt(ci)} ticks: the whole 95 % interval "
+                   f"is below {floor_txt}{shortest}.  A timed call cannot cost less than its "
+                   "empty timed region: the fit traded the overhead against blocks that run "
+                   "in (nearly) every call, whose costs are then off by as much in the other "
+                   "direction")
+            remedy = ("add inputs that run the per-call work a different number of times — "
+                      "short ones (an empty or minimal input) and ones that leave out the usual "
+                      "paths — so that the overhead is measured rather than traded; until then "
+                      "read block costs as combinations, not as physical costs")
+        else:
+            msg = (f"{what} = {fmt(o.value_ticks)} ± {fmt(ci)} ticks: the estimate is below "
+                   f"{floor_txt}, which no timed call can cost; its interval reaches physical "
+                   f"values, so the inputs determine it poorly{shortest}")
+            remedy = ("add short inputs (an empty or minimal one) to measure the overhead "
+                      "instead of extrapolating it")
+        out.append(FitWarning(WARN_OVERHEAD, msg, remedy,
+                              blocks=tuple(a for a, _ in o.blocks), config=o.config,
+                              estimate_ticks=o.value_ticks, ci95_ticks=o.ci95_ticks))
+    return out
+
+
+def _predictions(fx: Any, overhead: Sequence[Overhead],
+                 resid_all: np.ndarray) -> list[FitWarning]:
+    """Measured inputs predicted below the floor by the fit, held-out ones by their fold."""
+    floor = float(fx.opts.overhead_floor_ticks)
+    cand = np.flatnonzero(fx.has)
+    fitted = fx.y[cand] - resid_all[cand]
+    neg_eps = any(o.value_ticks is not None and o.value_ticks < floor for o in overhead)
+    out: list[FitWarning] = []
+    sets = [("fitted", fitted)]
+    if getattr(fx, "fold_pred", None) is not None:
+        sets.append(("held-out", fx.fold_pred[cand]))
+    for kind, pred in sets:
+        low = np.isfinite(pred) & (pred < floor)
+        if not low.any():
+            continue
+        idx = cand[low]
+        order = np.argsort(pred[low])
+        listed = ", ".join(f"input {int(idx[k])}: {fmt(float(pred[low][k]))} predicted, "
+                           f"{fmt(float(fx.y[idx[k]]))} measured"
+                           for k in order[:LIST_INPUTS])
+        if neg_eps:
+            why = ("the overhead came out below its floor (see that warning): calls that run "
+                   "the per-call work few times inherit the extrapolated ε")
+        elif kind == "held-out":
+            why = ("without their fold the other inputs do not determine the count "
+                   "combinations these inputs run: the prediction extrapolates along "
+                   "directions the training inputs did not exercise")
+        else:
+            why = "the linear model does not fit these inputs (data-dependent costs?)"
+        floor_txt = "zero" if floor == 0.0 else f"the floor of {fmt(floor)} ticks"
+        msg = (f"{int(low.sum())} {kind} prediction(s) below {floor_txt} ({listed}"
+               f"{', …' if low.sum() > LIST_INPUTS else ''}): {why}")
+        remedy = ("add inputs like these (short ones, and ones that vary the blocks they run "
+                  "independently) so that their times are measured, not extrapolated")
+        out.append(FitWarning(WARN_NEGATIVE_PREDICTION, msg, remedy,
+                              inputs=tuple(int(i) for i in idx),
+                              estimate_ticks=float(pred[low].min())))
+    return out
+
+
+def summaries(warnings: Sequence[FitWarning]) -> list[str]:
+    """One line per kind for :attr:`FitResult.warnings` (shown by the report)."""
+    out: list[str] = []
+    costs = [w for w in warnings if w.code == WARN_NEGATIVE_COST]
+    if costs:
+        first = costs[0]
+        out.append(f"{len(costs)} estimable cost(s) or sum(s) of costs have their whole 95 % "
+                   f"interval below zero (e.g. {first.message}); {first.remedy}")
+    for w in warnings:
+        if w.code != WARN_NEGATIVE_COST:
+            out.append(f"{w.message}; {w.remedy}")
+    return out

@@ -1,0 +1,65 @@
+"""The words of the fit: linear combinations, numbers and count relations as text (the
+numerics that choose them are in :mod:`wcetfit.fit.groups`)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+
+def fmt(x: float) -> str:
+    return f"{x:.4g}" if abs(x) < 1e4 else f"{x:.6g}"
+
+
+def linear_text(terms: list[tuple[str, float, Fraction | None]]) -> str:
+    out = ""
+    for i, (name, v, f) in enumerate(terms):
+        neg = v < 0
+        mag = abs(v)
+        if f is not None:
+            fa = abs(f)
+            coef = "" if fa == 1 else (f"{fa.numerator}·" if fa.denominator == 1
+                                       else f"({fa.numerator}/{fa.denominator})·")
+        else:
+            coef = f"{mag:.4g}·"
+        if i == 0:
+            out += ("−" if neg else "") + coef + name
+        else:
+            out += (" − " if neg else " + ") + coef + name
+    return out or "0"
+
+
+def relations_text(pairs: list[tuple[list[tuple[str, float]], list[tuple[str, float]]]],
+                   structural: bool) -> tuple[list[str], str | None]:
+    """Count relations "lhs = rhs" (each side: (block name, coefficient) terms) and the
+    advice to break them; without a structural basis the advice is conditional."""
+    texts: list[str] = []
+    advice: list[str] = []
+    for lhs, rhs in pairs:
+        rel = f"{_side(lhs)} = {_side(rhs)}"
+        texts.append(rel)
+        if len(lhs) == 1 and len(rhs) == 1 and abs(lhs[0][1] - rhs[0][1]) < 1e-12:
+            advice.append(f"vary the inputs so that {lhs[0][0]} executes a different "
+                          f"number of times than {rhs[0][0]}")
+        elif not rhs or not lhs:
+            only = [a for a, _ in lhs + rhs]
+            advice.append(f"vary the inputs so that {', '.join(only)} execute(s)")
+        else:
+            advice.append(f"vary the inputs so that {rel} does not hold for every input")
+    if not structural:
+        text = ("if the CFG lets these counts differ: " + "; ".join(advice)) if advice else None
+    else:
+        text = "; ".join(advice) if advice else None
+    return texts, text
+
+
+def _side(terms: list[tuple[str, float]]) -> str:
+    if not terms:
+        return "0"
+    return " + ".join(("" if abs(v - 1) < 1e-12 else f"{fmt(v)}·") + f"N({a})"
+                      for a, v in terms)
+
+
+def unexecuted_advice(name: str, ran_in_rejected: bool) -> str:
+    if ran_in_rejected:
+        return f"{name} ran only in rejected inputs: its cost is unknown"
+    return f"no input executed {name}: its cost is unknown; add inputs that reach it"

@@ -574,7 +574,7 @@ def test_a_biased_probe_is_found_and_left_out():
     from wcetfit.split import workflow as R
 
     shown = 0
-    for seed in range(1, 9):
+    for seed in range(1, 17):
         sysm = System(seed)
         probes = [p for p in _planned(sysm) if p.kind == CF.KIND_STOP
                   and p.site == CF.SITE_BLOCK]
@@ -597,7 +597,9 @@ def test_a_biased_probe_is_found_and_left_out():
             assert not CK.disagreements(base, after)
             shown += 1
             break
-    assert shown >= 3, f"the bias showed in only {shown} of 8 systems"
+    # Whether the bias can show depends on the random system (see above); enough must show
+    # for the test to check anything.
+    assert shown >= 4, f"the bias showed in only {shown} of 16 systems"
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

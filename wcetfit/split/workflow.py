@@ -274,9 +274,10 @@ def inconsistent_probes(st: SplitState, baseline: Mapping[str, Any],
     A probe measures only up to (or from) the first arrival at its point: that part of
     the call may run differently from the average the whole calls see (the loop's first
     iteration with cold predictors, a rare branch taken once).  Greedily, the probe
-    whose removal leaves the least disagreement is left out, as long as that removal
-    helps, at most ``max_drop`` of them, among ``candidates`` (every probe measured in
-    the round: each round measures all of them again, in a session of its own)."""
+    whose removal leaves the least disagreement (then the fewest physically impossible
+    costs, the most blocks estimable alone, the smallest distance) is left out, as long as that removal helps, at
+    most ``max_drop`` of them, among ``candidates`` (every probe measured in the round:
+    each round measures all of them again, in a session of its own)."""
     from wcetfit.fit.result import FitOptions
 
     trial_options = FitOptions(folds=0, max_iterations=4)   # trials compare estimates only
@@ -288,12 +289,20 @@ def inconsistent_probes(st: SplitState, baseline: Mapping[str, Any],
         for key in candidates:
             if key in dropped:
                 continue
-            _r, _j, trial = fit(st, leave_out=dropped + [key], options=trial_options)
+            res, _j, trial = fit(st, leave_out=dropped + [key], options=trial_options)
             d = CK.disagreements(baseline, trial)
-            score = (len(d), _distance(baseline, trial))
+            # Where several removals restore agreement, the probe to blame is the one whose
+            # rows, kept, force a cost no block can have (a whole 95 % interval below zero):
+            # a biased region pulls its blocks' costs until one turns physically impossible.
+            # Among those, the one whose removal keeps the most blocks estimable alone: it
+            # loses the least of what the probes measured.
+            impossible = sum(1 for w in getattr(res, "fit_warnings", ())
+                             if w.code == "negative_cost")
+            kept = sum(1 for b in trial["blocks"] if b["estimable"])
+            score = (len(d), impossible, -kept, _distance(baseline, trial))
             if best is None or score < best[0]:
                 best = (score, key, trial, d)
-        if best is None or best[0] >= (len(dis), _distance(baseline, current)):
+        if best is None or (best[0][0], best[0][3]) >= (len(dis), _distance(baseline, current)):
             break
         _score, key, current, dis = best
         dropped.append(key)

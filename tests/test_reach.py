@@ -187,3 +187,56 @@ def test_witness_describe_and_bad_address(lib):
     assert Witness((5, b"\x01\x02")).describe() == "arg0 = 5 (0x5), arg1 = buffer[2] 0102"
     with pytest.raises(BinaryError):
         reach_blocks(lib, 0x7fff_0000_0000, [0x7fff_0000_0000], _template(n=IntParam()), 1.0)
+
+
+ZLIB = "/lib/x86_64-linux-gnu/libz.so.1"
+
+
+@pytest.mark.slow
+def test_zlib_adler32_z_every_verdict_checked_by_running_it():
+    """A real library: adler32_z(adler, buf, len) with len in [0, 16] and a 16-byte buffer.
+    Every witness is run in the count run and must execute its block; every block called
+    unreachable must stay unexecuted over all 17 lengths (the only input that steers the
+    control flow besides buf being non-null) with random bytes and adler values."""
+    if not os.path.exists(ZLIB):
+        pytest.skip(f"{ZLIB} is absent")
+    from wcetfit.count.instrumented import Counter, InstrumentedCopy
+    from wcetfit.count.relocate import closure
+    from wcetfit.loader import load_binary
+    from wcetfit.static.reach import (NOT_FOUND, REACHED, UNREACHABLE, BufParam, IntParam,
+                                      reach_blocks)
+    from wcetfit.timing.thunk import build_harness
+
+    fn = "adler32_z"
+    models = models_for(ZLIB, [fn])
+    model = models[fn]
+    t = time.perf_counter()
+    res = reach_blocks(ZLIB, model.address, [b.address for b in model.blocks],
+                       _template(adler=IntParam(0, 2**32 - 1), buf=BufParam(16),
+                                 n=IntParam(0, 16)), budget_s=60)
+    took = time.perf_counter() - t
+    stat = {s: sum(r.status == s for r in res) for s in (REACHED, UNREACHABLE, NOT_FOUND)}
+    print(f"{fn}: {len(res)} blocks in {took:.2f} s: {stat}")
+    assert stat[REACHED] > 0
+
+    h = build_harness("unsigned long adler32_z(unsigned long adler, const unsigned char *buf,"
+                      " size_t len);", "")
+    rng = np.random.default_rng(4)
+    with InstrumentedCopy(load_binary(ZLIB), closure(models, [fn])) as copy:
+        counter = Counter(copy, fn, h)
+        cols = copy.block_addresses(fn)
+
+        def run(i, adler, data, n):
+            r = counter.count(i, h.pack(fn, (adler, h.ffi.new("unsigned char[]", data), n)))
+            return dict(zip(cols, (int(c) for c in r.counts[fn])))
+
+        for i, r in enumerate(res):
+            if r.status == REACHED:
+                adler, data, n = r.witness.values
+                assert run(i, adler, data, n)[r.address] >= 1, r.witness.describe()
+        never = {r.address for r in res if r.status == UNREACHABLE}
+        for n in range(17):
+            for k in range(3):
+                c = run(1000 + 3 * n + k, int(rng.integers(0, 2**32)),
+                        rng.integers(0, 256, 16, dtype=np.uint8).tobytes(), n)
+                assert not any(c[a] for a in never), (n, [hex(a) for a in never if c[a]])

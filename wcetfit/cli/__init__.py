@@ -16,7 +16,8 @@ import sys
 from wcetfit.errors import WcetfitError
 
 # Order of the subcommands in --help.
-COMMANDS = ["analyze", "cfg", "count", "time", "calibrate", "fit", "report", "split", "search"]
+COMMANDS = ["analyze", "cfg", "count", "time", "calibrate", "fit", "report", "split", "search",
+            "reach"]
 
 EXIT_USAGE = 2  # bad input of any kind: usage, target file, binary, store
 

@@ -240,3 +240,32 @@ def test_zlib_adler32_z_every_verdict_checked_by_running_it():
                 c = run(1000 + 3 * n + k, int(rng.integers(0, 2**32)),
                         rng.integers(0, 256, 16, dtype=np.uint8).tobytes(), n)
                 assert not any(c[a] for a in never), (n, [hex(a) for a in never if c[a]])
+
+
+@pytest.mark.slow
+def test_cli_reach_on_a_counted_target(lib, tmp_path, capsys):
+    """`wcetfit count` then `wcetfit reach`: the never-executed blocks of magic() are
+    listed with their verdicts (block addresses from objdump)."""
+    from wcetfit.cli import main
+
+    (tmp_path / "wcetfit.toml").write_text(
+        f'binary = "{lib}"\nfunctions = ["magic"]\n'
+        'prototype = "int magic(unsigned long x, int n);"\ninputs = "inputs.py"\n'
+        "[measure]\ninputs = 20\nseed = 3\n")
+    (tmp_path / "inputs.py").write_text(
+        "def generate(ctx):\n"   # input 0 has x = 0: the range then covers 0x1234abcd
+        "    x = 0 if ctx.index == 0 else int(ctx.rng.integers(0, 1 << 40))\n"
+        "    return (x, int(ctx.rng.integers(-100, 1000)))\n")
+    assert main(["count", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["reach", str(tmp_path), "--budget", "60"]) == 0
+    out = capsys.readouterr().out
+    print(out)
+    magic_block = _after_compare(lib, "magic", "0x1234abcd", taken=True)
+    never_block = _after_compare(lib, "magic", "0x12c", taken=False)
+    lines = {int(m.group(1), 16): m.group(2)
+             for m in re.finditer(r"\((0x[0-9a-f]+)\): (.*)", out)}
+    assert set(lines) == {magic_block, never_block}
+    assert lines[magic_block].startswith("reached") and "0x1234abcd" in lines[magic_block]
+    assert lines[never_block].startswith("proven unreachable")
+    assert main(["reach", str(tmp_path), "--budget", "0"]) == 2

@@ -1,0 +1,271 @@
+"""Reaching unmeasured blocks by symbolic execution (wcetfit.static.reach).
+
+Truth used here: the block addresses come from objdump's disassembly (the instruction after
+a compare against the magic constant, etc.), and every witness is checked by running the
+real function with it in wcetfit's count run (the instrumented copy), whose counts say
+whether the block ran.  Random inputs are counted first to show the block is not one that
+any input reaches.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_relocate import build_so, models_for  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("objdump") is None,
+                                reason="gcc and objdump are needed")
+
+REACH_C = r"""
+volatile int sink;
+
+/* noipa: gcc must not see that the result is at most 255 (else it folds the test away) */
+__attribute__((noipa)) static int clampv(int v) { return v < 0 ? 0 : (v & 0xff); }
+
+int magic(unsigned long x, int n)
+{
+    int r = 0;
+    if (x == 0x1234abcdUL) { sink = 1; r = 7; }       /* (a) one value in 2^64 */
+    if (clampv(n) > 300) { sink = 3; r = 99; }        /* (b) never: clampv(n) <= 255 */
+    return r + n;
+}
+
+int spin(int n)
+{
+    int s = 0;
+    for (int i = 0; i < 1000000; i++)                 /* (c) a million iterations first */
+        s += sink;
+    if (s == 123456789) sink = 9;
+    return s + n;
+}
+
+int bufcheck(const unsigned char *p, int len)
+{
+    if (len > 3 && p[0] == 'Z' && p[1] == 'q' && p[3] == 0x7f) { sink = 5; return 1; }
+    return 0;
+}
+"""
+
+PROTO = "int magic(unsigned long x, int n); int spin(int n);" \
+        "int bufcheck(const unsigned char *p, int len);"
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    return build_so(tmp_path_factory.mktemp("reach"), {"reach.c": REACH_C}, name="reach",
+                    flags=("-O1",))
+
+
+def _objdump(path: str, fn: str) -> list[tuple[int, str]]:
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", path], check=True,
+                         capture_output=True, text=True).stdout
+    body = out.split(f"<{fn}>:\n", 1)[1].split("\n\n", 1)[0]
+    insns = []
+    for line in body.splitlines():
+        m = re.match(r"\s*([0-9a-f]+):\s+(.*)", line)
+        if m:
+            insns.append((int(m.group(1), 16), m.group(2).strip()))
+    return insns
+
+
+def _after_compare(path: str, fn: str, const: str, taken: bool) -> int:
+    """The block objdump shows behind ``cmp $const,…`` and the conditional jump after it:
+    the jump's target (taken) or the next instruction (fall-through)."""
+    insns = _objdump(path, fn)
+    for k, (_, text) in enumerate(insns):
+        if re.match(rf"cmp[bwlq]?\s+\${const},", text):
+            jump = insns[k + 1][1]
+            assert jump.startswith("j"), jump
+            return int(jump.split()[1], 16) if taken else insns[k + 2][0]
+    raise AssertionError(f"no cmp ${const} in {fn}")
+
+
+def _template(**kw):
+    from wcetfit.static.reach import ArgTemplate
+    return ArgTemplate(tuple(kw.values()))
+
+
+def _counts(path: str, fn: str, calls):
+    """Per call, {block address: count} of ``fn`` in wcetfit's count run."""
+    from wcetfit.count.instrumented import Counter, InstrumentedCopy
+    from wcetfit.count.relocate import closure
+    from wcetfit.loader import load_binary
+    from wcetfit.timing.thunk import build_harness
+
+    h = build_harness(PROTO, "")
+    models = models_for(path, [fn])
+    out = []
+    with InstrumentedCopy(load_binary(path), closure(models, [fn])) as copy:
+        counter = Counter(copy, fn, h)
+        cols = copy.block_addresses(fn)
+        for i, make in enumerate(calls):
+            r = counter.count(i, h.pack(fn, make(h)))
+            out.append(dict(zip(cols, (int(c) for c in r.counts[fn]))))
+    return out
+
+
+@pytest.mark.slow
+def test_magic_value_is_found_and_the_witness_reaches_it(lib):
+    from wcetfit.static.binary import load_model
+    from wcetfit.static.reach import REACHED, UNREACHABLE, IntParam, reach_blocks
+
+    model = load_model(lib, ["magic"]).functions["magic"]
+    magic_block = _after_compare(lib, "magic", "0x1234abcd", taken=True)
+    never_block = _after_compare(lib, "magic", "0x12c", taken=False)
+    blocks = {b.address for b in model.blocks}
+    assert {magic_block, never_block} <= blocks, "objdump's blocks are the static model's"
+
+    # random inputs in the template's ranges never run the magic block
+    rng = np.random.default_rng(16)
+    randoms = [(int(rng.integers(0, 1 << 40)), int(rng.integers(-100, 1000))) for _ in range(50)]
+    seen = _counts(lib, "magic", [lambda h, a=a: a for a in randoms])
+    assert all(c[magic_block] == 0 and c[never_block] == 0 for c in seen)
+
+    t = time.perf_counter()
+    res = reach_blocks(lib, model.address, [magic_block, never_block],
+                       _template(x=IntParam(0, 1 << 40), n=IntParam(-100, 1000)), budget_s=60)
+    print(f"magic: {time.perf_counter() - t:.2f} s:", *(f"{r.address:#x} {r.status} "
+          f"{r.witness.describe() if r.witness else r.note}" for r in res), sep="\n  ")
+    by = {r.address: r for r in res}
+    assert by[magic_block].status == REACHED
+    x, n = by[magic_block].witness.values
+    assert x == 0x1234abcd and -100 <= n <= 1000
+    assert by[never_block].status == UNREACHABLE, by[never_block].note
+    assert by[never_block].witness is None
+
+    # the witness, run for real, executes the block (once per call)
+    (c,) = _counts(lib, "magic", [lambda h: (x, n)])
+    assert c[magic_block] == 1 and c[never_block] == 0
+
+
+@pytest.mark.slow
+def test_buffer_contents_are_solved(lib):
+    from wcetfit.static.binary import load_model
+    from wcetfit.static.reach import REACHED, BufParam, IntParam, reach_blocks
+
+    model = load_model(lib, ["bufcheck"]).functions["bufcheck"]
+    target = _after_compare(lib, "bufcheck", "0x7f", taken=False)
+    assert target in {b.address for b in model.blocks}
+    (r,) = reach_blocks(lib, model.address, [target],
+                        _template(p=BufParam(8), n=IntParam(0, 8)), budget_s=60)
+    assert r.status == REACHED, r.note
+    data, n = r.witness.values
+    assert len(data) == 8 and 0 <= n <= 8
+    (c,) = _counts(lib, "bufcheck", [lambda h: (h.ffi.new("unsigned char[]", data), n)])
+    assert c[target] == 1
+
+
+@pytest.mark.slow
+def test_block_behind_a_long_loop_is_not_found_in_a_tiny_budget(lib):
+    from wcetfit.static.binary import load_model
+    from wcetfit.static.reach import NOT_FOUND, IntParam, reach_blocks
+
+    model = load_model(lib, ["spin"]).functions["spin"]
+    target = _after_compare(lib, "spin", "0x75bcd15", taken=True)
+    assert target in {b.address for b in model.blocks}
+    t = time.perf_counter()
+    (r,) = reach_blocks(lib, model.address, [target], _template(n=IntParam(-100, 1000)),
+                        budget_s=1.0)
+    print(f"spin: {time.perf_counter() - t:.2f} s: {r.status}: {r.note}")
+    assert r.status == NOT_FOUND and r.witness is None
+    assert "budget" in r.note
+
+
+def test_witness_describe_and_bad_address(lib):
+    from wcetfit.errors import BinaryError
+    from wcetfit.static.reach import IntParam, Witness, reach_blocks
+
+    assert Witness((5, b"\x01\x02")).describe() == "arg0 = 5 (0x5), arg1 = buffer[2] 0102"
+    with pytest.raises(BinaryError):
+        reach_blocks(lib, 0x7fff_0000_0000, [0x7fff_0000_0000], _template(n=IntParam()), 1.0)
+
+
+ZLIB = "/lib/x86_64-linux-gnu/libz.so.1"
+
+
+@pytest.mark.slow
+def test_zlib_adler32_z_every_verdict_checked_by_running_it():
+    """A real library: adler32_z(adler, buf, len) with len in [0, 16] and a 16-byte buffer.
+    Every witness is run in the count run and must execute its block; every block called
+    unreachable must stay unexecuted over all 17 lengths (the only input that steers the
+    control flow besides buf being non-null) with random bytes and adler values."""
+    if not os.path.exists(ZLIB):
+        pytest.skip(f"{ZLIB} is absent")
+    from wcetfit.count.instrumented import Counter, InstrumentedCopy
+    from wcetfit.count.relocate import closure
+    from wcetfit.loader import load_binary
+    from wcetfit.static.reach import (NOT_FOUND, REACHED, UNREACHABLE, BufParam, IntParam,
+                                      reach_blocks)
+    from wcetfit.timing.thunk import build_harness
+
+    fn = "adler32_z"
+    models = models_for(ZLIB, [fn])
+    model = models[fn]
+    t = time.perf_counter()
+    res = reach_blocks(ZLIB, model.address, [b.address for b in model.blocks],
+                       _template(adler=IntParam(0, 2**32 - 1), buf=BufParam(16),
+                                 n=IntParam(0, 16)), budget_s=60)
+    took = time.perf_counter() - t
+    stat = {s: sum(r.status == s for r in res) for s in (REACHED, UNREACHABLE, NOT_FOUND)}
+    print(f"{fn}: {len(res)} blocks in {took:.2f} s: {stat}")
+    assert stat[REACHED] > 0
+
+    h = build_harness("unsigned long adler32_z(unsigned long adler, const unsigned char *buf,"
+                      " size_t len);", "")
+    rng = np.random.default_rng(4)
+    with InstrumentedCopy(load_binary(ZLIB), closure(models, [fn])) as copy:
+        counter = Counter(copy, fn, h)
+        cols = copy.block_addresses(fn)
+
+        def run(i, adler, data, n):
+            r = counter.count(i, h.pack(fn, (adler, h.ffi.new("unsigned char[]", data), n)))
+            return dict(zip(cols, (int(c) for c in r.counts[fn])))
+
+        for i, r in enumerate(res):
+            if r.status == REACHED:
+                adler, data, n = r.witness.values
+                assert run(i, adler, data, n)[r.address] >= 1, r.witness.describe()
+        never = {r.address for r in res if r.status == UNREACHABLE}
+        for n in range(17):
+            for k in range(3):
+                c = run(1000 + 3 * n + k, int(rng.integers(0, 2**32)),
+                        rng.integers(0, 256, 16, dtype=np.uint8).tobytes(), n)
+                assert not any(c[a] for a in never), (n, [hex(a) for a in never if c[a]])
+
+
+@pytest.mark.slow
+def test_cli_reach_on_a_counted_target(lib, tmp_path, capsys):
+    """`wcetfit count` then `wcetfit reach`: the never-executed blocks of magic() are
+    listed with their verdicts (block addresses from objdump)."""
+    from wcetfit.cli import main
+
+    (tmp_path / "wcetfit.toml").write_text(
+        f'binary = "{lib}"\nfunctions = ["magic"]\n'
+        'prototype = "int magic(unsigned long x, int n);"\ninputs = "inputs.py"\n'
+        "[measure]\ninputs = 20\nseed = 3\n")
+    (tmp_path / "inputs.py").write_text(
+        "def generate(ctx):\n"   # input 0 has x = 0: the range then covers 0x1234abcd
+        "    x = 0 if ctx.index == 0 else int(ctx.rng.integers(0, 1 << 40))\n"
+        "    return (x, int(ctx.rng.integers(-100, 1000)))\n")
+    assert main(["count", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["reach", str(tmp_path), "--budget", "60"]) == 0
+    out = capsys.readouterr().out
+    print(out)
+    magic_block = _after_compare(lib, "magic", "0x1234abcd", taken=True)
+    never_block = _after_compare(lib, "magic", "0x12c", taken=False)
+    lines = {int(m.group(1), 16): m.group(2)
+             for m in re.finditer(r"\((0x[0-9a-f]+)\): (.*)", out)}
+    assert set(lines) == {magic_block, never_block}
+    assert lines[magic_block].startswith("reached") and "0x1234abcd" in lines[magic_block]
+    assert lines[never_block].startswith("proven unreachable")
+    assert main(["reach", str(tmp_path), "--budget", "0"]) == 2

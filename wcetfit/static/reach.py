@@ -1,0 +1,273 @@
+"""Reaching blocks no measured input executed, by symbolic execution from the function's entry.
+
+The second module that imports angr (lazily, like :mod:`wcetfit.static.binary`); nothing of
+angr leaves it: the answers are the plain frozen dataclasses below.
+
+Public API: :func:`reach_blocks` (binary, function address, target blocks, argument template,
+budget in seconds) -> tuple[BlockReach, ...], one per target, each
+
+* ``"reached"``: a path from the entry reaches the block; the witness gives concrete values
+  for every parameter (integers, the buffers' bytes) solved from that path's constraints;
+* ``"unreachable"``: the exploration ran out of paths (no state left, none cut short by a
+  limit, none lost to an error or a symbolic jump, no symbolic address concretised) without
+  reaching it.  This is a proof *relative to angr's model of the code and to the template*:
+  integers only within their ranges, buffers only of the given lengths, imported calls
+  returning a fresh value without side effects on our memory;
+* ``"not found"``: anything else (the budget ran out, a path was cut, the model was
+  approximate); the note says which.
+
+Addresses in and out are link-time addresses as objdump prints them (those of the static
+model); angr maps a shared object elsewhere and we translate by ``mapped_base - linked_base``
+rather than forcing a load at 0, where a null pointer would read the ELF header instead of
+faulting.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Sequence, Union
+
+from wcetfit.errors import BinaryError
+
+log = logging.getLogger(__name__)
+
+REACHED = "reached"
+UNREACHABLE = "unreachable"
+NOT_FOUND = "not found"
+
+# A path longer than this many executed blocks is cut (it keeps loops with a concrete but
+# large trip count, and loops bounded only by a symbolic value, from eating the budget on
+# one path).  A cut path forbids the "unreachable" verdict.
+MAX_PATH_BLOCKS = 4000
+# Buffers go to fresh memory far above anything the loader maps for a shared object.
+_BUF_BASE = 0x7E00_0000_0000
+_BUF_GAP = 0x10_0000
+
+
+@dataclass(frozen=True)
+class IntParam:
+    """An integer parameter: concrete ``value``, or symbolic within ``[lo, hi]`` (signed
+    comparison when ``lo < 0``, as the measured values of a signed parameter may be)."""
+    lo: int = 0
+    hi: int = (1 << 64) - 1
+    value: int | None = None
+
+    def describe(self) -> str:
+        return f"int = {self.value}" if self.value is not None else f"int in [{self.lo}, {self.hi}]"
+
+
+@dataclass(frozen=True)
+class BufParam:
+    """A pointer to a fresh buffer of ``length`` bytes: concrete ``content``, or symbolic."""
+    length: int
+    content: bytes | None = None
+
+    def describe(self) -> str:
+        return (f"buffer[{self.length}] concrete" if self.content is not None
+                else f"buffer[{self.length}] symbolic")
+
+
+Param = Union[IntParam, BufParam]
+
+
+@dataclass(frozen=True)
+class ArgTemplate:
+    """The shape of the arguments, one entry per parameter in call order."""
+    params: tuple[Param, ...]
+
+    def describe(self) -> str:
+        return ", ".join(f"arg{i}: {p.describe()}" for i, p in enumerate(self.params))
+
+
+@dataclass(frozen=True)
+class Witness:
+    """Concrete arguments: an ``int`` per integer parameter, ``bytes`` per buffer."""
+    values: tuple[Union[int, bytes], ...]
+
+    def describe(self) -> str:
+        parts = []
+        for i, v in enumerate(self.values):
+            if isinstance(v, bytes):
+                shown = v[:32].hex() + ("…" if len(v) > 32 else "")
+                parts.append(f"arg{i} = buffer[{len(v)}] {shown}")
+            else:
+                parts.append(f"arg{i} = {v} ({v:#x})" if v >= 0 else f"arg{i} = {v}")
+        return ", ".join(parts) or "(no arguments)"
+
+
+@dataclass(frozen=True)
+class BlockReach:
+    address: int
+    status: str                     # REACHED, UNREACHABLE or NOT_FOUND
+    witness: Witness | None = None
+    note: str = ""
+    seconds: float = field(default=0.0, compare=False)   # wall time when decided
+
+
+def _to_signed(v: int) -> int:
+    return v - (1 << 64) if v >> 63 else v
+
+
+def reach_blocks(binary_path: str, function_address: int, targets: Sequence[int],
+                 template: ArgTemplate, budget_s: float) -> tuple[BlockReach, ...]:
+    """Look for inputs of the function at ``function_address`` (link-time) reaching each of
+    ``targets`` (link-time block starts) within ``budget_s`` seconds of exploration."""
+    try:
+        import angr
+        import claripy
+    except ImportError as exc:                                  # pragma: no cover
+        raise BinaryError(f"angr is not installed: {exc}") from exc
+    logging.getLogger("angr").setLevel(max(logging.ERROR, logging.getLogger("angr").level))
+    logging.getLogger("cle").setLevel(max(logging.ERROR, logging.getLogger("cle").level))
+
+    t0 = time.perf_counter()
+    try:
+        project = angr.Project(binary_path, auto_load_libs=False)
+    except Exception as exc:        # cle raises many kinds of errors on a bad file
+        raise BinaryError(f"{binary_path}: angr cannot load it: {exc}") from exc
+    obj = project.loader.main_object
+    delta = obj.mapped_base - obj.linked_base
+    if not obj.contains_addr(function_address + delta):
+        raise BinaryError(f"{binary_path}: {function_address:#x} is not inside the binary")
+    wanted = {int(t) + delta for t in targets}
+
+    # ---- arguments, shaped by the template
+    state_opts = {angr.options.SYMBOL_FILL_UNCONSTRAINED_MEMORY,
+                  angr.options.SYMBOL_FILL_UNCONSTRAINED_REGISTERS}
+    args, variables, constraints, buffers = [], [], [], []
+    for i, p in enumerate(template.params):
+        if isinstance(p, IntParam):
+            if p.value is not None:
+                args.append(claripy.BVV(p.value & ((1 << 64) - 1), 64))
+                variables.append(None)
+                continue
+            v = claripy.BVS(f"arg{i}", 64)
+            if p.lo < 0:
+                constraints += [v.SGE(p.lo), v.SLE(p.hi)]
+            else:
+                constraints += [v.UGE(p.lo), v.ULE(p.hi)]
+            args.append(v)
+            variables.append(v)
+        elif isinstance(p, BufParam):
+            addr = _BUF_BASE + i * _BUF_GAP
+            if p.length > _BUF_GAP // 2:
+                raise BinaryError(f"arg{i}: buffer of {p.length} bytes is too large to explore")
+            if p.content is not None:
+                content = claripy.BVV(p.content, 8 * len(p.content)) if p.content else None
+                variables.append(None)
+            else:
+                content = claripy.BVS(f"buf{i}", 8 * p.length) if p.length else None
+                variables.append(content)
+            buffers.append((addr, content))
+            args.append(claripy.BVV(addr, 64))
+        else:
+            raise TypeError(f"arg{i}: not an IntParam or BufParam: {p!r}")
+
+    state = project.factory.call_state(function_address + delta, *args, add_options=state_opts)
+    for addr, content in buffers:
+        if content is not None:
+            state.memory.store(addr, content)
+    for c in constraints:
+        state.solver.add(c)
+
+    # A symbolic address concretised (to one value for writes, a bounded range for reads)
+    # drops paths: then running out of states proves nothing.
+    concretised = [0]
+
+    def _on_concretise(st):
+        expr = st.inspect.address_concretization_expr
+        if expr is not None and getattr(expr, "symbolic", False):
+            concretised[0] += 1
+    state.inspect.b("address_concretization", when=angr.BP_AFTER, action=_on_concretise)
+
+    simgr = project.factory.simulation_manager(state)
+    simgr.use_technique(angr.exploration_techniques.LengthLimiter(MAX_PATH_BLOCKS, drop=False))
+    simgr.use_technique(angr.exploration_techniques.DFS())
+
+    found: dict[int, BlockReach] = {}
+    deadline = t0 + budget_s
+    steps = 0
+
+    def _note_hits() -> None:
+        for st in simgr.active:
+            if st.addr in wanted and st.addr - delta not in found:
+                found[st.addr - delta] = BlockReach(
+                    st.addr - delta, REACHED, _witness(st, template, variables),
+                    f"path of {len(st.history.bbl_addrs)} blocks",
+                    time.perf_counter() - t0)
+                wanted.discard(st.addr)
+
+    _note_hits()
+    timed_out = False
+    while wanted and (simgr.active or simgr.stashes.get("deferred")):
+        if time.perf_counter() > deadline:
+            timed_out = True
+            break
+        # stop lifting at the targets, so a target inside a straight run of code (entered by
+        # fall-through) is a state of its own
+        simgr.step(extra_stop_points=set(wanted))
+        steps += 1
+        _note_hits()
+    elapsed = time.perf_counter() - t0
+
+    left = {name: len(simgr.stashes.get(name, ())) for name in
+            ("active", "deferred", "cut", "errored", "unconstrained")}
+    left["errored"] = len(simgr.errored)
+    exhaustive = (not timed_out and left["active"] == 0 and left["deferred"] == 0
+                  and left["cut"] == 0 and left["errored"] == 0 and left["unconstrained"] == 0
+                  and concretised[0] == 0)
+    log.info("reach %s@%#x: %d step(s) in %.2f s, stashes %s, %d symbolic address(es) "
+             "concretised", binary_path, function_address, steps, elapsed, left, concretised[0])
+    why = []
+    if timed_out:
+        why.append(f"budget of {budget_s:g} s spent after {steps} step(s)")
+    if left["cut"]:
+        why.append(f"{left['cut']} path(s) cut at {MAX_PATH_BLOCKS} blocks")
+    if left["errored"]:
+        why.append(f"{left['errored']} path(s) stopped by an angr error")
+    if left["unconstrained"]:
+        why.append(f"{left['unconstrained']} path(s) jumped to a symbolic address")
+    if concretised[0]:
+        why.append(f"{concretised[0]} symbolic address(es) concretised")
+    out = []
+    for t in targets:
+        t = int(t)
+        if t in found:
+            out.append(found[t])
+        elif exhaustive:
+            out.append(BlockReach(t, UNREACHABLE, None,
+                                  f"all paths from the entry explored in {elapsed:.2f} s "
+                                  f"({steps} steps) under the template {template.describe()}",
+                                  elapsed))
+        else:
+            out.append(BlockReach(t, NOT_FOUND, None, "; ".join(why) or "exploration incomplete",
+                                  elapsed))
+    return tuple(out)
+
+
+def _witness(state, template: ArgTemplate, variables) -> Witness:
+    """One consistent model of all symbolic parameters on ``state``'s path (solved at once,
+    so that jointly constrained parameters agree)."""
+    import claripy
+
+    syms = [v for v in variables if v is not None]
+    solved: dict[int, int] = {}
+    if syms:
+        whole = claripy.Concat(*syms) if len(syms) > 1 else syms[0]
+        value = state.solver.eval(whole)
+        shift = whole.size()
+        for v in syms:
+            shift -= v.size()
+            solved[id(v)] = (value >> shift) & ((1 << v.size()) - 1)
+    values: list[Union[int, bytes]] = []
+    for p, v in zip(template.params, variables):
+        if isinstance(p, IntParam):
+            raw = p.value if v is None else solved[id(v)]
+            values.append(_to_signed(raw & ((1 << 64) - 1)) if p.lo < 0 else raw)
+        elif v is None:
+            values.append(p.content or b"")
+        else:
+            values.append(solved[id(v)].to_bytes(p.length, "big"))
+    return Witness(tuple(values))

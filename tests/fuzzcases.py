@@ -216,7 +216,7 @@ def c_texts(draw) -> str:
 
 
 def proto_case(prototype: str, cdef: str) -> None:
-    from wcetfit.timing.thunk import parse_signatures
+    from wcetfit.timing.prototype import parse_signatures
 
     parse_signatures(prototype, cdef)
 

@@ -127,7 +127,7 @@ def built(tmp_path_factory):
 
 
 def _parsed(decl):
-    from wcetfit.timing.thunk import parse_signatures
+    from wcetfit.timing.prototype import parse_signatures
 
     ffi, functions = parse_signatures(decl.prototype, decl.cdef)
     assert [n for n, _ in functions] == [decl.function]

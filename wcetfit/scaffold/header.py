@@ -90,7 +90,7 @@ def harness_tags() -> frozenset[tuple[str, str]]:
     a name that does not clash."""
     from pycparser import c_ast, c_parser
 
-    from wcetfit.timing.thunk import _C_PRELUDE   # the one list of the harness's headers
+    from wcetfit.timing.prototype import _C_PRELUDE   # the one list of the harness's headers
 
     if shutil.which("gcc") is None:
         return frozenset()

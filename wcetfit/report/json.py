@@ -11,7 +11,7 @@ Schema history (bump the version on every incompatible change and add a line her
 
 Layout::
 
-    {"schema": "wcetfit.report/1", "root": str, "tsc_hz": float|null,
+    {"schema": "wcetfit.report/2", "root": str, "tsc_hz": float|null,
      "units": {...}, "inputs": int, "repeats": int,
      "functions": [{
         "name", "address", "root": bool,

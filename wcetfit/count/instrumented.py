@@ -46,6 +46,7 @@ from wcetfit.errors import MeasurementError, SelfCheckError
 from wcetfit.loader import (PROT_EXEC, PROT_READ, PAGE, LoadedBinary, NearMemory,
                             WritableData, alloc_near, load_binary)
 from wcetfit.model import FunctionModel, hexaddr
+from wcetfit.count.compare import ReturnKind, check_same_memory, check_same_result
 from wcetfit.count.relocate import CopyPlan, closure, plan_copy
 
 log = logging.getLogger(__name__)
@@ -536,26 +537,17 @@ def check_trace(models: Mapping[str, FunctionModel], plan: CopyPlan, trace: np.n
 
 # --- the per-input procedure -------------------------------------------------------------------
 
-def _same_value(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (a != a and b != b)
-    return a == b
-
-
-def _first_difference(a: bytes, b: bytes) -> int:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return min(len(a), len(b))
-
-
 class Counter:
     """Counts inputs of one measured function: an :class:`InstrumentedCopy` and its checks."""
 
     def __init__(self, copy: InstrumentedCopy, function: str, harness: Harness, *,
-                 differential: bool = True, flow: bool = True) -> None:
+                 differential: bool = True, flow: bool = True,
+                 call_name: str | None = None) -> None:
         self.copy = copy
         self.function = function
+        # The prototype's name for it: the model's canonical name may differ (an IFUNC
+        # symbol ``strlen`` is modelled as its selected implementation).
+        self.call_name = call_name or function
         self.harness = harness
         self.differential = differential
         self.flow = flow
@@ -564,6 +556,27 @@ class Counter:
                                           name not in self._transfers.inexact)
                       for name in copy.plan.functions}
         self._data = WritableData(copy.binary)
+        self._warmed = False
+        sig = getattr(harness, "signature", None)
+        self._returns = ReturnKind.of(harness.ffi, sig(self.call_name).result) \
+            if sig is not None and hasattr(harness, "ffi") else None
+
+    def _warm_up(self, pack: Any) -> None:
+        """One untimed, uncounted call of the original before the first comparison.
+
+        A library may initialise state once per process on first use (json-c draws its
+        hash seed from /dev/urandom): without this call the instrumented copy would run
+        the initialisation and the original, after the restore of the writable pages,
+        would run it again with another draw, and the two would leave different data.
+        After it, both calls see initialised state.  Skipped (with a note) when an
+        argument's memory cannot be restored: the call would change the input."""
+        self._warmed = True
+        if getattr(pack, "unrestored", ()):
+            log.info("%s: no warm-up call (an argument is not restorable): state the library "
+                     "initialises on first use may make the first comparison differ",
+                     self.function)
+            return
+        self.harness.call(self.call_name, self.copy.original(self.function), pack)
 
     def count(self, index: int, pack: Any, fresh_pack: Any | None = None,
               start: Callable[[], None] | None = None) -> CountResult:
@@ -577,6 +590,8 @@ class Counter:
         """
         h, fn, copy = self.harness, self.function, self.copy
         other = fresh_pack if fresh_pack is not None else pack
+        if self.differential and not self._warmed:
+            self._warm_up(pack)
         if self.differential:
             saved = self._data.save()
             if fresh_pack is not None:
@@ -588,30 +603,17 @@ class Counter:
         copy.reset()
         if start is not None:
             start()
-        ret = h.call(fn, copy.entry(fn), pack)
+        ret = h.call(self.call_name, copy.entry(fn), pack)
         counts = copy.counts()
         trace = copy.trace() if copy.trace_enabled else None
         if self.differential:
             after_c, data_c = h.snapshot(pack), self._data.save()
             self._data.restore(saved)
-            ret_o = h.call(fn, copy.original(fn), other)
+            ret_o = h.call(self.call_name, copy.original(fn), other)
             after_o, data_o = h.snapshot(other), self._data.save()
-            if not _same_value(ret, ret_o):
-                raise SelfCheckError(f"differential check for input {index}: the instrumented "
-                                     f"copy of {fn} returned {ret!r}, the original {ret_o!r}")
-            if after_c != after_o:
-                k = next(k for k, (x, y) in enumerate(zip(after_c, after_o)) if x != y)
-                raise SelfCheckError(
-                    f"differential check for input {index}: argument memory after the "
-                    f"instrumented {fn} differs from the original's (buffer {k}, byte "
-                    f"{_first_difference(after_c[k], after_o[k])})")
-            for (a, _n), x, y in zip(self._data.ranges, data_c, data_o):
-                if x != y:
-                    off = _first_difference(x, y)
-                    raise SelfCheckError(
-                        f"differential check for input {index}: {fn} left different data in "
-                        f"the binary's writable memory at link-time address "
-                        f"{hexaddr(copy.binary.link_time(a + off))}")
+            check_same_result(self._returns, ret, ret_o, pack, other, index, fn)
+            check_same_memory(after_c, after_o, self._data.ranges, data_c, data_o,
+                              copy.binary, index, fn)
         acts = activations(copy.models, copy.plan, counts, fn, 1, self._transfers)
         edges = None
         if self.flow:
@@ -662,14 +664,16 @@ def count_inputs(model: Any, functions: Sequence[str], harness: Harness,
         fn = model.function(requested).name if hasattr(model, "function") else requested
         fns = closure(model.functions, [fn], uncounted)
         copy = InstrumentedCopy(binary, fns, trace=trace, trace_cap=trace_cap)
-        counters.append(Counter(copy, fn, harness, differential=differential))
+        names = getattr(harness, "functions", ())
+        counters.append(Counter(copy, fn, harness, differential=differential,
+                                call_name=requested if requested in names else fn))
     try:
         for counter in counters:
             for index, make_args in pairs:
-                pack = harness.pack(counter.function, make_args())
+                pack = harness.pack(counter.call_name, make_args())
                 fresh = None
                 if differential and getattr(pack, "unrestored", ()):
-                    fresh = harness.pack(counter.function, make_args())
+                    fresh = harness.pack(counter.call_name, make_args())
                 yield counter.count(index, pack, fresh)
     finally:
         for counter in counters:

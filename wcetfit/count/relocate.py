@@ -86,9 +86,11 @@ _READER_PREFIXES = ("cmov", "set", "fcmov", "j", "loop")
 _READERS = {"adc", "adcx", "adox", "sbb", "rcl", "rcr", "pushf", "pushfq", "pushfd", "lahf",
             "cmc", "into", "salc"}
 
-# Mnemonics without a rel32 form: they cannot be retargeted into the copy.
-_NO_REL32 = {"loop", "loope", "loopne", "loopz", "loopnz", "jrcxz", "jecxz", "jcxz",
-             "xbegin"}
+# Branches with only a rel8 form: retargeted through a short trampoline
+# (:func:`wcetfit.count.x86enc.rel8_branch`).  XBEGIN (a transaction's abort address) has
+# no such rewrite: refused.
+_REL8_ONLY = {"loop", "loope", "loopne", "loopz", "loopnz", "jrcxz", "jecxz", "jcxz"}
+_NO_REL32 = _REL8_ONLY | {"xbegin"}
 _STOPS = {"ret", "retf", "iret", "iretd", "iretq", "hlt", "ud2", "ud0", "ud1", "jmp",
           "sysret", "sysexit"}
 _PREFIX_WORDS = ("bnd", "notrack", "rep", "repne", "repe", "lock")
@@ -372,6 +374,8 @@ def _encode(it: _Item, at: int, resolve: Callable[[Target], int], data_address: 
         return enc.call_rel32(at, resolve(it.target))
     if k == "jcc":
         return enc.jcc_rel32(it.cc, at, resolve(it.target))
+    if k == "rel8":
+        return enc.rel8_branch(it.raw, at, resolve(it.target))
     counter = data_address + 8 * it.block_id
     if k == "counter":
         return (enc.counter_safe(at, counter) if it.flags_live
@@ -717,7 +721,7 @@ class _Planner:
 
     def _note_transfer(self, f: FunctionModel, block: int, insn: _Insn, item: _Item) -> None:
         t = item.target
-        if item.kind not in ("call", "jmp", "jcc") or t is None or t[0] != "block":
+        if item.kind not in ("call", "jmp", "jcc", "rel8") or t is None or t[0] != "block":
             return
         if t[1] == f.name and item.kind != "call":
             return                    # a jump inside the function: a CFG edge
@@ -742,7 +746,7 @@ class _Planner:
     def _instruction(self, f: FunctionModel, insn: _Insn, sites, tables, table_index,
                      unresolved, referenced) -> Iterable[_Item]:
         m = insn.mnemonic
-        if m in _NO_REL32:
+        if m == "jcxz" or (m in _NO_REL32 and m not in _REL8_ONLY):
             raise self._refuse(f, insn, "has no rel32 form and cannot be retargeted")
         if insn.address in unresolved and (insn.is_jump or insn.is_call):
             raise self._refuse(f, insn, "is an unresolved indirect jump")
@@ -754,6 +758,11 @@ class _Planner:
                             origin=insn.address)
             elif m == "jmp":
                 yield _Item("jmp", enc.JMP_SIZE,
+                            target=self._tail_or_jump(f, insn, site), origin=insn.address)
+            elif m in _REL8_ONLY:
+                # rel8 only: the instruction's last byte is its displacement (no
+                # immediate follows it); the rest is kept byte for byte.
+                yield _Item("rel8", enc.rel8_branch_size(insn.size - 1), raw=insn.raw[:-1],
                             target=self._tail_or_jump(f, insn, site), origin=insn.address)
             elif m in enc.JCC_CODES:
                 yield _Item("jcc", enc.JCC_SIZE, cc=enc.JCC_CODES[m],

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from wcetfit.errors import MeasurementError
+from wcetfit.errors import NothingMeasured
 from wcetfit.isolate import InputFailure
 from wcetfit.measurements import (CountSet, FunctionCounts, Progress, load_counts,
                                   measure_saving, prototype_name, save_counts)
@@ -41,23 +41,21 @@ class _CountWorker:
         self.counters = []
         for root in roots:
             fn = model.function(root).name
-            if prototype_name(self.harness, fn) != fn:
-                raise MeasurementError(f"{root}: the count run needs the prototype to declare "
-                                       f"the function under its symbol name {fn}")
+            name = prototype_name(self.harness, root)
             copy = InstrumentedCopy(binary, closure(model.functions, [fn]), trace=trace,
                                     trace_cap=target.measure.trace_cap)
-            self.counters.append((root, Counter(copy, fn, self.harness)))
+            self.counters.append((root, Counter(copy, fn, self.harness, call_name=name)))
 
     def run(self, index: int, start: Callable[[str], None]) -> dict[str, Any]:
         out = {}
         for root, counter in self.counters:
             args = generate_input(self.generate, self.target, self.harness.ffi,
-                                  counter.function, index)
-            pack = self.harness.pack(counter.function, args)
+                                  root, index)
+            pack = self.harness.pack(counter.call_name, args)
             fresh = None
             if getattr(pack, "unrestored", ()):
-                fresh = self.harness.pack(counter.function, generate_input(
-                    self.generate, self.target, self.harness.ffi, counter.function, index))
+                fresh = self.harness.pack(counter.call_name, generate_input(
+                    self.generate, self.target, self.harness.ffi, root, index))
             summary = describe_args(self.harness.ffi, args)
             res = counter.count(index, pack, fresh, start=lambda: start(summary))
             out[root] = ({k: np.asarray(v, dtype=np.int64) for k, v in res.counts.items()},
@@ -128,4 +126,12 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
                    timeout=3 * target.measure.timeout, store_result=store_result,
                    failures=failures, save=save, done=lambda: len(per_root[first]),
                    wanted=len(wanted), progress=progress)
-    return snapshot()
+    result = snapshot()
+    for r, cs in result.items():
+        if len(cs.indices) == 0 and len(wanted):
+            # Saved above (failures included), but a run with no row is no measurement:
+            # never report it as "0 inputs counted, checks passed".
+            first_ones = "; ".join(f.describe() for f in cs.failures[:3]) or "no result"
+            more = f" (and {len(cs.failures) - 3} more)" if len(cs.failures) > 3 else ""
+            raise NothingMeasured(f"{r}: no input could be counted: {first_ones}{more}")
+    return result

@@ -150,6 +150,28 @@ def jmp_short(distance: int) -> bytes:
     return b"\xeb" + struct.pack("<b", distance)
 
 
+def rel8_branch(head: bytes, at: int, target: int) -> bytes:
+    """A branch with only a rel8 form (``jrcxz``, ``jecxz``, ``loop``, ``loope``, ``loopne``)
+    retargeted anywhere within ±2 GiB::
+
+        head +2          ; the original instruction (prefixes and opcode kept), taken → T
+        jmp short +5     ; not taken: skip the trampoline, go on with the next item
+    T:  jmp rel32 target
+
+    Why this is the same instruction: the original opcode still decides, from the same
+    RCX/ECX (and ZF for LOOPE/LOOPNE) and with the same side effect (LOOP* decrements
+    the count register, never the flags); the two JMPs read and write no flag and no
+    register, so every flag and register seen at ``target`` or after the not-taken path
+    is what the original would have left.  Only the instruction's own displacement byte
+    changes (``head`` is the instruction without it)."""
+    out = head + b"\x02" + jmp_short(5)
+    return out + jmp_rel32(at + len(out), target)
+
+
+def rel8_branch_size(head_size: int) -> int:
+    return head_size + 1 + 2 + JMP_SIZE
+
+
 # --- the sequences the copy emits at a block start ---------------------------------------
 
 def counter_fast(at: int, counter: int) -> bytes:

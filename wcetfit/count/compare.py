@@ -84,42 +84,63 @@ def _c_string(address: int) -> bytes:
     return ctypes.string_at(address)[:MAX_STRING]
 
 
-def check_same_result(kind: ReturnKind | None, ret: Any, ret_o: Any, pack: Any, other: Any,
-                      index: int, fn: str) -> None:
+@dataclass(frozen=True)
+class Outcome:
+    """What one call left that the other must match: picklable (the original's call runs
+    in a forked process and sends it back)."""
+
+    ret: Any                        # the return value as Python (int for a pointer)
+    where: tuple[int, int] | None   # a returned pointer into the arguments: (buffer, offset)
+    content: bytes | None           # what a returned fresh pointer points to (None: not read)
+    args: tuple[bytes, ...]         # argument memory afterwards
+    data: tuple[bytes, ...]         # the binary's writable pages afterwards
+
+
+def outcome(kind: ReturnKind | None, ret: Any, pack: Any, args: Sequence[bytes],
+            data: Sequence[bytes]) -> Outcome:
+    where = content = None
+    if kind is not None and kind.pointer and ret:
+        where = _in_arguments(pack, ret)
+        if where is None:
+            if kind.string:
+                content = _c_string(ret)
+            elif kind.item_size:
+                content = ctypes.string_at(ret, kind.item_size)
+    return Outcome(ret, where, content, tuple(args), tuple(data))
+
+
+def check_same_result(kind: ReturnKind | None, c: Outcome, o: Outcome, index: int,
+                      fn: str) -> None:
     """Raise SelfCheckError, with the reason, unless the two return values agree."""
     head = f"differential check for input {index}: {fn}"
-    if kind is None or not kind.pointer or _same_scalar(ret, ret_o):
+    ret, ret_o = c.ret, o.ret
+    if kind is None or not kind.pointer:
         if not _same_scalar(ret, ret_o):
             raise SelfCheckError(f"{head}: the instrumented copy returned {ret!r}, the "
                                  f"original {ret_o!r}")
         return
-    # Two different pointers.
     if not ret or not ret_o:
-        raise SelfCheckError(f"{head}: one call returned NULL, the other a pointer "
-                             f"(copy {hexaddr(ret or 0)}, original {hexaddr(ret_o or 0)})")
-    in_c, in_o = _in_arguments(pack, ret), _in_arguments(other, ret_o)
-    if in_c is not None or in_o is not None:
-        if in_c == in_o:
-            return                       # the same place of two identical argument copies
-        raise SelfCheckError(f"{head}: returned pointers to different places: copy "
-                             f"{_where(in_c, ret)}, original {_where(in_o, ret_o)}")
-    if kind.string:
-        a, b = _c_string(ret), _c_string(ret_o)
-        if a != b:
-            raise SelfCheckError(
-                f"{head}: returned two fresh strings (at different addresses, as an "
-                f"allocating function does) with different contents: copy {a[:40]!r}, "
-                f"original {b[:40]!r} (first difference at byte {first_difference(a, b)})")
+        if bool(ret) != bool(ret_o):
+            raise SelfCheckError(f"{head}: one call returned NULL, the other a pointer "
+                                 f"(copy {hexaddr(ret or 0)}, original {hexaddr(ret_o or 0)})")
         return
-    if kind.item_size:
-        a, b = ctypes.string_at(ret, kind.item_size), ctypes.string_at(ret_o, kind.item_size)
-        if a != b:
-            raise SelfCheckError(
-                f"{head}: returned two fresh objects of type {kind.item} with different "
-                f"contents (byte {first_difference(a, b)} of {kind.item_size})")
+    if c.where is not None or o.where is not None:
+        if c.where != o.where:
+            raise SelfCheckError(f"{head}: returned pointers to different places: copy "
+                                 f"{_where(c.where, ret)}, original {_where(o.where, ret_o)}")
+        return                       # the same place of identical argument memory
+    if c.content is None:
+        if ret != ret_o:
+            log.debug("%s: input %d returned two different %s pointers; the prototype gives "
+                      "no size, so what they point to is not compared", fn, index, kind.item)
         return
-    log.debug("%s: input %d returned two different %s pointers; the prototype gives no size, "
-              "so what they point to is not compared", fn, index, kind.item)
+    if c.content != o.content:
+        a, b = c.content, o.content or b""
+        what = "strings" if kind.string else f"objects of type {kind.item}"
+        raise SelfCheckError(
+            f"{head}: returned two {what} outside the arguments (fresh objects, compared "
+            f"by content, not address) that differ at byte {first_difference(a, b)}: "
+            f"copy {a[:40]!r}, original {b[:40]!r}")
 
 
 def _where(loc: tuple[int, int] | None, address: int) -> str:
@@ -128,11 +149,11 @@ def _where(loc: tuple[int, int] | None, address: int) -> str:
     return f"argument buffer {loc[0]} byte {loc[1]}"
 
 
-def check_same_memory(after_c: Sequence[bytes], after_o: Sequence[bytes],
-                      ranges: Sequence[tuple[int, int]], data_c: Sequence[bytes],
-                      data_o: Sequence[bytes], binary: Any, index: int, fn: str) -> None:
+def check_same_memory(c: Outcome, o: Outcome, ranges: Sequence[tuple[int, int]],
+                      binary: Any, index: int, fn: str) -> None:
     """Argument memory and the binary's writable pages after the two calls."""
     head = f"differential check for input {index}: {fn}"
+    after_c, after_o = c.args, o.args
     if after_c != after_o:
         k = next(k for k, (x, y) in enumerate(zip(after_c, after_o)) if x != y)
         off = first_difference(after_c[k], after_o[k])
@@ -140,12 +161,12 @@ def check_same_memory(after_c: Sequence[bytes], after_o: Sequence[bytes],
             f"{head}: argument memory after the instrumented copy differs from the "
             f"original's (buffer {k}, byte {off}: copy wrote {after_c[k][off:off + 8].hex()}, "
             f"original {after_o[k][off:off + 8].hex()})")
-    for (a, _n), x, y in zip(ranges, data_c, data_o):
+    for (a, _n), x, y in zip(ranges, c.data, o.data):
         if x != y:
             off = first_difference(x, y)
             raise SelfCheckError(
                 f"{head}: left different data in the binary's writable memory at link-time "
                 f"address {hexaddr(binary.link_time(a + off))} (copy "
                 f"{x[off:off + 8].hex()}, original {y[off:off + 8].hex()}; both calls "
-                "started from the same saved state after a warm-up call, so this is state "
+                "started from the same process state after a warm-up call, so this is state "
                 "the function draws anew on every call, e.g. a random seed or a time)")

@@ -37,6 +37,9 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
+import pickle
+import signal
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
@@ -46,8 +49,9 @@ from wcetfit.errors import MeasurementError, SelfCheckError
 from wcetfit.loader import (PROT_EXEC, PROT_READ, PAGE, LoadedBinary, NearMemory,
                             WritableData, alloc_near, load_binary)
 from wcetfit.model import FunctionModel, hexaddr
-from wcetfit.count.compare import ReturnKind, check_same_memory, check_same_result
-from wcetfit.count.relocate import CopyPlan, closure, plan_copy
+from wcetfit.count.compare import (Outcome, ReturnKind, check_same_memory,
+                                   check_same_result, outcome)
+from wcetfit.count.relocate import CopyPlan, plan_copy, relocatable_closure
 
 log = logging.getLogger(__name__)
 
@@ -582,38 +586,31 @@ class Counter:
               start: Callable[[], None] | None = None) -> CountResult:
         """Count one call of the copy with ``pack`` (a harness ArgPack).
 
-        The harness restores the pack's argument memory before every call, so the
-        original then runs on the same initial bytes; ``fresh_pack`` (an independent
-        pack of the same arguments) is needed only when some pointer argument is not
-        restorable (``pack.unrestored``).  ``start()`` is called right before the copy
-        runs (the isolation layer's "about to call" notice).
+        Differential check: right before the copy's call this process forks; the child
+        calls the original on the same bytes (argument memory, heap, the binary's data,
+        its libc's malloc state: the whole process as it was) and sends back what the
+        call left (:class:`~wcetfit.count.compare.Outcome`); this process runs the copy
+        and compares.  Nothing is ever written back into memory, so no state the
+        analyzer uses can be corrupted, and an allocating function gets the same fresh
+        addresses in both.  ``fresh_pack`` is accepted for compatibility and unused (the
+        child has its own copy of every argument, restorable or not).  ``start()`` is
+        called right before the copy runs (the isolation layer's "about to call" notice).
         """
         h, fn, copy = self.harness, self.function, self.copy
-        other = fresh_pack if fresh_pack is not None else pack
         if self.differential and not self._warmed:
             self._warm_up(pack)
-        if self.differential:
-            saved = self._data.save()
-            if fresh_pack is not None:
-                before_c, before_o = h.snapshot(pack), h.snapshot(fresh_pack)
-                if before_c != before_o:
-                    raise MeasurementError(f"input {index}: the two argument copies differ "
-                                           "before the call: generate() is not "
-                                           "deterministic for this input")
+        reference = self._fork_original(pack) if self.differential else None
         copy.reset()
         if start is not None:
             start()
         ret = h.call(self.call_name, copy.entry(fn), pack)
         counts = copy.counts()
         trace = copy.trace() if copy.trace_enabled else None
-        if self.differential:
-            after_c, data_c = h.snapshot(pack), self._data.save()
-            self._data.restore(saved)
-            ret_o = h.call(self.call_name, copy.original(fn), other)
-            after_o, data_o = h.snapshot(other), self._data.save()
-            check_same_result(self._returns, ret, ret_o, pack, other, index, fn)
-            check_same_memory(after_c, after_o, self._data.ranges, data_c, data_o,
-                              copy.binary, index, fn)
+        if reference is not None:
+            mine = outcome(self._returns, ret, pack, h.snapshot(pack), self._data.save())
+            theirs = _collect(*reference, index, fn)
+            check_same_result(self._returns, mine, theirs, index, fn)
+            check_same_memory(mine, theirs, self._data.ranges, copy.binary, index, fn)
         acts = activations(copy.models, copy.plan, counts, fn, 1, self._transfers)
         edges = None
         if self.flow:
@@ -624,6 +621,57 @@ class Counter:
                                 self._transfers)
         return CountResult(index=index, counts=counts, activations=acts, return_value=ret,
                            trace=trace, edges=edges)
+
+
+    def _fork_original(self, pack: Any) -> tuple[int, int]:
+        """Start the original's call in a forked child; (pid, read end of its pipe)."""
+        h = self.harness
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                    # the child: never returns
+            code = 0
+            try:
+                os.close(r)
+                # Die with the counting process (the isolation layer kills it on a hang).
+                _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                ret = h.call(self.call_name, self.copy.original(self.function), pack)
+                msg = ("ok", outcome(self._returns, ret, pack, h.snapshot(pack),
+                                     self._data.save()))
+            except BaseException as exc:  # noqa: BLE001 - reported by the parent
+                msg = ("error", f"{type(exc).__name__}: {exc}")
+            try:
+                data = pickle.dumps(msg)
+                with os.fdopen(w, "wb") as fh:
+                    fh.write(data)
+            except BaseException:  # noqa: BLE001
+                code = 70
+            os._exit(code)
+        os.close(w)
+        return pid, r
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_prctl = _libc.prctl
+_PR_SET_PDEATHSIG = 1
+
+
+def _collect(pid: int, r: int, index: int, fn: str) -> Outcome:
+    with os.fdopen(r, "rb") as fh:
+        data = fh.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        raise SelfCheckError(f"differential check for input {index}: the original {fn} died "
+                             f"of {signal.Signals(sig).name} where the instrumented copy "
+                             "returned")
+    if not data:
+        raise SelfCheckError(f"differential check for input {index}: the original {fn}'s "
+                             f"process exited (status {status:#x}) without a result")
+    kind, value = pickle.loads(data)
+    if kind != "ok":
+        raise SelfCheckError(f"differential check for input {index}: calling the original "
+                             f"{fn} failed: {value}")
+    return value
 
 
 def count_inputs(model: Any, functions: Sequence[str], harness: Harness,
@@ -662,7 +710,10 @@ def count_inputs(model: Any, functions: Sequence[str], harness: Harness,
     counters = []
     for requested in functions:
         fn = model.function(requested).name if hasattr(model, "function") else requested
-        fns = closure(model.functions, [fn], uncounted)
+        fns, skipped = relocatable_closure(model.functions, [fn], binary.read, trace=trace,
+                                           uncounted=uncounted)
+        for name, why in skipped.items():
+            log.warning("%s: callee %s runs as original code, uncounted: %s", fn, name, why)
         copy = InstrumentedCopy(binary, fns, trace=trace, trace_cap=trace_cap)
         names = getattr(harness, "functions", ())
         counters.append(Counter(copy, fn, harness, differential=differential,

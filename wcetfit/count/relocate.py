@@ -51,8 +51,9 @@ from __future__ import annotations
 
 import logging
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import capstone
 from capstone import x86_const as X
@@ -145,6 +146,7 @@ class _Insn:
     jump_register: int | None      # register number (0=rax…15=r15) of `jmp reg`
     reads: int
     writes: int
+    overlaps: bool = False         # runs past its block's end (a prefix block, see below)
 
 
 def _disp32_offset(insn: capstone.CsInsn, disp: int) -> int | None:
@@ -163,9 +165,16 @@ def _disp32_offset(insn: capstone.CsInsn, disp: int) -> int | None:
     return hits[0] if len(hits) == 1 else None
 
 
-def _decode_block(md: capstone.Cs, fn: FunctionModel, block, code: bytes) -> list[_Insn]:
+def _decode_block(md: capstone.Cs, fn: FunctionModel, block, code: bytes,
+                  more: bytes = b"") -> list[_Insn]:
+    """The block's instructions.  ``more``: the bytes after the block, for a block whose
+    last instruction runs past its end (glibc's ``je 1f; lock; 1: cmpxchg`` skips a LOCK
+    prefix: the prefix alone is a block).  Such an instruction is kept whole, marked
+    ``overlaps``."""
     out: list[_Insn] = []
-    for insn in md.disasm(code, block.address):
+    for insn in md.disasm(code + more, block.address):
+        if insn.address >= block.end:
+            break
         m = _base_mnemonic(insn.mnemonic)
         groups = insn.groups
         rel_target = None
@@ -194,9 +203,10 @@ def _decode_block(md: capstone.Cs, fn: FunctionModel, block, code: bytes) -> lis
             is_call=X.X86_GRP_CALL in groups, is_ret=X.X86_GRP_RET in groups,
             rel_target=rel_target, rip_disp_offset=rip_off, rip_target=rip_target,
             jump_register=jump_register,
-            reads=reads, writes=writes))
+            reads=reads, writes=writes,
+            overlaps=insn.address + insn.size > block.end))
     decoded = sum(i.size for i in out)
-    if decoded != block.size:
+    if decoded != block.size and not (out and out[-1].overlaps and more):
         bad = block.address + decoded
         raise RelocationError(f"cannot relocate {fn.name}: bytes at {bad:#x} in block "
                               f"{block.address:#x} do not decode as x86-64 instructions")
@@ -208,6 +218,18 @@ def _decode_block(md: capstone.Cs, fn: FunctionModel, block, code: bytes) -> lis
                                   f"the model's instruction boundaries differ from the "
                                   f"bytes' (model {theirs[:4]}…, decoded {ours[:4]}…)")
     return out
+
+
+def _check_prefix_block(md: capstone.Cs, fn: FunctionModel, whole: _Insn, nxt,
+                        read: Callable[[int, int], bytes]) -> None:
+    """A block ending inside an instruction is accepted only as a prefix block: the
+    instruction ends exactly where the next block's first instruction ends (that one is
+    the same instruction without the prefix bytes)."""
+    first = next(md.disasm(read(nxt.address, nxt.size), nxt.address), None)
+    if first is None or first.address + first.size != whole.address + whole.size:
+        raise RelocationError(f"cannot relocate {fn.name}: {whole.address:#x} `{whole.text}` "
+                              f"runs into block {nxt.address:#x}, which does not start at "
+                              "one of its prefixes' ends")
 
 
 # --- plan items ---------------------------------------------------------------------------
@@ -272,7 +294,8 @@ class CopyPlan:
     data_size: int
     trace: bool
     entry_offsets: Mapping[str, int]             # function → offset of its entry in code
-    block_offsets: Mapping[tuple[str, int], int]  # (function, block address) → offset
+    block_offsets: Mapping[tuple, int]  # (function, block address) → offset; also
+    # (function, address, "mid") for a block's second instruction entered from a prefix block
     fast_counters: int             # blocks counted with a single INC (flags dead)
     safe_counters: int             # blocks counted with the flag-preserving sequence
     original_bytes: int            # size of the original code relocated
@@ -388,6 +411,44 @@ def _encode(it: _Item, at: int, resolve: Callable[[Target], int], data_address: 
 
 # --- planning -----------------------------------------------------------------------------
 
+@contextmanager
+def _blame(name: str, failures: dict[str, RelocationError]) -> Iterator[None]:
+    """Record a RelocationError under the function whose copy failed (``.function``)."""
+    try:
+        yield
+    except RelocationError as exc:
+        if getattr(exc, "function", None) is None:
+            exc.function = name           # type: ignore[attr-defined]
+        failures[name] = exc
+
+
+def relocatable_closure(functions: Mapping[str, FunctionModel], roots: Sequence[str],
+                        read: Callable[[int, int], bytes], *, trace: bool = False,
+                        uncounted: Iterable[str] = ()
+                        ) -> tuple[list[FunctionModel], dict[str, str]]:
+    """:func:`closure` less the callees whose copy cannot be made (each with the reason).
+
+    Such a callee runs as original code: its time stays in the calling block, as an
+    imported call's does, and it is not counted.  A root that cannot be copied raises.
+    The result depends only on the model and the code bytes, so the parent process (for
+    the counts' layout) and the worker (for the copy) agree."""
+    skipped: dict[str, str] = {}
+    asked = list(uncounted)
+    while True:
+        fns = closure(functions, roots, asked + list(skipped))
+        try:
+            plan_copy(fns, read, trace=trace)
+            return fns, skipped
+        except RelocationError as exc:
+            failed = getattr(exc, "failures", None)
+            if not failed:
+                raise
+            for n in failed:
+                if n in roots or n in skipped:
+                    raise RelocationError(failed[n]) from None
+            skipped.update(failed)
+
+
 def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], bytes], *,
               trace: bool = False) -> CopyPlan:
     """Plan the instrumented copy of ``functions`` (all of one binary).
@@ -408,14 +469,25 @@ def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], byt
         by_entry.setdefault(f.entry, f.name)
         by_entry.setdefault(f.address, f.name)
     decoded: dict[str, dict[int, list[_Insn]]] = {}
+    failures: dict[str, RelocationError] = {}     # every function's refusal, in one pass
     for f in functions:
-        blocks = {}
-        for b in f.blocks:
-            blocks[b.address] = _decode_block(md, f, b, read(b.address, b.size))
-        if f.entry not in blocks:
-            raise RelocationError(f"cannot relocate {f.name}: its entry {f.entry:#x} "
-                                  "is not one of its blocks")
-        decoded[f.name] = blocks
+        with _blame(f.name, failures):
+            blocks = {}
+            starts = {b.address for b in f.blocks}
+            for b in f.blocks:
+                try:
+                    blocks[b.address] = _decode_block(md, f, b, read(b.address, b.size))
+                except RelocationError:
+                    if b.end not in starts:
+                        raise
+                    nxt = f.block_at(b.end)
+                    blocks[b.address] = _decode_block(md, f, b, read(b.address, b.size),
+                                                      read(nxt.address, nxt.size))
+                    _check_prefix_block(md, f, blocks[b.address][-1], nxt, read)
+            if f.entry not in blocks:
+                raise RelocationError(f"cannot relocate {f.name}: its entry {f.entry:#x} "
+                                      "is not one of its blocks")
+            decoded[f.name] = blocks
     # Which function owns which byte range, to spot jumps into the middle of code.
     ranges = sorted((b.address, b.end, f.name) for f in functions for b in f.blocks)
 
@@ -431,7 +503,16 @@ def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], byt
     planner = _Planner(functions, decoded, by_entry, ranges, slots, trace)
     all_items: list[tuple[_Item, ...]] = []
     for f in functions:
-        all_items.append(tuple(planner.function_items(f)))
+        if f.name in failures:
+            continue
+        with _blame(f.name, failures):
+            all_items.append(tuple(planner.function_items(f)))
+    if failures:
+        first = next(iter(failures.values()))
+        err = RelocationError(str(first))
+        err.failures = {n: str(e) for n, e in failures.items()}   # type: ignore[attr-defined]
+        err.function = first.function                              # type: ignore[attr-defined]
+        raise err
 
     # Sizes are address independent: lay out labels, then tables (8-aligned).
     block_offsets: dict[tuple[str, int], int] = {}
@@ -659,6 +740,12 @@ class _Planner:
                 self.tables.append(_Table(f.name, jt, tuple(targets)))
         referenced: set[int] = set()
         live = self._flags_live_at_start(f, tables)
+        # Blocks entered in their second instruction by a prefix block's whole instruction.
+        mids: dict[int, int] = {}
+        for b in f.blocks:
+            if blocks[b.address][-1].overlaps:
+                first = blocks[b.end][0]
+                mids[b.end] = first.address + first.size
 
         order = [b.address for b in f.blocks]
         slot = self.slots[f.name]
@@ -690,11 +777,18 @@ class _Planner:
             else:
                 self.fast += 1
             for insn in rest:
+                if insn.overlaps:
+                    yield from self._prefix_block_end(f, addr, insn)
+                    break
                 for item in self._instruction(f, insn, sites, tables, table_index,
                                               unresolved, referenced):
                     self._note_transfer(f, addr, insn, item)
                     yield item
+                if mids.get(addr) == insn.address + insn.size:
+                    yield _item_label((f.name, mids[addr], "mid"))
             last = insns[-1]
+            if last.overlaps:
+                continue
             falls = not (last.mnemonic in _STOPS or last.is_ret)
             end = last.address + last.size
             nxt = order[pos + 1] if pos + 1 < len(order) else None
@@ -706,6 +800,14 @@ class _Planner:
                               else self._fallthrough_after_call(end))
                 else:
                     target = self._jump_target(f, last, end)
+                    if target[0] == "abs" and not f.successors(addr):
+                        # The model says control never leaves this block (a SYSCALL the
+                        # lifter takes for exit, say): trap if it does, a reported crash
+                        # instead of original code running uncounted.
+                        log.info("%s: block %#x has no successor; the copy traps (UD2) if "
+                                 "%#x falls through", f.name, addr, last.address)
+                        yield _Item("raw", len(enc.UD2), raw=enc.UD2, origin=last.address)
+                        continue
                     if target[0] == "abs":
                         raise self._refuse(f, last, f"falls through to {end:#x}, which is not "
                                                     "a block of any relocated function")
@@ -718,6 +820,31 @@ class _Planner:
                     f"cannot relocate {f.name}: no RIP-relative instruction loads the "
                     f"address of the jump table at {jt.table_address:#x} used by "
                     f"{jt.instruction:#x}, so the copied table cannot be substituted")
+
+    def _prefix_block_end(self, f: FunctionModel, addr: int, whole: _Insn) -> Iterable[_Item]:
+        """The end of a prefix block (``lock`` alone, before ``1: cmpxchg``): the whole
+        prefixed instruction runs here, then the next block's counter (its remaining
+        instructions run, as the CFG's edge says), then a jump to the next block's
+        second instruction.  Flags are live there (the instruction just set them): the
+        flag-preserving counter sequence."""
+        if whole.is_jump or whole.is_call or whole.is_ret:
+            raise self._refuse(f, whole, "is a branch running past its block's end")
+        if whole.rip_target is not None:
+            yield _Item("riprel", whole.size, raw=whole.raw, disp_offset=whole.rip_disp_offset,
+                        target=("abs", whole.rip_target), origin=whole.address)
+        else:
+            yield _Item("raw", whole.size, raw=whole.raw, origin=whole.address)
+        nxt = whole.address + whole.size
+        owner = self._owner(nxt - 1)
+        assert owner is not None and owner[0] == f.name
+        block_id = self.slots[f.name].first_id + self.slots[f.name].blocks.index(owner[1])
+        if self.trace:
+            yield _Item("trace", enc.trace_append_size(True), block_id=block_id,
+                        flags_live=True, origin=addr)
+        else:
+            yield _Item("counter", enc.COUNTER_SAFE_SIZE, block_id=block_id, flags_live=True,
+                        origin=addr)
+        yield _Item("jmp", enc.JMP_SIZE, target=("block", f.name, nxt, "mid"), origin=addr)
 
     def _note_transfer(self, f: FunctionModel, block: int, insn: _Insn, item: _Item) -> None:
         t = item.target

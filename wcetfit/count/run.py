@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 class _CountWorker:
     """Child-process side of the count run: one instrumented copy per measured function."""
 
-    def __init__(self, target: Target, model: Any, roots: Sequence[str], trace: bool):
+    def __init__(self, target: Target, model: Any, roots: Sequence[str], trace: bool,
+                 uncounted: dict[str, list[str]]):
         from wcetfit.count.instrumented import Counter, InstrumentedCopy
         from wcetfit.loader import load_binary
         from wcetfit.count.relocate import closure
@@ -42,7 +43,9 @@ class _CountWorker:
         for root in roots:
             fn = model.function(root).name
             name = prototype_name(self.harness, root)
-            copy = InstrumentedCopy(binary, closure(model.functions, [fn]), trace=trace,
+            # The callees the parent found not relocatable (same model, same bytes).
+            fns = closure(model.functions, [fn], uncounted[root])
+            copy = InstrumentedCopy(binary, fns, trace=trace,
                                     trace_cap=target.measure.trace_cap)
             self.counters.append((root, Counter(copy, fn, self.harness, call_name=name)))
 
@@ -52,12 +55,8 @@ class _CountWorker:
             args = generate_input(self.generate, self.target, self.harness.ffi,
                                   root, index)
             pack = self.harness.pack(counter.call_name, args)
-            fresh = None
-            if getattr(pack, "unrestored", ()):
-                fresh = self.harness.pack(counter.call_name, generate_input(
-                    self.generate, self.target, self.harness.ffi, root, index))
             summary = describe_args(self.harness.ffi, args)
-            res = counter.count(index, pack, fresh, start=lambda: start(summary))
+            res = counter.count(index, pack, start=lambda: start(summary))
             out[root] = ({k: np.asarray(v, dtype=np.int64) for k, v in res.counts.items()},
                          None if res.trace is None else np.asarray(res.trace, np.uint32))
         return out
@@ -76,10 +75,18 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
     traces: dict[str, dict[int, np.ndarray]] = {r: {} for r in roots}
     layout: dict[str, list[tuple[str, int, tuple[int, ...]]]] = {}
     failures: list[InputFailure] = []
-    from wcetfit.count.relocate import closure
+    uncounted: dict[str, list[str]] = {}
+    from wcetfit.count.relocate import relocatable_closure
+    from wcetfit.loader import read_elf
+    read = read_elf(target.binary).read
     for r in roots:
         fn = model.function(r).name
-        fns = closure(model.functions, [fn])
+        fns, skipped = relocatable_closure(model.functions, [fn], read, trace=trace)
+        uncounted[r] = list(skipped)
+        for name, why in skipped.items():
+            # Said where the user reads the counts: these callees run, uncounted.
+            log.warning("%s: callee %s runs as original code, uncounted (its time stays in "
+                        "the calling block, as an imported call's): %s", r, name, why)
         layout[r] = [(f.name, f.address, f.block_addresses) for f in fns]
         old = load_counts(store, r, m.seed)
         if old is None:
@@ -122,7 +129,7 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
 
     # Counting runs each input twice (the copy, then the original for the differential
     # check): the hang timeout covers both.
-    measure_saving(lambda: _CountWorker(target, model, list(roots), trace), todo,
+    measure_saving(lambda: _CountWorker(target, model, list(roots), trace, uncounted), todo,
                    timeout=3 * target.measure.timeout, store_result=store_result,
                    failures=failures, save=save, done=lambda: len(per_root[first]),
                    wanted=len(wanted), progress=progress)

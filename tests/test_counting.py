@@ -293,7 +293,7 @@ def flow_method(request, monkeypatch):
     """Run the synthetic flow tests through both deciders: precomputed Hall conditions
     and max-flow (forced by allowing no Hall enumeration)."""
     if request.param == "maxflow":
-        monkeypatch.setattr("wcetfit.count.instrumented._HALL_MAX", 0)
+        monkeypatch.setattr("wcetfit.count.flow._HALL_MAX", 0)
     return request.param
 
 

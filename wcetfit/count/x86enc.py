@@ -258,6 +258,33 @@ def range_guard(reg: int, at: int, ranges: list[tuple[int, int]]) -> bytes:
     return bytes(out)
 
 
+def load_r11_from_jump(raw: bytes) -> bytes:
+    """``mov r11, [mem]`` from the bytes of ``jmp qword ptr [mem]`` (FF /4, any non-RIP
+    memory operand): the same ModRM/SIB/displacement with reg = r11 (REX.R + 011) and
+    opcode 8B.  R11 is free at a tail jump: System V passes nothing in it and no callee
+    may expect its value.  The jump's own prefixes (notrack 3E, bnd F2) are dropped; they
+    mean nothing to a MOV."""
+    k = 0
+    while raw[k] in (0x3E, 0xF2, 0x2E, 0x66, 0x67):
+        if raw[k] in (0x66, 0x67):
+            raise EncodingError(f"operand/address-size prefix in an indirect jump {raw.hex()}")
+        k += 1
+    rex = 0
+    if 0x40 <= raw[k] <= 0x4F:
+        rex = raw[k]
+        k += 1
+    if raw[k] != 0xFF or (raw[k + 1] >> 3) & 7 != 4:
+        raise EncodingError(f"not a jmp qword ptr [mem]: {raw.hex()}")
+    modrm = raw[k + 1]
+    if modrm >> 6 == 3:
+        raise EncodingError(f"register operand, not memory: {raw.hex()}")
+    return bytes((0x4C | (rex & 0x03), 0x8B, (modrm & 0xC7) | (3 << 3))) + raw[k + 2:]
+
+
+JMP_R11 = b"\x41\xff\xe3"
+R11 = 11
+
+
 def range_guard_size(n_ranges: int) -> int:
     return (2 * RIPREL_SIZE + 2 * JCC_SIZE) * n_ranges + 2 + 2
 

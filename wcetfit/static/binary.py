@@ -453,8 +453,8 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
         if isinstance(spec, str) and spec not in models:
             aliases[spec] = have[a][0].name
     if every:
-        _warn_whole_binary(path, [(fn.name, bool(fn.unresolved_jumps)) for fn in models.values()
-                                  if fn.warnings])
+        _warn_whole_binary(path, [(fn.name, ", ".join(f"{a:#x}" for a in fn.unresolved_jumps))
+                                  for fn in models.values() if fn.warnings])
     else:
         for fn in models.values():
             for w in fn.warnings:

@@ -384,7 +384,7 @@ class Builder:
             if bf.unresolved:
                 unresolved.append(last.address)
                 exits.add(b)
-                msg = (f"{name}: unresolved indirect jump at {hexaddr(last.address)} "
+                msg = (f"{name}: unresolved indirect jump `{last.text()}` at {hexaddr(last.address)} "
                        f"(block {hexaddr(b)}): its targets are not in the model")
                 warnings.append(msg)
             if not bf.succ and not bf.returns and not bf.tail_out and bf.call is None \

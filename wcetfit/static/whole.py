@@ -188,7 +188,7 @@ def _recover_all(elf: ElfInfo, index: SymbolIndex, cache: CfgCache, cdir: str,
     t0 = time.perf_counter()
     summaries: dict[int, FunctionSummary] = {}
     models: dict[int, FunctionModel] = {}
-    warned: list[tuple[str, bool]] = []
+    warned: list[tuple[str, str]] = []
     if jobs > 1:
         levels = {n: logging.getLogger(n).getEffectiveLevel()
                   for n in ("wcetfit", "angr", "cle", "pyvex", "claripy")}
@@ -202,7 +202,7 @@ def _recover_all(elf: ElfInfo, index: SymbolIndex, cache: CfgCache, cdir: str,
                     continue
                 summaries[summ.address] = summ
                 if warnings:
-                    warned.append((summ.name, bool(unresolved)))
+                    warned.append((summ.name, _addrs(unresolved)))
                     for w in warnings:
                         log.info("%s", w)
                 if need_models and enc is not None:
@@ -216,7 +216,7 @@ def _recover_all(elf: ElfInfo, index: SymbolIndex, cache: CfgCache, cdir: str,
             summaries[fn.address] = summary_of(fn)
             models[fn.address] = fn
             if fn.warnings:
-                warned.append((fn.name, bool(fn.unresolved_jumps)))
+                warned.append((fn.name, _addrs(fn.unresolved_jumps)))
                 for w in fn.warnings:
                     log.info("%s", w)
     log.info("%d functions modelled in %.2f s", len(summaries), time.perf_counter() - t0)
@@ -226,11 +226,22 @@ def _recover_all(elf: ElfInfo, index: SymbolIndex, cache: CfgCache, cdir: str,
     return ({a: models[a] for a in sorted(models)} if need_models else None), summ_list
 
 
-def _warn_whole_binary(path: str, warned: list[tuple[str, bool]]) -> None:
-    """One line for a whole binary (details at INFO level): a system library has dozens."""
-    if warned:
-        unresolved = [n for n, u in warned if u]
-        log.warning("%d function(s) of %s have warnings (%d with unresolved indirect jumps, "
-                    "e.g. %s); model one with --function to see them", len(warned), path,
-                    len(unresolved), (unresolved or [warned[0][0]])[0])
+def _addrs(unresolved) -> str:
+    return ", ".join(f"{a:#x}" for a in unresolved)
 
+
+def _warn_whole_binary(path: str, warned: list[tuple[str, str | bool]]) -> None:
+    """Every function whose model is incomplete, with the instructions, in one message
+    (other warnings, common in a system library, as a count: --function shows them)."""
+    if warned:
+        unresolved = [(n, u) for n, u in warned if u]
+        if unresolved:
+            log.warning("%d function(s) of %s have indirect jumps that are not modelled "
+                        "(table-shaped, the table unread): %s", len(unresolved), path,
+                        "; ".join(f"{n} at {u}" if isinstance(u, str) else n
+                                  for n, u in unresolved))
+        rest = len(warned) - len(unresolved)
+        if rest:
+            log.warning("%d other function(s) of %s have warnings, e.g. %s; model one with "
+                        "--function to see them", rest, path,
+                        next(n for n, u in warned if not u))

@@ -120,5 +120,6 @@ def run(libraries: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    for fig in run(sys.argv[1:] or None):
-        print(json.dumps(fig))
+    for lib in sys.argv[1:] or LIBRARIES:      # one line per library as soon as it is done
+        for fig in run([lib]):
+            print(json.dumps(fig), flush=True)

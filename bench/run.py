@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 
-MODULES = ["static", "timing", "count", "fit", "samples", "split"]
+MODULES = ["static", "corpus", "timing", "count", "fit", "samples", "split"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -212,6 +212,11 @@ class Builder:
             # through a pointer, or (table-shaped but unreadable) unresolved.
             info = self.raw.indirect.get(last.address)
             own = self._own_table(addr, last, info)
+            if own is not None and own.targets and all(t in self.entries for t in own.targets):
+                # A table of function entries (``return handlers[i](...)``): a tail call
+                # through a pointer table, not a switch of this function.
+                bf.tail_out.append((CALL_INDIRECT, None, None))
+                return bf
             if own is not None and all(ours(t) for t in own.targets):
                 # Read by us, bounded by its guard: angr may read past the guard (an 8-bit
                 # index is taken for 256 entries) or not record the table at all (its lea
@@ -223,7 +228,15 @@ class Builder:
             if info is not None:
                 targets |= {t for t in info.resolved if ours(t)}
                 bf.jump_table = self._jump_table(addr, last, info)
-            if not targets and not self._table_shaped(addr):
+            jt = bf.jump_table
+            if jt is not None and jt.targets and all(t in self.entries for t in jt.targets):
+                jt = None                       # a table of function pointers, as above
+            if jt is None and not (bf.jump_table is None and self._table_shaped(addr)) \
+                    and (not targets or self._from_memory(addr) or bf.jump_table is not None
+                         or all(t in self.entries for t in targets)):
+                bf.jump_table = None
+                # angr's constant propagation may "resolve" a pointer loaded from data to
+                # its initial value (libcrypto's CRYPTO_free hook): not a target of ours.
                 # Not a table: a jump to a code address held in a register or memory
                 # (``add rsp, 8; jmp rax``) leaves the function, as a tail call does.
                 bf.tail_out.append((CALL_INDIRECT, None, None))
@@ -313,6 +326,9 @@ class Builder:
             targets, base = tuple(tabs[0][3][:n]), None
         return JumpTable(block=addr, instruction=last.address, table_address=table,
                          entry_size=esize, base=base, targets=targets)
+
+    def _from_memory(self, addr: int) -> bool:
+        return any(jumptables.from_memory(c) for c in self._chains(addr))
 
     def _table_shaped(self, addr: int) -> bool:
         return any(jumptables.table_shaped(c) for c in self._chains(addr))

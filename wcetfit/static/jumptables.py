@@ -187,3 +187,22 @@ def table_shaped(insns: list[tuple[int, int, str, str]]) -> bool:
         if m is None or mnem == "lea":
             return False
         return _indexed_off_constant(insns, d, m.group(1))
+
+
+def from_memory(insns: list[tuple[int, int, str, str]]) -> bool:
+    """Does the indirect jmp ending ``insns`` take its target from memory (``jmp [m]``,
+    or ``mov r, [m]; ... jmp r``)?  Such a pointer may change at run time (a hook set
+    through an API), so whatever value it had at load time is no target of ours."""
+    if not insns:
+        return False
+    end = len(insns) - 1
+    target = insns[end][3].strip()
+    if "[" in target:
+        return True
+    if family(target) is None:
+        return False
+    d = _def_of(insns, end, target)
+    if d is None:
+        return False
+    mnem, ops = insns[d][2], insns[d][3]
+    return mnem == "mov" and "ptr [" in ops.split(",", 1)[-1]

@@ -5,14 +5,14 @@
   carrying it, and nothing else about a PIE prevents loading it like a library (its
   ``main`` and ``_start`` are simply never run).  Position-dependent executables
   (ET_EXEC) cannot be loaded beside the interpreter and are refused.
-* Every target is loaded with ``dlmopen(LM_ID_NEWLM, …)``: in a link-map namespace of
-  its own, with its own copies of its dependencies (libc included).  Its writable data,
-  malloc arenas, stdio and TLS are then never the analyzer's: the differential check may
-  save and restore the target's writable pages between two calls without touching memory
-  the analyzer itself uses (loaded beside the analyzer, libc's pages would hold the very
-  malloc state Python runs on).  Only where glibc cannot open a namespace (e.g. its 16
-  namespaces are used up) does the loader fall back to ``dlopen``, with a warning, and
-  ``LoadedBinary.own_namespace`` says so.
+* The C library is loaded with ``dlmopen(LM_ID_NEWLM, …)``: in a link-map namespace of
+  its own, a second copy whose malloc arenas, stdio and TLS are not the analyzer's (the
+  analyzer runs on the first: a call of the target's malloc must not touch Python's
+  heap, nor a comparison of its writable pages see the analyzer's allocations).  Other
+  targets are loaded with ``dlopen`` beside the analyzer: glibc's namespaces are few (16)
+  and some libraries do not initialise in one (libcrypto 3 crashes in its first call),
+  and the differential check (a fork, see :mod:`wcetfit.count.instrumented`) never
+  writes their state back.  ``LoadedBinary.own_namespace`` says which.
 * The load bias comes from the ``link_map`` (``dlinfo(RTLD_DI_LINKMAP)``, its
   ``l_addr``): runtime address = link-time address + bias, for every address of the
   static model.
@@ -183,7 +183,7 @@ class LoadedBinary:
     bias: int             # runtime = link-time + bias
     elf: ElfFile
     handle: int           # dlopen handle (kept so the object is never unloaded)
-    own_namespace: bool = True   # loaded by dlmopen(LM_ID_NEWLM): shares no state with us
+    own_namespace: bool = False  # loaded by dlmopen(LM_ID_NEWLM): shares no state with us
 
     def runtime(self, address: int) -> int:
         return address + self.bias
@@ -207,6 +207,12 @@ class LoadedBinary:
                 return ctypes.string_at(self.runtime(address), size)
         raise BinaryError(f"{self.path}: address {address:#x}+{size} is not in a readable "
                           "loaded segment")
+
+
+def _needs_own_namespace(realpath: str) -> bool:
+    """The C library: its writable data is the analyzer's own heap and stdio state."""
+    name = os.path.basename(realpath)
+    return name.startswith("libc.so") or (name.startswith("libc-") and name.endswith(".so"))
 
 
 _loaded: dict[str, LoadedBinary] = {}
@@ -234,14 +240,15 @@ def load_binary(path: str) -> LoadedBinary:
             tmp = tempfile.mkdtemp(prefix="wcetfit-pie-")
             loaded_path = os.path.join(tmp, os.path.basename(key))
             write_loadable_copy(elf, loaded_path)
-        own = True
-        handle = _dlmopen(LM_ID_NEWLM, os.fsencode(loaded_path), RTLD_NOW)
-        if not handle:
+        own = _needs_own_namespace(key)
+        handle = _dlmopen(LM_ID_NEWLM, os.fsencode(loaded_path), RTLD_NOW) if own else None
+        if own and not handle:
             why = (_dlerror() or b"").decode(errors="replace")
             log.warning("%s: dlmopen(LM_ID_NEWLM) failed (%s): loaded beside the analyzer "
                         "instead, sharing its libc: the differential check restores only "
                         "state the analyzer does not use", path, why)
             own = False
+        if not own:
             try:
                 handle = ctypes.CDLL(loaded_path, mode=RTLD_NOW | os.RTLD_LOCAL)._handle
             except OSError as exc:
@@ -355,15 +362,16 @@ class WritableData:
     before another, so two calls (the instrumented copy and the original, or a probed
     call and its reference) start from the same global state.
 
-    Only a binary in its own namespace (:attr:`LoadedBinary.own_namespace`) has its pages
-    saved: loaded beside the analyzer they may be the analyzer's own (libc's malloc
-    arenas, stdio), and writing them back between two calls corrupts the analyzer.  Then
-    ``ranges`` is empty and ``shared`` says why nothing is compared."""
+    The C library loaded beside the analyzer (``dlmopen`` failed) is never saved nor
+    restored: its pages hold the analyzer's own malloc arenas and stdio, and writing them
+    back between two calls corrupts the analyzer.  Then ``ranges`` is empty and
+    ``shared`` says why nothing is compared."""
 
     def __init__(self, binary: LoadedBinary) -> None:
         lo, hi = binary.span()
         self.ranges: list[tuple[int, int]] = []
-        self.shared = not binary.own_namespace
+        self.shared = (not binary.own_namespace
+                       and _needs_own_namespace(os.path.realpath(binary.path)))
         if self.shared:
             log.warning("%s shares the analyzer's namespace: its writable data is neither "
                         "restored nor compared by the differential check", binary.path)

@@ -53,7 +53,7 @@ class ReturnKind:
             return ReturnKind(True, name, 1, string=True)
         try:
             size = ffi.sizeof(item)
-        except (ffi.error, TypeError):        # void, incomplete struct
+        except Exception:  # noqa: BLE001 - cffi's error for void or an incomplete struct
             size = 0
         return ReturnKind(True, name, size)
 

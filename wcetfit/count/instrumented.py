@@ -266,12 +266,12 @@ class Counter:
         called right before the copy runs (the isolation layer's "about to call" notice).
         """
         h, fn, copy = self.harness, self.function, self.copy
+        if start is not None:
+            start()           # before the warm-up too: a crash there is this input's
         if self.differential and not self._warmed:
             self._warm_up(pack)
         reference = self._fork_original(pack) if self.differential else None
         copy.reset()
-        if start is not None:
-            start()
         ret = h.call(self.call_name, copy.entry(fn), pack)
         counts = copy.counts()
         trace = copy.trace() if copy.trace_enabled else None

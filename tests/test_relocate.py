@@ -993,3 +993,22 @@ def test_short_jcc_becomes_rel32(snippets):
     code = plan.emit(0, 0x10000, 0x20000)
     jumps = [i for i in decode(code, 0x10000) if i.mnemonic in ("jle", "jne")]
     assert len(jumps) == 2 and all(i.size == 6 for i in jumps)
+
+
+@pytest.mark.parametrize("jump, load", [
+    ("ff6060", "mov r11, qword ptr [rax + 0x60]"),
+    ("3eff6060", "mov r11, qword ptr [rax + 0x60]"),            # notrack dropped
+    ("41ff24c4", "mov r11, qword ptr [r12 + rax*8]"),
+    ("43ff64c508", "mov r11, qword ptr [r13 + r8*8 + 8]"),
+    ("ff2425f0000000", "mov r11, qword ptr [0xf0]"),
+])
+def test_indirect_tail_call_through_memory_loads_r11(jump, load):
+    """`jmp qword ptr [mem]` becomes `mov r11, [mem]` (then the guard, then `jmp r11`):
+    the same operand, read by capstone back from our bytes."""
+    raw = bytes.fromhex(jump)
+    out = enc.load_r11_from_jump(raw)
+    got = decode(out, 0)
+    assert len(got) == 1 and f"{got[0].mnemonic} {got[0].op_str}" == load
+    assert [i.mnemonic for i in decode(enc.JMP_R11, 0)] == ["jmp"]
+    with pytest.raises(enc.EncodingError):
+        enc.load_r11_from_jump(bytes.fromhex("ffe0"))                # jmp rax: a register

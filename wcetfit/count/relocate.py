@@ -97,10 +97,11 @@ def relocatable_closure(functions: Mapping[str, FunctionModel], roots: Sequence[
     the counts' layout) and the worker (for the copy) agree."""
     skipped: dict[str, str] = {}
     asked = list(uncounted)
+    decoded: dict = {}
     while True:
         fns = closure(functions, roots, asked + list(skipped))
         try:
-            plan_copy(fns, read, trace=trace)
+            plan_copy(fns, read, trace=trace, _decoded=decoded)
             return fns, skipped
         except RelocationError as exc:
             failed = getattr(exc, "failures", None)
@@ -113,7 +114,7 @@ def relocatable_closure(functions: Mapping[str, FunctionModel], roots: Sequence[
 
 
 def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], bytes], *,
-              trace: bool = False) -> CopyPlan:
+              trace: bool = False, _decoded: dict | None = None) -> CopyPlan:
     """Plan the instrumented copy of ``functions`` (all of one binary).
 
     ``read(address, size)`` returns the binary's bytes at a link-time address.  Raises
@@ -134,6 +135,15 @@ def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], byt
     decoded: dict[str, dict[int, list[_Insn]]] = {}
     failures: dict[str, RelocationError] = {}     # every function's refusal, in one pass
     for f in functions:
+        # ``_decoded``: decodings kept across relocatable_closure's passes (a function's
+        # bytes and model do not change between them); a refusal is kept as well.
+        hit = _decoded.get(f.name) if _decoded is not None else None
+        if isinstance(hit, RelocationError):
+            failures[f.name] = hit
+            continue
+        if hit is not None:
+            decoded[f.name] = hit
+            continue
         with _blame(f.name, failures):
             blocks = {}
             starts = {b.address for b in f.blocks}
@@ -151,6 +161,8 @@ def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], byt
                 raise RelocationError(f"cannot relocate {f.name}: its entry {f.entry:#x} "
                                       "is not one of its blocks")
             decoded[f.name] = blocks
+        if _decoded is not None:
+            _decoded[f.name] = failures.get(f.name) or decoded[f.name]
     # Which function owns which byte range, to spot jumps into the middle of code.
     ranges = sorted((b.address, b.end, f.name) for f in functions for b in f.blocks)
 

@@ -11,7 +11,11 @@
   of moderate size — it costs ~10^2 µs per hit, so only a few thousand hits are run.
   Its counts are checked against the instrumented copy's as a side effect.
 
-Run alone: ``python -m bench.count [sample ...]``.
+* ``count.library.functions_equal_callgrind``: real library functions (the list of
+  tests/test_count_library.py) whose counts equal callgrind's for every block and input.
+
+Run alone: ``python -m bench.count [sample ...]``; the library oracle:
+``python -m bench.count library [case id ...]``.
 """
 
 from __future__ import annotations
@@ -257,6 +261,46 @@ def _sample_figures(name: str, tmp: Path) -> list[dict]:
     return figs
 
 
+def library_oracle(ids: list[str] | None = None) -> list[dict]:
+    """``count.library.oracle_equal``: functions of the system's libraries (the list of
+    tests/test_count_library.py: IFUNC implementations, rel8 branches, jump tables, SIMD
+    and SHA-NI code, libc string functions, an allocating function) whose block counts
+    equal callgrind's for every block and every input; one figure per function beside."""
+    import time
+
+    import pytest
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_count_library import CASES, run_case
+
+    figs: list[dict] = []
+    passed = total = pairs = 0
+    for case in CASES:
+        if ids and case.id not in ids:
+            continue
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="wcetfit-bench-oracle-") as tmp:
+            try:
+                n = run_case(Path(tmp), case)
+                ok, why = True, None
+            except pytest.skip.Exception as exc:
+                figs.append(_fig(f"count.library.{case.id}.equal_callgrind", None, "bool",
+                                 note=f"skipped: {exc}"))
+                continue
+            except Exception as exc:  # noqa: BLE001 - a mismatch is a figure, not a crash
+                n, ok, why = 0, False, str(exc).splitlines()[0][:300]
+        total += 1
+        passed += ok
+        pairs += n
+        figs.append(_fig(f"count.library.{case.id}.equal_callgrind", float(ok), "bool", "== 1",
+                         ok, feature=case.feature, block_input_pairs=n, note=why,
+                         seconds=round(time.monotonic() - t0, 1)))
+    figs.insert(0, _fig("count.library.functions_equal_callgrind", passed, "functions",
+                        f"== {total} (>= 30)", passed == total and total >= 30,
+                        reference=f"{total} functions, {pairs} (block, input) pairs compared"))
+    return figs
+
+
 def run(samples: list[str] | None = None) -> list[dict]:
     from wcetfit.timing.tsc import pinned
 
@@ -279,9 +323,14 @@ def run(samples: list[str] | None = None) -> list[dict]:
             if vals:
                 figs.insert(1, _fig(f"count.{key}.median_over_samples",
                                     statistics.median(vals), "x"))
+    if not samples and shutil.which("valgrind"):
+        figs += library_oracle()
     return figs
 
 
 if __name__ == "__main__":
     import json
-    print(json.dumps(run(sys.argv[1:] or None), indent=1))
+    if sys.argv[1:2] == ["library"]:
+        print(json.dumps(library_oracle(sys.argv[2:] or None), indent=1))
+    else:
+        print(json.dumps(run(sys.argv[1:] or None), indent=1))

@@ -17,7 +17,8 @@ import sys
 import time
 import traceback
 
-MODULES = ["static", "timing", "count", "fit", "samples", "split", "search", "reliability"]
+MODULES = ["static", "corpus", "timing", "count", "fit", "samples", "split", "search",
+           "reliability"]
 
 
 def main(argv: list[str] | None = None) -> int:

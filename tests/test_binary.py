@@ -228,16 +228,22 @@ def test_dense_switch_has_a_jump_table_read_back_from_the_file(built, cache):
     assert not fn.unresolved_jumps
 
 
-def test_unresolved_indirect_jump_is_a_warning_naming_the_block(built, cache, caplog):
-    with caplog.at_level("WARNING", logger="wcetfit"):
-        bm = binary.load_model(built["so"], ["tail_pointer"], use_cache=cache)
+def test_jump_through_a_function_pointer_is_an_indirect_tail_call(built, cache):
+    # `return f(x)` compiles to `jmp *%rdi` (objdump): not a jump table, so a tail call
+    # through a pointer that ends its block, not an unresolved jump.
+    bm = binary.load_model(built["so"], ["tail_pointer"], use_cache=cache)
     fn = bm.function("tail_pointer")
-    (jmp,) = fn.unresolved_jumps
-    blk = next(b for b in fn.blocks if b.last.address == jmp)
-    assert blk.address in fn.exits
-    text = [r.getMessage() for r in caplog.records]
-    assert any(f"{blk.address:#x}" in t and "unresolved" in t for t in text)
-    assert any(f"{blk.address:#x}" in w for w in fn.warnings)
+    insns, _ = objdump(built["so"])
+    lo, hi = fn.address, max(b.end for b in fn.blocks)
+    jmps = [a for a, (_, text) in sorted(insns.items())
+            if lo <= a < hi and re.match(r"(notrack )?jmp\s+\*%", text)]
+    assert not fn.unresolved_jumps
+    tails = [c for c in fn.calls if c.tail and c.kind == CALL_INDIRECT]
+    assert len(tails) == 1
+    blk = fn.block_at(tails[0].block)
+    assert blk.last.address == tails[0].instruction and blk.address in fn.exits
+    assert blk.last.mnemonic.endswith("jmp") and not fn.successors(blk.address)
+    assert jmps == [tails[0].instruction]
 
 
 def test_loops_and_nesting(built, cache):

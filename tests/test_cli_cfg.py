@@ -109,11 +109,14 @@ def test_stripped_binary_accepts_addresses(lib, tmp_path):
     assert f"at {addr:#x}" in r.stdout
 
 
-def test_unresolved_jump_warns_naming_the_block(lib, tmp_path):
-    r = wcetfit("cfg", lib["so"], "--function", "jump_through", cache_dir=tmp_path, check_rc=0)
-    warn = [ln for ln in r.stderr.splitlines() if "unresolved indirect jump" in ln]
-    assert len(warn) == 1 and "block 0x" in warn[0]
-    assert "Traceback" not in r.stderr
+def test_jump_through_a_pointer_is_an_indirect_tail_call(lib, tmp_path):
+    # `return f(x)` is `jmp *%rdi` (no table): a tail call through a pointer, no warning
+    r = wcetfit("cfg", lib["so"], "--function", "jump_through", "--json", "-",
+                cache_dir=tmp_path, check_rc=0)
+    assert "unresolved indirect jump" not in r.stderr and "Traceback" not in r.stderr
+    fn = next(f for f in json.loads(r.stdout)["functions"] if f["name"] == "jump_through")
+    tails = [c for c in fn["calls"] if c["tail"]]
+    assert [c["kind"] for c in tails] == ["indirect"] and not fn["unresolved_jumps"]
 
 
 def test_missing_file(tmp_path):

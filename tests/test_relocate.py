@@ -154,6 +154,10 @@ def mini_model(info: ElfInfo, name: str, jump_tables=(), unresolved=()) -> Funct
     tables = {jt.instruction: jt for jt in jump_tables}
     func_starts = {a: n for n, (a, _s) in info.symbols.items()}
 
+    def _is_jump(i) -> bool:
+        # capstone puts LOOP* in BRANCH_RELATIVE only, not in JUMP.
+        return X.X86_GRP_JUMP in i.groups or i.mnemonic.startswith("loop")
+
     def succs(i) -> tuple[list[int], bool]:
         """(successor addresses inside the function, is an exit)."""
         m = i.mnemonic.split()[-1]
@@ -162,7 +166,7 @@ def mini_model(info: ElfInfo, name: str, jump_tables=(), unresolved=()) -> Funct
             return [], True
         if X.X86_GRP_CALL in i.groups:
             return [nxt], False
-        if X.X86_GRP_JUMP in i.groups:
+        if _is_jump(i):
             op = i.operands[0]
             if op.type == X.X86_OP_IMM:
                 tgt = op.imm
@@ -186,7 +190,7 @@ def mini_model(info: ElfInfo, name: str, jump_tables=(), unresolved=()) -> Funct
             seen.add(a)
             i = insns[a]
             ss, _exit = succs(i)
-            ends = (X.X86_GRP_JUMP in i.groups or X.X86_GRP_RET in i.groups
+            ends = (_is_jump(i) or X.X86_GRP_RET in i.groups
                     or X.X86_GRP_CALL in i.groups or i.mnemonic in ("hlt", "ud2"))
             if ends:
                 for s in ss:
@@ -208,7 +212,7 @@ def mini_model(info: ElfInfo, name: str, jump_tables=(), unresolved=()) -> Funct
             members.append(i)
             ss, is_exit = succs(i)
             nxt = a + i.size
-            ends = (X.X86_GRP_JUMP in i.groups or X.X86_GRP_RET in i.groups
+            ends = (_is_jump(i) or X.X86_GRP_RET in i.groups
                     or X.X86_GRP_CALL in i.groups or i.mnemonic in ("hlt", "ud2"))
             if ends or nxt in leaders or nxt not in insns:
                 break
@@ -592,6 +596,31 @@ uses_loop:
     ret
     .size uses_loop, .-uses_loop
 
+    .globl uses_jrcxz
+    .type uses_jrcxz, @function
+uses_jrcxz:
+    mov rcx, rdi
+    stc
+    jrcxz 93f
+    mov eax, 10
+    adc rax, 0
+    ret
+93: mov eax, 20
+    adc rax, 0
+    ret
+    .size uses_jrcxz, .-uses_jrcxz
+
+    .globl uses_loopne
+    .type uses_loopne, @function
+uses_loopne:
+    mov rcx, rdi
+    xor eax, eax
+94: inc rax
+    cmp rax, 5
+    loopne 94b
+    ret
+    .size uses_loopne, .-uses_loopne
+
     .section .rodata
     .p2align 2
 table4:
@@ -868,12 +897,42 @@ def test_jump_out_of_relocated_code_needs_a_tail_call_site(snippets):
         plan_copy([bare], info.read)
 
 
-def test_loop_instruction_is_refused(snippets):
-    from wcetfit.count.relocate import plan_copy
-    _path, info = snippets
-    fm = mini_model(info, "uses_loop")
-    with pytest.raises(RelocationError, match=r"`loop 0x[0-9a-f]+` has no rel32 form"):
-        plan_copy([fm], info.read)
+@pytest.mark.parametrize("name, inputs, expect", [
+    ("uses_loop", (1, 2, 7, 300), lambda n: n),
+    # CF set by STC before the jrcxz must reach the ADC on both paths (the trampoline's
+    # JMPs keep every flag): 11 / 21, never 10 / 20.
+    ("uses_jrcxz", (0, 1, 5), lambda n: 21 if n == 0 else 11),
+    # LOOPNE reads ZF from the CMP: stops at 5 or when RCX runs out.
+    ("uses_loopne", (1, 3, 5, 9, 100), lambda n: min(n, 5)),
+])
+def test_rel8_only_branches_run_through_a_trampoline(snippets, name, inputs, expect):
+    """loop / jrcxz / loopne (no rel32 form) are relocated: the copy returns what the
+    original does, and the block counts agree with the iterations."""
+    m = _models(snippets, [name])
+    fm = m[name]
+    assert any(i.mnemonic in ("loop", "jrcxz", "loopne") for b in fm.blocks
+               for i in b.instructions)
+    with _copy(snippets, [fm]) as copy:
+        f, orig = _fn(copy.entry(name)), _fn(copy.original(name))
+        for n in inputs:
+            copy.reset()
+            assert f(n) == orig(n) == expect(n)
+            c = _counts_by_address(copy, name)
+            assert c[fm.entry] == 1
+            if name != "uses_jrcxz":
+                body = max(c, key=lambda a: c[a])
+                assert c[body] == expect(n)
+
+
+def test_rel8_trampoline_encoding():
+    """jrcxz with a short displacement of 2 to a rel32 jmp, skipped by jmp short +5."""
+    code = enc.rel8_branch(b"\xe3", 0x1000, 0x5000)
+    ins = decode(code, 0x1000)
+    assert [i.mnemonic for i in ins] == ["jrcxz", "jmp", "jmp"]
+    assert ins[0].operands[0].imm == 0x1000 + 4          # the rel32 jmp
+    assert ins[1].operands[0].imm == 0x1000 + 9          # past it: the next item
+    assert ins[2].operands[0].imm == 0x5000
+    assert len(code) == enc.rel8_branch_size(1)
 
 
 def test_jump_into_the_middle_of_a_block_is_refused(snippets):
@@ -934,3 +993,22 @@ def test_short_jcc_becomes_rel32(snippets):
     code = plan.emit(0, 0x10000, 0x20000)
     jumps = [i for i in decode(code, 0x10000) if i.mnemonic in ("jle", "jne")]
     assert len(jumps) == 2 and all(i.size == 6 for i in jumps)
+
+
+@pytest.mark.parametrize("jump, load", [
+    ("ff6060", "mov r11, qword ptr [rax + 0x60]"),
+    ("3eff6060", "mov r11, qword ptr [rax + 0x60]"),            # notrack dropped
+    ("41ff24c4", "mov r11, qword ptr [r12 + rax*8]"),
+    ("43ff64c508", "mov r11, qword ptr [r13 + r8*8 + 8]"),
+    ("ff2425f0000000", "mov r11, qword ptr [0xf0]"),
+])
+def test_indirect_tail_call_through_memory_loads_r11(jump, load):
+    """`jmp qword ptr [mem]` becomes `mov r11, [mem]` (then the guard, then `jmp r11`):
+    the same operand, read by capstone back from our bytes."""
+    raw = bytes.fromhex(jump)
+    out = enc.load_r11_from_jump(raw)
+    got = decode(out, 0)
+    assert len(got) == 1 and f"{got[0].mnemonic} {got[0].op_str}" == load
+    assert [i.mnemonic for i in decode(enc.JMP_R11, 0)] == ["jmp"]
+    with pytest.raises(enc.EncodingError):
+        enc.load_r11_from_jump(bytes.fromhex("ffe0"))                # jmp rax: a register

@@ -44,6 +44,10 @@ class SelfCheckError(MeasurementError):
     """A self-check failed (flow conservation, differential check): a wcetfit bug."""
 
 
+class NothingMeasured(MeasurementError):
+    """Every input failed (crash, hang): the run measured nothing; names the first failures."""
+
+
 class StoreError(WcetfitError):
     """The on-disk store is unreadable, from a future version, or mixes incompatible data."""
 

@@ -5,6 +5,14 @@
   carrying it, and nothing else about a PIE prevents loading it like a library (its
   ``main`` and ``_start`` are simply never run).  Position-dependent executables
   (ET_EXEC) cannot be loaded beside the interpreter and are refused.
+* The C library is loaded with ``dlmopen(LM_ID_NEWLM, …)``: in a link-map namespace of
+  its own, a second copy whose malloc arenas, stdio and TLS are not the analyzer's (the
+  analyzer runs on the first: a call of the target's malloc must not touch Python's
+  heap, nor a comparison of its writable pages see the analyzer's allocations).  Other
+  targets are loaded with ``dlopen`` beside the analyzer: glibc's namespaces are few (16)
+  and some libraries do not initialise in one (libcrypto 3 crashes in its first call),
+  and the differential check (a fork, see :mod:`wcetfit.count.instrumented`) never
+  writes their state back.  ``LoadedBinary.own_namespace`` says which.
 * The load bias comes from the ``link_map`` (``dlinfo(RTLD_DI_LINKMAP)``, its
   ``l_addr``): runtime address = link-time address + bias, for every address of the
   static model.
@@ -143,6 +151,12 @@ _mprotect = _libc.mprotect
 _mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _dlinfo = _libc.dlinfo
 _dlinfo.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+_dlmopen = _libc.dlmopen
+_dlmopen.restype = ctypes.c_void_p
+_dlmopen.argtypes = (ctypes.c_long, ctypes.c_char_p, ctypes.c_int)
+_dlerror = _libc.dlerror
+_dlerror.restype = ctypes.c_char_p
+LM_ID_NEWLM = -1
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 MAP_PRIVATE, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE = 0x02, 0x20, 0x100000
@@ -169,6 +183,7 @@ class LoadedBinary:
     bias: int             # runtime = link-time + bias
     elf: ElfFile
     handle: int           # dlopen handle (kept so the object is never unloaded)
+    own_namespace: bool = False  # loaded by dlmopen(LM_ID_NEWLM): shares no state with us
 
     def runtime(self, address: int) -> int:
         return address + self.bias
@@ -192,6 +207,12 @@ class LoadedBinary:
                 return ctypes.string_at(self.runtime(address), size)
         raise BinaryError(f"{self.path}: address {address:#x}+{size} is not in a readable "
                           "loaded segment")
+
+
+def _needs_own_namespace(realpath: str) -> bool:
+    """The C library: its writable data is the analyzer's own heap and stdio state."""
+    name = os.path.basename(realpath)
+    return name.startswith("libc.so") or (name.startswith("libc-") and name.endswith(".so"))
 
 
 _loaded: dict[str, LoadedBinary] = {}
@@ -219,11 +240,19 @@ def load_binary(path: str) -> LoadedBinary:
             tmp = tempfile.mkdtemp(prefix="wcetfit-pie-")
             loaded_path = os.path.join(tmp, os.path.basename(key))
             write_loadable_copy(elf, loaded_path)
-        try:
-            lib = ctypes.CDLL(loaded_path, mode=RTLD_NOW | os.RTLD_LOCAL)
-        except OSError as exc:
-            raise BinaryError(f"{path}: dlopen failed: {exc}") from None
-        handle = lib._handle
+        own = _needs_own_namespace(key)
+        handle = _dlmopen(LM_ID_NEWLM, os.fsencode(loaded_path), RTLD_NOW) if own else None
+        if own and not handle:
+            why = (_dlerror() or b"").decode(errors="replace")
+            log.warning("%s: dlmopen(LM_ID_NEWLM) failed (%s): loaded beside the analyzer "
+                        "instead, sharing its libc: the differential check restores only "
+                        "state the analyzer does not use", path, why)
+            own = False
+        if not own:
+            try:
+                handle = ctypes.CDLL(loaded_path, mode=RTLD_NOW | os.RTLD_LOCAL)._handle
+            except OSError as exc:
+                raise BinaryError(f"{path}: dlopen failed: {exc}") from None
         lm = ctypes.POINTER(_LinkMap)()
         if _dlinfo(handle, RTLD_DI_LINKMAP, ctypes.byref(lm)) != 0:
             raise BinaryError(f"{path}: dlinfo(RTLD_DI_LINKMAP) failed")
@@ -232,7 +261,7 @@ def load_binary(path: str) -> LoadedBinary:
             # The mapping is established; the copy's file is no longer needed.
             shutil.rmtree(os.path.dirname(loaded_path), ignore_errors=True)
         lb = LoadedBinary(path=path, loaded_path=loaded_path, kind=elf.kind, bias=bias,
-                          elf=elf, handle=handle)
+                          elf=elf, handle=handle, own_namespace=own)
         _loaded[key] = lb
         log.debug("loaded %s (%s) at bias %#x", path, lb.kind, bias)
         return lb
@@ -331,11 +360,22 @@ def alloc_near(lo: int, hi: int, size: int) -> NearMemory:
 class WritableData:
     """The binary's writable pages in this process: saved before one call and restored
     before another, so two calls (the instrumented copy and the original, or a probed
-    call and its reference) start from the same global state."""
+    call and its reference) start from the same global state.
+
+    The C library loaded beside the analyzer (``dlmopen`` failed) is never saved nor
+    restored: its pages hold the analyzer's own malloc arenas and stdio, and writing them
+    back between two calls corrupts the analyzer.  Then ``ranges`` is empty and
+    ``shared`` says why nothing is compared."""
 
     def __init__(self, binary: LoadedBinary) -> None:
         lo, hi = binary.span()
         self.ranges: list[tuple[int, int]] = []
+        self.shared = (not binary.own_namespace
+                       and _needs_own_namespace(os.path.realpath(binary.path)))
+        if self.shared:
+            log.warning("%s shares the analyzer's namespace: its writable data is neither "
+                        "restored nor compared by the differential check", binary.path)
+            return
         with open("/proc/self/maps") as fh:
             for line in fh:
                 parts = line.split()

@@ -107,6 +107,22 @@ class JumpTable:
 
 
 @dataclass(frozen=True)
+class IfuncChoice:
+    """An IFUNC symbol (``sin``) stands for the implementation its resolver selects when the
+    dynamic loader binds it: the model (and the count and timing runs) are of that code,
+    as selected on the machine that built the model."""
+
+    symbol: str                  # the exported IFUNC name
+    resolver: int                # the symbol's value: the resolver's entry
+    implementation: int          # the selected implementation's entry (link-time)
+    implementation_name: str     # its symbol (.symtab) or ``<symbol>@impl+0x…``
+
+    def describe(self) -> str:
+        return (f"{self.symbol} \u2192 {self.implementation_name} at {hexaddr(self.implementation)}, "
+                f"selected by its IFUNC resolver ({hexaddr(self.resolver)}) on this CPU")
+
+
+@dataclass(frozen=True)
 class FunctionModel:
     name: str
     address: int
@@ -122,6 +138,7 @@ class FunctionModel:
     max_rank: int                              # upper bound on rank of counts (with the ε column)
     unresolved_jumps: tuple[int, ...] = ()     # indirect jumps (instruction addresses) not resolved
     warnings: tuple[str, ...] = ()
+    ifunc: IfuncChoice | None = None           # set when this is an IFUNC's selected implementation
 
     def block_at(self, address: int) -> Block:
         for b in self.blocks:
@@ -233,6 +250,11 @@ def function_to_json(fn: FunctionModel, disassembly: bool = False) -> dict[str, 
         "max_rank": fn.max_rank,
         "unresolved_jumps": [hexaddr(a) for a in fn.unresolved_jumps],
         "warnings": list(fn.warnings),
+        "ifunc": None if fn.ifunc is None else {
+            "symbol": fn.ifunc.symbol, "resolver": hexaddr(fn.ifunc.resolver),
+            "implementation": hexaddr(fn.ifunc.implementation),
+            "implementation_name": fn.ifunc.implementation_name,
+            "note": fn.ifunc.describe()},
     }
 
 
@@ -268,4 +290,7 @@ def function_from_json(d: dict[str, Any]) -> FunctionModel:
         max_rank=int(d["max_rank"]),
         unresolved_jumps=tuple(A(a) for a in d.get("unresolved_jumps", [])),
         warnings=tuple(d.get("warnings", [])),
+        ifunc=None if not d.get("ifunc") else IfuncChoice(
+            d["ifunc"]["symbol"], A(d["ifunc"]["resolver"]), A(d["ifunc"]["implementation"]),
+            d["ifunc"]["implementation_name"]),
     )

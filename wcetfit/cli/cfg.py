@@ -138,6 +138,8 @@ def print_function(out: TextIO, fn: Any, *, disassembly: bool = False, binary_pa
     w = out.write
     w(f"function {fn.name} at {H(fn.address)}"
       f"{' in ' + binary_path if binary_path else ''}\n")
+    if getattr(fn, "ifunc", None) is not None:
+        w(f"  IFUNC: {fn.ifunc.describe()}\n")
     w(f"  {len(fn.blocks)} blocks, {len(fn.edges)} edges, {len(fn.loops)} loops, "
       f"{len(fn.calls)} call sites, {len(fn.jump_tables)} jump tables; "
       f"{len(fn.coexec_classes)} co-execution classes, max_rank {fn.max_rank}\n")

@@ -38,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
                           progress=lambda d, t: update("count", d, t))
     out = sys.stdout if args.json != "-" else sys.stderr
     for root, cs in sets.items():
+        failed = f"; {len(cs.failures)} failed (below)" if cs.failures else ""
         out.write(f"{root}: {len(cs.indices)} inputs counted, flow conservation and "
-                  "differential checks passed on every one\n")
+                  f"differential checks passed on each of them{failed}\n")
         for fc in cs.functions:
             never = int((fc.counts.sum(axis=0) == 0).sum()) if len(cs.indices) else len(fc.blocks)
             out.write(f"  {fc.name}: {len(fc.blocks)} blocks, {never} never executed\n")

@@ -18,10 +18,16 @@ which
 * a direct jump leaving the relocated code must be a tail call in the model; an
   indirect tail call through a register is kept, behind a guard that traps (UD2, a
   reported crash) if it lands in the original of any relocated function;
+* a branch with only a rel8 form (``jrcxz``, ``jecxz``, ``loop``, ``loope``, ``loopne``) keeps
+  its opcode with a short displacement to a trampoline (:func:`~wcetfit.count.x86enc.rel8_branch`);
+  an indirect tail call through memory loads its target into R11, guarded like a
+  register's; a "prefix block" (glibc's ``je 1f; lock; 1: cmpxchg``) runs its whole
+  instruction, then the next block's counter;
 * anything the copy cannot reproduce exactly — an unresolved indirect jump, an indirect
   jump not known as a jump table or tail call, a jump into the middle of a block or out
-  of the relocated code where the model sees no tail call, LOOP/JRCXZ/XBEGIN (no rel32
-  form) — raises :class:`~wcetfit.errors.RelocationError` naming the instruction.  The
+  of the relocated code where the model sees no tail call, XBEGIN (no rel32 form) —
+  raises :class:`~wcetfit.errors.RelocationError` naming the instruction (for a callee,
+  :func:`relocatable_closure` leaves it as original code, uncounted, and says so).  The
   copy never runs wrong.
 
 The plan is pure Python and position independent: instruction sizes do not depend on
@@ -50,342 +56,65 @@ it with C++ exceptions or backtrace() is not supported); the counters are not at
 from __future__ import annotations
 
 import logging
-import struct
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import capstone
-from capstone import x86_const as X
 
 from wcetfit.count import x86enc as enc
+from wcetfit.count.copyplan import (TRACE_STATE_QWORDS, CopyPlan, CounterSlot,  # noqa: F401
+                                    Target, _Item, _item_label, _Table)
+from wcetfit.count.decode import (ALL_FLAGS, INC_CLOBBERS, _NO_REL32, _REL8_ONLY, _STOPS,
+                                  _Insn, _check_prefix_block, _decode_block)
 from wcetfit.errors import RelocationError
 from wcetfit.model import CALL_INTERNAL, FunctionModel, JumpTable
 
 log = logging.getLogger(__name__)
 
-# --- status flags -------------------------------------------------------------------------
-
-OF, SF, ZF, AF, PF, CF = 1, 2, 4, 8, 16, 32
-ALL_FLAGS = OF | SF | ZF | AF | PF | CF
-# What ``inc qword [mem]`` overwrites: everything but CF.
-INC_CLOBBERS = OF | SF | ZF | AF | PF
-
-_TEST = {X.X86_EFLAGS_TEST_OF: OF, X.X86_EFLAGS_TEST_SF: SF, X.X86_EFLAGS_TEST_ZF: ZF,
-         X.X86_EFLAGS_TEST_AF: AF, X.X86_EFLAGS_TEST_PF: PF, X.X86_EFLAGS_TEST_CF: CF}
-_WRITE = {}
-for _kind in ("MODIFY", "SET", "RESET", "UNDEFINED"):
-    for _name, _bit in (("OF", OF), ("SF", SF), ("ZF", ZF), ("AF", AF), ("PF", PF),
-                        ("CF", CF)):
-        _mask = getattr(X, f"X86_EFLAGS_{_kind}_{_name}", 0)
-        if _mask:
-            _WRITE[_mask] = _bit
-
-# Instructions that read status flags, in case capstone's eflags table misses one: a
-# missed reader would make us clobber a live flag, a missed writer only costs speed.
-_READER_PREFIXES = ("cmov", "set", "fcmov", "j", "loop")
-_READERS = {"adc", "adcx", "adox", "sbb", "rcl", "rcr", "pushf", "pushfq", "pushfd", "lahf",
-            "cmc", "into", "salc"}
-
-# Mnemonics without a rel32 form: they cannot be retargeted into the copy.
-_NO_REL32 = {"loop", "loope", "loopne", "loopz", "loopnz", "jrcxz", "jecxz", "jcxz",
-             "xbegin"}
-_STOPS = {"ret", "retf", "iret", "iretd", "iretq", "hlt", "ud2", "ud0", "ud1", "jmp",
-          "sysret", "sysexit"}
-_PREFIX_WORDS = ("bnd", "notrack", "rep", "repne", "repe", "lock")
-
-
-_REG_NUMBERS = {getattr(X, f"X86_REG_{r}"): n for n, r in enumerate(
-    ("RAX", "RCX", "RDX", "RBX", "RSP", "RBP", "RSI", "RDI",
-     "R8", "R9", "R10", "R11", "R12", "R13", "R14", "R15"))}
-
-
-def _base_mnemonic(mnemonic: str) -> str:
-    words = mnemonic.split()
-    while len(words) > 1 and words[0] in _PREFIX_WORDS:
-        words = words[1:]
-    return words[-1] if words else mnemonic
-
-
-def _flag_effects(insn: capstone.CsInsn) -> tuple[int, int]:
-    """(flags read, flags written) of one instruction, as our 6-bit masks."""
-    ef = insn.eflags
-    reads = 0
-    for mask, bit in _TEST.items():
-        if ef & mask:
-            reads |= bit
-    writes = 0
-    for mask, bit in _WRITE.items():
-        if ef & mask:
-            writes |= bit
-    m = _base_mnemonic(insn.mnemonic)
-    if not reads and (m in _READERS or (m.startswith(_READER_PREFIXES) and m != "jmp")):
-        reads = ALL_FLAGS
-    if X.X86_GRP_CALL in insn.groups:
-        writes = ALL_FLAGS           # the callee clobbers them (System V ABI)
-    return reads, writes
-
-
-# --- decoded input ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Insn:
-    address: int
-    size: int
-    raw: bytes
-    mnemonic: str          # without prefixes such as bnd / notrack
-    text: str
-    is_jump: bool          # any jmp / jcc
-    is_call: bool
-    is_ret: bool
-    rel_target: int | None         # direct branch target (link-time)
-    rip_disp_offset: int | None    # offset of the disp32 of a RIP-relative operand
-    rip_target: int | None         # absolute link-time address that operand refers to
-    jump_register: int | None      # register number (0=rax…15=r15) of `jmp reg`
-    reads: int
-    writes: int
-
-
-def _disp32_offset(insn: capstone.CsInsn, disp: int) -> int | None:
-    """Offset of the disp32 of a RIP-relative operand within the instruction's bytes.
-
-    RIP-relative addressing always carries a 32-bit displacement, but capstone 5's
-    ``disp_size`` is wrong for some prefixed SSE forms (``66 0F 54 0D`` → 2); so take
-    ``disp_offset`` only when the 4 bytes there are the displacement, else the unique
-    place where they are."""
-    raw = bytes(insn.bytes)
-    want = struct.pack("<i", disp)
-    off = insn.disp_offset
-    if 0 < off <= len(raw) - 4 and raw[off:off + 4] == want:
-        return off
-    hits = [k for k in range(1, len(raw) - 3) if raw[k:k + 4] == want]
-    return hits[0] if len(hits) == 1 else None
-
-
-def _decode_block(md: capstone.Cs, fn: FunctionModel, block, code: bytes) -> list[_Insn]:
-    out: list[_Insn] = []
-    for insn in md.disasm(code, block.address):
-        m = _base_mnemonic(insn.mnemonic)
-        groups = insn.groups
-        rel_target = None
-        if X.X86_GRP_BRANCH_RELATIVE in groups and insn.operands \
-                and insn.operands[0].type == X.X86_OP_IMM:
-            rel_target = insn.operands[0].imm
-        rip_off = rip_target = None
-        for op in insn.operands:
-            if op.type == X.X86_OP_MEM and op.mem.base == X.X86_REG_RIP:
-                rip_off = _disp32_offset(insn, op.mem.disp)
-                if rip_off is None:
-                    raise RelocationError(f"cannot relocate {fn.name}: {insn.address:#x} "
-                                          f"`{insn.mnemonic} {insn.op_str}`: cannot locate "
-                                          f"the 32-bit displacement of its RIP-relative "
-                                          f"operand")
-                rip_target = insn.address + insn.size + op.mem.disp
-        reads, writes = _flag_effects(insn)
-        jump_register = None
-        if X.X86_GRP_JUMP in groups and len(insn.operands) == 1 \
-                and insn.operands[0].type == X.X86_OP_REG:
-            jump_register = _REG_NUMBERS.get(insn.operands[0].reg)
-        out.append(_Insn(
-            address=insn.address, size=insn.size, raw=bytes(insn.bytes), mnemonic=m,
-            text=f"{insn.mnemonic} {insn.op_str}".strip(),
-            is_jump=X.X86_GRP_JUMP in groups or m in _NO_REL32,
-            is_call=X.X86_GRP_CALL in groups, is_ret=X.X86_GRP_RET in groups,
-            rel_target=rel_target, rip_disp_offset=rip_off, rip_target=rip_target,
-            jump_register=jump_register,
-            reads=reads, writes=writes))
-    decoded = sum(i.size for i in out)
-    if decoded != block.size:
-        bad = block.address + decoded
-        raise RelocationError(f"cannot relocate {fn.name}: bytes at {bad:#x} in block "
-                              f"{block.address:#x} do not decode as x86-64 instructions")
-    if block.instructions:
-        ours = [(i.address, i.size) for i in out]
-        theirs = [(i.address, i.size) for i in block.instructions]
-        if ours != theirs:
-            raise RelocationError(f"cannot relocate {fn.name}: block {block.address:#x}: "
-                                  f"the model's instruction boundaries differ from the "
-                                  f"bytes' (model {theirs[:4]}…, decoded {ours[:4]}…)")
-    return out
-
-
-# --- plan items ---------------------------------------------------------------------------
-# Targets are symbolic until emit():
-#   ("abs", link_address)          original code/data (runtime = link + bias)
-#   ("block", function, address)   a block's start in the copy
-#   ("table", index)               a copied jump table
-#   ("data", offset)               the data region (counters, trace state)
-
-Target = tuple
-
-
-@dataclass(frozen=True)
-class _Item:
-    kind: str            # label raw riprel jmp call jcc counter trace
-    size: int
-    raw: bytes = b""
-    disp_offset: int = 0
-    target: Target | None = None
-    cc: int = 0
-    block_id: int = 0
-    flags_live: bool = True
-    origin: int = 0      # original instruction address (for messages)
-
-
-def _item_label(key: tuple) -> _Item:
-    return _Item("label", 0, target=key)
-
-
-@dataclass(frozen=True)
-class _Table:
-    function: str
-    table: JumpTable
-    targets: tuple[Target, ...]
-
-
-@dataclass(frozen=True)
-class CounterSlot:
-    """Where one function's block counters live: ``ids[i]`` for ``blocks[i]``."""
-
-    function: str
-    blocks: tuple[int, ...]        # block addresses, FunctionModel.blocks order
-    first_id: int                  # global compact id of blocks[0]; ids are consecutive
-
-
-# Data region layout: counters (int64 per block, by global id), then the trace state.
-TRACE_STATE_QWORDS = 3             # write pointer, end pointer, overflow count
-
-
-@dataclass(frozen=True)
-class CopyPlan:
-    """A relocation plan: everything but the final addresses.
-
-    ``code_size`` bytes of code (then the copied jump tables) and ``data_size`` bytes of
-    data must be allocated within ±2 GiB of the binary before :meth:`emit`.
-    """
-
-    functions: tuple[str, ...]
-    slots: Mapping[str, CounterSlot]
-    n_blocks: int
-    code_size: int                 # including jump tables
-    data_size: int
-    trace: bool
-    entry_offsets: Mapping[str, int]             # function → offset of its entry in code
-    block_offsets: Mapping[tuple[str, int], int]  # (function, block address) → offset
-    fast_counters: int             # blocks counted with a single INC (flags dead)
-    safe_counters: int             # blocks counted with the flag-preserving sequence
-    original_bytes: int            # size of the original code relocated
-    # (function, block) → (kind, callee) for blocks leaving their function into relocated
-    # code: "call" (block ends with a call), "tail" (ends with an unconditional jump to an
-    # entry), "other" (a conditional jump to an entry, or a jump to a non-entry block).
-    transfers: Mapping[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
-    _items: tuple[tuple[_Item, ...], ...] = field(repr=False, default=())
-    _tables: tuple[_Table, ...] = field(repr=False, default=())
-    _table_offsets: tuple[int, ...] = field(repr=False, default=())
-    _consts: tuple[int, ...] = field(repr=False, default=())   # link-time addresses
-    _consts_offset: int = field(repr=False, default=0)
-
-    @property
-    def counters_offset(self) -> int:
-        return 0
-
-    @property
-    def trace_state_offset(self) -> int:
-        return 8 * self.n_blocks
-
-    def block_id(self, function: str, address: int) -> int:
-        slot = self.slots[function]
-        return slot.first_id + slot.blocks.index(address)
-
-    def id_names(self) -> list[tuple[str, int]]:
-        """(function, block address) for every compact id, in id order."""
-        out: list[tuple[str, int]] = []
-        for name in self.functions:
-            out.extend((name, a) for a in self.slots[name].blocks)
-        return out
-
-    def emit(self, bias: int, code_address: int, data_address: int) -> bytes:
-        """The copy's bytes for code placed at ``code_address`` (runtime addresses)."""
-        labels: dict[Target, int] = {}
-        for key, off in self.block_offsets.items():
-            labels[("block",) + key] = code_address + off
-
-        def resolve(t: Target) -> int:
-            kind = t[0]
-            if kind == "abs":
-                return t[1] + bias
-            if kind == "block":
-                return labels[t]
-            if kind == "table":
-                return code_address + self._table_offsets[t[1]]
-            if kind == "data":
-                return data_address + t[1]
-            raise AssertionError(t)
-
-        out = bytearray()
-        for items in self._items:
-            for it in items:
-                at = code_address + len(out)
-                try:
-                    if it.kind == "guard":
-                        base = code_address + self._consts_offset
-                        pairs = [(base + 16 * k, base + 16 * k + 8)
-                                 for k in range(len(self._consts) // 2)]
-                        out += enc.range_guard(it.raw[0], at, pairs)
-                        out += it.raw[1:]
-                        continue
-                    out += _encode(it, at, resolve, data_address, self.trace_state_offset)
-                except enc.EncodingError as exc:
-                    raise RelocationError(f"cannot place the copy of the instruction at "
-                                          f"{it.origin:#x}: {exc}") from None
-        assert len(out) <= self._table_offsets[0] if self._tables else True
-        for tab, off in zip(self._tables, self._table_offsets):
-            out += b"\xcc" * (off - len(out))
-            table_at = code_address + off
-            for t in tab.targets:
-                dest = resolve(t)
-                if tab.table.entry_size == 4:
-                    out += struct.pack("<i", dest - table_at)
-                else:
-                    out += struct.pack("<Q", dest)
-        if self._consts:
-            out += b"\xcc" * (self._consts_offset - len(out))
-            for a in self._consts:
-                out += struct.pack("<Q", a + bias)
-        out += b"\xcc" * (self.code_size - len(out))
-        assert len(out) == self.code_size
-        return bytes(out)
-
-
-def _encode(it: _Item, at: int, resolve: Callable[[Target], int], data_address: int,
-            trace_state: int) -> bytes:
-    k = it.kind
-    if k == "label":
-        return b""
-    if k == "raw":
-        return it.raw
-    if k == "riprel":
-        disp = enc.rel32(at, it.size, resolve(it.target))
-        return it.raw[:it.disp_offset] + disp + it.raw[it.disp_offset + 4:]
-    if k == "jmp":
-        return enc.jmp_rel32(at, resolve(it.target))
-    if k == "call":
-        return enc.call_rel32(at, resolve(it.target))
-    if k == "jcc":
-        return enc.jcc_rel32(it.cc, at, resolve(it.target))
-    counter = data_address + 8 * it.block_id
-    if k == "counter":
-        return (enc.counter_safe(at, counter) if it.flags_live
-                else enc.counter_fast(at, counter))
-    if k == "trace":
-        return enc.trace_append(at, it.block_id, counter, data_address + trace_state,
-                                save_flags=it.flags_live)
-    raise AssertionError(k)
-
 
 # --- planning -----------------------------------------------------------------------------
 
+@contextmanager
+def _blame(name: str, failures: dict[str, RelocationError]) -> Iterator[None]:
+    """Record a RelocationError under the function whose copy failed (``.function``)."""
+    try:
+        yield
+    except RelocationError as exc:
+        if getattr(exc, "function", None) is None:
+            exc.function = name           # type: ignore[attr-defined]
+        failures[name] = exc
+
+
+def relocatable_closure(functions: Mapping[str, FunctionModel], roots: Sequence[str],
+                        read: Callable[[int, int], bytes], *, trace: bool = False,
+                        uncounted: Iterable[str] = ()
+                        ) -> tuple[list[FunctionModel], dict[str, str]]:
+    """:func:`closure` less the callees whose copy cannot be made (each with the reason).
+
+    Such a callee runs as original code: its time stays in the calling block, as an
+    imported call's does, and it is not counted.  A root that cannot be copied raises.
+    The result depends only on the model and the code bytes, so the parent process (for
+    the counts' layout) and the worker (for the copy) agree."""
+    skipped: dict[str, str] = {}
+    asked = list(uncounted)
+    decoded: dict = {}
+    while True:
+        fns = closure(functions, roots, asked + list(skipped))
+        try:
+            plan_copy(fns, read, trace=trace, _decoded=decoded)
+            return fns, skipped
+        except RelocationError as exc:
+            failed = getattr(exc, "failures", None)
+            if not failed:
+                raise
+            for n in failed:
+                if n in roots or n in skipped:
+                    raise RelocationError(failed[n]) from None
+            skipped.update(failed)
+
+
 def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], bytes], *,
-              trace: bool = False) -> CopyPlan:
+              trace: bool = False, _decoded: dict | None = None) -> CopyPlan:
     """Plan the instrumented copy of ``functions`` (all of one binary).
 
     ``read(address, size)`` returns the binary's bytes at a link-time address.  Raises
@@ -404,14 +133,36 @@ def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], byt
         by_entry.setdefault(f.entry, f.name)
         by_entry.setdefault(f.address, f.name)
     decoded: dict[str, dict[int, list[_Insn]]] = {}
+    failures: dict[str, RelocationError] = {}     # every function's refusal, in one pass
     for f in functions:
-        blocks = {}
-        for b in f.blocks:
-            blocks[b.address] = _decode_block(md, f, b, read(b.address, b.size))
-        if f.entry not in blocks:
-            raise RelocationError(f"cannot relocate {f.name}: its entry {f.entry:#x} "
-                                  "is not one of its blocks")
-        decoded[f.name] = blocks
+        # ``_decoded``: decodings kept across relocatable_closure's passes (a function's
+        # bytes and model do not change between them); a refusal is kept as well.
+        hit = _decoded.get(f.name) if _decoded is not None else None
+        if isinstance(hit, RelocationError):
+            failures[f.name] = hit
+            continue
+        if hit is not None:
+            decoded[f.name] = hit
+            continue
+        with _blame(f.name, failures):
+            blocks = {}
+            starts = {b.address for b in f.blocks}
+            for b in f.blocks:
+                try:
+                    blocks[b.address] = _decode_block(md, f, b, read(b.address, b.size))
+                except RelocationError:
+                    if b.end not in starts:
+                        raise
+                    nxt = f.block_at(b.end)
+                    blocks[b.address] = _decode_block(md, f, b, read(b.address, b.size),
+                                                      read(nxt.address, nxt.size))
+                    _check_prefix_block(md, f, blocks[b.address][-1], nxt, read)
+            if f.entry not in blocks:
+                raise RelocationError(f"cannot relocate {f.name}: its entry {f.entry:#x} "
+                                      "is not one of its blocks")
+            decoded[f.name] = blocks
+        if _decoded is not None:
+            _decoded[f.name] = failures.get(f.name) or decoded[f.name]
     # Which function owns which byte range, to spot jumps into the middle of code.
     ranges = sorted((b.address, b.end, f.name) for f in functions for b in f.blocks)
 
@@ -427,7 +178,16 @@ def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], byt
     planner = _Planner(functions, decoded, by_entry, ranges, slots, trace)
     all_items: list[tuple[_Item, ...]] = []
     for f in functions:
-        all_items.append(tuple(planner.function_items(f)))
+        if f.name in failures:
+            continue
+        with _blame(f.name, failures):
+            all_items.append(tuple(planner.function_items(f)))
+    if failures:
+        first = next(iter(failures.values()))
+        err = RelocationError(str(first))
+        err.failures = {n: str(e) for n, e in failures.items()}   # type: ignore[attr-defined]
+        err.function = first.function                              # type: ignore[attr-defined]
+        raise err
 
     # Sizes are address independent: lay out labels, then tables (8-aligned).
     block_offsets: dict[tuple[str, int], int] = {}
@@ -655,6 +415,12 @@ class _Planner:
                 self.tables.append(_Table(f.name, jt, tuple(targets)))
         referenced: set[int] = set()
         live = self._flags_live_at_start(f, tables)
+        # Blocks entered in their second instruction by a prefix block's whole instruction.
+        mids: dict[int, int] = {}
+        for b in f.blocks:
+            if blocks[b.address][-1].overlaps:
+                first = blocks[b.end][0]
+                mids[b.end] = first.address + first.size
 
         order = [b.address for b in f.blocks]
         slot = self.slots[f.name]
@@ -686,11 +452,18 @@ class _Planner:
             else:
                 self.fast += 1
             for insn in rest:
+                if insn.overlaps:
+                    yield from self._prefix_block_end(f, addr, insn)
+                    break
                 for item in self._instruction(f, insn, sites, tables, table_index,
                                               unresolved, referenced):
                     self._note_transfer(f, addr, insn, item)
                     yield item
+                if mids.get(addr) == insn.address + insn.size:
+                    yield _item_label((f.name, mids[addr], "mid"))
             last = insns[-1]
+            if last.overlaps:
+                continue
             falls = not (last.mnemonic in _STOPS or last.is_ret)
             end = last.address + last.size
             nxt = order[pos + 1] if pos + 1 < len(order) else None
@@ -702,6 +475,14 @@ class _Planner:
                               else self._fallthrough_after_call(end))
                 else:
                     target = self._jump_target(f, last, end)
+                    if target[0] == "abs" and not f.successors(addr):
+                        # The model says control never leaves this block (a SYSCALL the
+                        # lifter takes for exit, say): trap if it does, a reported crash
+                        # instead of original code running uncounted.
+                        log.info("%s: block %#x has no successor; the copy traps (UD2) if "
+                                 "%#x falls through", f.name, addr, last.address)
+                        yield _Item("raw", len(enc.UD2), raw=enc.UD2, origin=last.address)
+                        continue
                     if target[0] == "abs":
                         raise self._refuse(f, last, f"falls through to {end:#x}, which is not "
                                                     "a block of any relocated function")
@@ -715,9 +496,34 @@ class _Planner:
                     f"address of the jump table at {jt.table_address:#x} used by "
                     f"{jt.instruction:#x}, so the copied table cannot be substituted")
 
+    def _prefix_block_end(self, f: FunctionModel, addr: int, whole: _Insn) -> Iterable[_Item]:
+        """The end of a prefix block (``lock`` alone, before ``1: cmpxchg``): the whole
+        prefixed instruction runs here, then the next block's counter (its remaining
+        instructions run, as the CFG's edge says), then a jump to the next block's
+        second instruction.  Flags are live there (the instruction just set them): the
+        flag-preserving counter sequence."""
+        if whole.is_jump or whole.is_call or whole.is_ret:
+            raise self._refuse(f, whole, "is a branch running past its block's end")
+        if whole.rip_target is not None:
+            yield _Item("riprel", whole.size, raw=whole.raw, disp_offset=whole.rip_disp_offset,
+                        target=("abs", whole.rip_target), origin=whole.address)
+        else:
+            yield _Item("raw", whole.size, raw=whole.raw, origin=whole.address)
+        nxt = whole.address + whole.size
+        owner = self._owner(nxt - 1)
+        assert owner is not None and owner[0] == f.name
+        block_id = self.slots[f.name].first_id + self.slots[f.name].blocks.index(owner[1])
+        if self.trace:
+            yield _Item("trace", enc.trace_append_size(True), block_id=block_id,
+                        flags_live=True, origin=addr)
+        else:
+            yield _Item("counter", enc.COUNTER_SAFE_SIZE, block_id=block_id, flags_live=True,
+                        origin=addr)
+        yield _Item("jmp", enc.JMP_SIZE, target=("block", f.name, nxt, "mid"), origin=addr)
+
     def _note_transfer(self, f: FunctionModel, block: int, insn: _Insn, item: _Item) -> None:
         t = item.target
-        if item.kind not in ("call", "jmp", "jcc") or t is None or t[0] != "block":
+        if item.kind not in ("call", "jmp", "jcc", "rel8") or t is None or t[0] != "block":
             return
         if t[1] == f.name and item.kind != "call":
             return                    # a jump inside the function: a CFG edge
@@ -742,7 +548,7 @@ class _Planner:
     def _instruction(self, f: FunctionModel, insn: _Insn, sites, tables, table_index,
                      unresolved, referenced) -> Iterable[_Item]:
         m = insn.mnemonic
-        if m in _NO_REL32:
+        if m == "jcxz" or (m in _NO_REL32 and m not in _REL8_ONLY):
             raise self._refuse(f, insn, "has no rel32 form and cannot be retargeted")
         if insn.address in unresolved and (insn.is_jump or insn.is_call):
             raise self._refuse(f, insn, "is an unresolved indirect jump")
@@ -754,6 +560,11 @@ class _Planner:
                             origin=insn.address)
             elif m == "jmp":
                 yield _Item("jmp", enc.JMP_SIZE,
+                            target=self._tail_or_jump(f, insn, site), origin=insn.address)
+            elif m in _REL8_ONLY:
+                # rel8 only: the instruction's last byte is its displacement (no
+                # immediate follows it); the rest is kept byte for byte.
+                yield _Item("rel8", enc.rel8_branch_size(insn.size - 1), raw=insn.raw[:-1],
                             target=self._tail_or_jump(f, insn, site), origin=insn.address)
             elif m in enc.JCC_CODES:
                 yield _Item("jcc", enc.JCC_SIZE, cc=enc.JCC_CODES[m],
@@ -782,8 +593,19 @@ class _Planner:
                     yield _Item("guard", enc.range_guard_size(n),
                                 raw=bytes((insn.jump_register,)), origin=insn.address)
                 elif insn.rip_target is None:
-                    raise self._refuse(f, insn, "is an indirect tail call through memory "
-                                                "that the copy cannot check")
+                    # Through memory ([rax+0x60]: a vtable slot): load the target into
+                    # R11, guard it like a register's, jump through R11.
+                    try:
+                        load = enc.load_r11_from_jump(insn.raw)
+                    except enc.EncodingError as exc:
+                        raise self._refuse(f, insn, f"is an indirect tail call through "
+                                                    f"memory the copy cannot check ({exc})")
+                    n = len(self.guard_ranges())
+                    yield _Item("raw", len(load), raw=load, origin=insn.address)
+                    yield _Item("guard", enc.range_guard_size(n), raw=bytes((enc.R11,)),
+                                origin=insn.address)
+                    yield _Item("raw", len(enc.JMP_R11), raw=enc.JMP_R11, origin=insn.address)
+                    return
             else:
                 raise self._refuse(f, insn, "is an indirect jump not known as a jump table")
         elif insn.is_call and site is not None and site.kind == CALL_INTERNAL \

@@ -9,10 +9,11 @@ original; the counts are saved to the store as they come (:mod:`wcetfit.measurem
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from wcetfit.errors import NothingMeasured
 from wcetfit.isolate import InputFailure
 from wcetfit.measurements import (CountSet, FunctionCounts, Progress, load_counts,
                                   measure_saving, prototype_name, save_counts)
@@ -28,6 +29,7 @@ class _CountWorker:
     """Child-process side of the count run: one instrumented copy per measured function."""
 
     def __init__(self, target: Target, model: Any, roots: Sequence[str], trace: bool,
+                 uncounted: Mapping[str, Sequence[str]] | None = None,
                  inputs: Callable[..., tuple] | None = None):
         from wcetfit.count.instrumented import Counter, InstrumentedCopy
         from wcetfit.loader import load_binary
@@ -44,48 +46,42 @@ class _CountWorker:
         self.counters = []
         for root in roots:
             fn = model.function(root).name
-            # The copy knows the function by its symbol; the prototype may declare it
-            # under another name (a function named by address): the same rule as timing.
-            proto = prototype_name(self.harness, root)
-            copy = InstrumentedCopy(binary, closure(model.functions, [fn]), trace=trace,
+            name = prototype_name(self.harness, root)
+            # The callees the parent found not relocatable (same model, same bytes).
+            fns = closure(model.functions, [fn], (uncounted or {}).get(root, ()))
+            copy = InstrumentedCopy(binary, fns, trace=trace,
                                     trace_cap=target.measure.trace_cap)
-            harness = self.harness if proto == fn else _Declared(self.harness, fn, proto)
-            self.counters.append((root, proto, Counter(copy, fn, harness)))
+            self.counters.append((root, Counter(copy, fn, self.harness, call_name=name)))
 
     def run(self, index: int, start: Callable[[str], None]) -> dict[str, Any]:
         out = {}
-        for root, proto, counter in self.counters:
+        for root, counter in self.counters:
             args = self.inputs(self.generate, self.target, self.harness.ffi, root, index)
-            pack = self.harness.pack(proto, args)
-            fresh = None
-            if getattr(pack, "unrestored", ()):
-                fresh = self.harness.pack(proto, self.inputs(
-                    self.generate, self.target, self.harness.ffi, root, index))
+            pack = self.harness.pack(counter.call_name, args)
             summary = describe_args(self.harness.ffi, args)
-            res = counter.count(index, pack, fresh, start=lambda: start(summary))
+            res = counter.count(index, pack, start=lambda: start(summary))
             out[root] = ({k: np.asarray(v, dtype=np.int64) for k, v in res.counts.items()},
                          None if res.trace is None else np.asarray(res.trace, np.uint32))
         return out
 
 
-class _Declared:
-    """The harness as a Counter sees it: calls of ``symbol`` go to the prototype's
-    ``declared`` function (a function named by address, declared under another name)."""
-
-    def __init__(self, harness: Any, symbol: str, declared: str):
-        self._harness, self._symbol, self._declared = harness, symbol, declared
-
-    def _name(self, function: str) -> str:
-        return self._declared if function == self._symbol else function
-
-    def pack(self, function: str, args: tuple, *a: Any, **k: Any) -> Any:
-        return self._harness.pack(self._name(function), args, *a, **k)
-
-    def call(self, function: str, fn_address: int, pack: Any, *a: Any, **k: Any) -> Any:
-        return self._harness.call(self._name(function), fn_address, pack, *a, **k)
-
-    def __getattr__(self, name: str) -> Any:      # snapshot, restore, ffi, …
-        return getattr(self._harness, name)
+def relocatable_closures(target: Target, model: Any, roots: Sequence[str], *,
+                         trace: bool = False) -> dict[str, tuple[list[Any], dict[str, str]]]:
+    """Per measured function: the functions its instrumented copy holds, and the callees
+    that cannot be copied (name → why), which run as original code, uncounted."""
+    from wcetfit.count.relocate import relocatable_closure
+    from wcetfit.loader import read_elf
+    read = read_elf(target.binary).read
+    out = {}
+    for r in roots:
+        fn = model.function(r).name
+        fns, skipped = relocatable_closure(model.functions, [fn], read, trace=trace)
+        out[r] = (list(fns), dict(skipped))
+        for name, why in skipped.items():
+            # Said where the user reads the counts: these callees run, uncounted.
+            log.warning("%s: callee %s runs as original code, uncounted (its time stays in "
+                        "the calling block, as an imported call's): %s", r, name, why)
+    return out
 
 
 def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *,
@@ -101,10 +97,10 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
     traces: dict[str, dict[int, np.ndarray]] = {r: {} for r in roots}
     layout: dict[str, list[tuple[str, int, tuple[int, ...]]]] = {}
     failures: list[InputFailure] = []
-    from wcetfit.count.relocate import closure
+    closures = relocatable_closures(target, model, roots, trace=trace)
+    uncounted = {r: list(skipped) for r, (_fns, skipped) in closures.items()}
     for r in roots:
-        fn = model.function(r).name
-        fns = closure(model.functions, [fn])
+        fns, _skipped = closures[r]
         layout[r] = [(f.name, f.address, f.block_addresses) for f in fns]
         old = load_counts(store, r, m.seed)
         if old is None:
@@ -147,8 +143,16 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
 
     # Counting runs each input twice (the copy, then the original for the differential
     # check): the hang timeout covers both.
-    measure_saving(lambda: _CountWorker(target, model, list(roots), trace), todo,
+    measure_saving(lambda: _CountWorker(target, model, list(roots), trace, uncounted), todo,
                    timeout=3 * target.measure.timeout, store_result=store_result,
                    failures=failures, save=save, done=lambda: len(per_root[first]),
                    wanted=len(wanted), progress=progress)
-    return snapshot()
+    result = snapshot()
+    for r, cs in result.items():
+        if len(cs.indices) == 0 and len(wanted):
+            # Saved above (failures included), but a run with no row is no measurement:
+            # never report it as "0 inputs counted, checks passed".
+            first_ones = "; ".join(f.describe() for f in cs.failures[:3]) or "no result"
+            more = f" (and {len(cs.failures) - 3} more)" if len(cs.failures) > 3 else ""
+            raise NothingMeasured(f"{r}: no input could be counted: {first_ones}{more}")
+    return result

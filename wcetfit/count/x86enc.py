@@ -150,6 +150,28 @@ def jmp_short(distance: int) -> bytes:
     return b"\xeb" + struct.pack("<b", distance)
 
 
+def rel8_branch(head: bytes, at: int, target: int) -> bytes:
+    """A branch with only a rel8 form (``jrcxz``, ``jecxz``, ``loop``, ``loope``, ``loopne``)
+    retargeted anywhere within ±2 GiB::
+
+        head +2          ; the original instruction (prefixes and opcode kept), taken → T
+        jmp short +5     ; not taken: skip the trampoline, go on with the next item
+    T:  jmp rel32 target
+
+    Why this is the same instruction: the original opcode still decides, from the same
+    RCX/ECX (and ZF for LOOPE/LOOPNE) and with the same side effect (LOOP* decrements
+    the count register, never the flags); the two JMPs read and write no flag and no
+    register, so every flag and register seen at ``target`` or after the not-taken path
+    is what the original would have left.  Only the instruction's own displacement byte
+    changes (``head`` is the instruction without it)."""
+    out = head + b"\x02" + jmp_short(5)
+    return out + jmp_rel32(at + len(out), target)
+
+
+def rel8_branch_size(head_size: int) -> int:
+    return head_size + 1 + 2 + JMP_SIZE
+
+
 # --- the sequences the copy emits at a block start ---------------------------------------
 
 def counter_fast(at: int, counter: int) -> bytes:
@@ -234,6 +256,33 @@ def range_guard(reg: int, at: int, ranges: list[tuple[int, int]]) -> bytes:
     out += jmp_short(2)
     out += UD2
     return bytes(out)
+
+
+def load_r11_from_jump(raw: bytes) -> bytes:
+    """``mov r11, [mem]`` from the bytes of ``jmp qword ptr [mem]`` (FF /4, any non-RIP
+    memory operand): the same ModRM/SIB/displacement with reg = r11 (REX.R + 011) and
+    opcode 8B.  R11 is free at a tail jump: System V passes nothing in it and no callee
+    may expect its value.  The jump's own prefixes (notrack 3E, bnd F2) are dropped; they
+    mean nothing to a MOV."""
+    k = 0
+    while raw[k] in (0x3E, 0xF2, 0x2E, 0x66, 0x67):
+        if raw[k] in (0x66, 0x67):
+            raise EncodingError(f"operand/address-size prefix in an indirect jump {raw.hex()}")
+        k += 1
+    rex = 0
+    if 0x40 <= raw[k] <= 0x4F:
+        rex = raw[k]
+        k += 1
+    if raw[k] != 0xFF or (raw[k + 1] >> 3) & 7 != 4:
+        raise EncodingError(f"not a jmp qword ptr [mem]: {raw.hex()}")
+    modrm = raw[k + 1]
+    if modrm >> 6 == 3:
+        raise EncodingError(f"register operand, not memory: {raw.hex()}")
+    return bytes((0x4C | (rex & 0x03), 0x8B, (modrm & 0xC7) | (3 << 3))) + raw[k + 2:]
+
+
+JMP_R11 = b"\x41\xff\xe3"
+R11 = 11
 
 
 def range_guard_size(n_ranges: int) -> int:

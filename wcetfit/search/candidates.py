@@ -78,12 +78,23 @@ class Normaliser:
         return ChoiceSequence(seq.index, tuple(rng.recorded))
 
 
+def uncounted_callees(target: Target, model: Any, root: str) -> dict[str, list[str]]:
+    """The callees the count run leaves uncounted (decided once per search)."""
+    from wcetfit.count.run import relocatable_closures
+
+    return {r: list(skipped)
+            for r, (_fns, skipped) in relocatable_closures(target, model, [root]).items()}
+
+
 def count_candidates(target: Target, model: Any, root: str,
-                     sequences: Mapping[int, ChoiceSequence]
+                     sequences: Mapping[int, ChoiceSequence],
+                     uncounted: Mapping[str, list[str]] | None = None
                      ) -> tuple[dict[int, dict[str, np.ndarray]], list[InputFailure]]:
     """Block counts (function name → counts in its model's block order) per candidate."""
     from wcetfit.count.run import _CountWorker
 
+    if uncounted is None:
+        uncounted = uncounted_callees(target, model, root)
     out: dict[int, dict[str, np.ndarray]] = {}
     failures: list[InputFailure] = []
 
@@ -92,7 +103,8 @@ def count_candidates(target: Target, model: Any, root: str,
         out[key] = counts
 
     replay = Replay(sequences)
-    run = run_isolated(lambda: _CountWorker(target, model, [root], False, inputs=replay),
+    run = run_isolated(lambda: _CountWorker(target, model, [root], False, uncounted,
+                                            inputs=replay),
                        sorted(sequences), timeout=3 * target.measure.timeout,
                        on_result=on_result, on_failure=failures.append)
     if run.interrupted:

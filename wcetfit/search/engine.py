@@ -21,7 +21,7 @@ import numpy as np
 
 from wcetfit.isolate import InputFailure
 from wcetfit.search.candidates import (SEARCH_BASE, Normaliser, column_vector,
-                                       count_candidates)
+                                       count_candidates, uncounted_callees)
 from wcetfit.search.choices import ChoiceSequence
 from wcetfit.search.mutate import crossover, mutate
 
@@ -72,6 +72,7 @@ def search(target: Any, model: Any, root: str, system: Any, fit: Any,
     blocks_of = {name: fn.block_addresses for name, fn in functions.items()}
     executed = (system.counts > 0).any(axis=0)
     normaliser = Normaliser(target, root)
+    uncounted = uncounted_callees(target, model, root)
     measured_pred = fit.predict(system.counts, unknown="zero")
     start = float(np.nanmax(measured_pred)) if len(measured_pred) else 0.0
 
@@ -112,7 +113,7 @@ def search(target: Any, model: Any, root: str, system: Any, fit: Any,
             next_key += 1
         if not batch:
             break
-        counts, failed = count_candidates(target, model, root, batch)
+        counts, failed = count_candidates(target, model, root, batch, uncounted)
         failures.extend(failed)
         counted += len(batch)
         for key, per_fn in counts.items():

@@ -35,27 +35,27 @@ How a model is made
 
 from __future__ import annotations
 
-import difflib
 import logging
-import os
-import re
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from wcetfit.static import elfinfo
-from wcetfit.static.cfgcache import CfgCache
-from wcetfit.static.elfinfo import ElfInfo, FuncSymbol, GotSlot
 from wcetfit.errors import BinaryError, FunctionNotFound
-from wcetfit.model import (CALL_IMPORTED, CALL_INDIRECT, CALL_INTERNAL, BinaryInfo, BinaryModel,
-                           Block, CallSite, FunctionModel, FunctionSummary, Instruction, JumpTable,
-                           hexaddr)
+from wcetfit.model import BinaryInfo, BinaryModel, FunctionModel, FunctionSummary, hexaddr
+from wcetfit.static import decode, elfinfo, ifunc
+from wcetfit.static.build import Builder, IndirectJumpInfo, RawCFG
+from wcetfit.static.cfgcache import CfgCache
+from wcetfit.static.elfinfo import ElfInfo
+from wcetfit.static.jumptables import _TABLE_ABS, _TABLE_REL, _bound_from, _writes
+from wcetfit.static.symbols import SymbolIndex
+from wcetfit.static.whole import _recover_all, _warn_whole_binary, summary_of, with_fdes
+
+__all__ = ["load_model", "list_functions", "binary_info", "summary_of", "recover_raw",
+           "SymbolIndex", "RawCFG", "IndirectJumpInfo", "CFG_OPTIONS", "MODEL_FORMAT"]
 
 log = logging.getLogger(__name__)
 
 # Bump when the way models are derived changes: cached models of older formats are not used.
-MODEL_FORMAT = 3
+MODEL_FORMAT = 5
 
 # CFGFast options, chosen deliberately (a default CFGFast of libm takes ~40 s, this ~10 s):
 CFG_OPTIONS = dict(
@@ -95,27 +95,10 @@ def _versions() -> dict[str, str]:
 
 
 def cache_options() -> dict:
-    return {"model_format": MODEL_FORMAT, "cfg": CFG_OPTIONS, **_versions()}
+    # IFUNC implementations are the ones the loader selects on this CPU (wcetfit.static.ifunc)
+    return {"model_format": MODEL_FORMAT, "cfg": CFG_OPTIONS, "cpu": ifunc.cpu_key(),
+            **_versions()}
 
-
-# --- plain copy of angr's global graph ----------------------------------------------------
-
-@dataclass(frozen=True)
-class IndirectJumpInfo:
-    resolved: tuple[int, ...]
-    tables: tuple[tuple[int | None, int, int, tuple[int, ...]], ...]   # (addr, size, entry size, entries)
-
-
-@dataclass(frozen=True)
-class RawCFG:
-    """angr's global CFG as plain data, link-time addresses.  Edge targets outside the
-    binary (imports, angr's stubs) are ``None``."""
-
-    blocks: dict[int, int]                                   # address -> size
-    edges: dict[int, tuple[tuple[int | None, str], ...]]     # src -> ((dst, jumpkind), ...)
-    indirect: dict[int, IndirectJumpInfo]                    # jump instruction -> info
-    noreturn: frozenset[int] = frozenset()       # functions (incl. PLT stubs) that never return
-    noreturn_names: frozenset[str] = frozenset()  # imported functions that never return
 
 
 def _quiet_angr_import_noise() -> None:
@@ -128,48 +111,9 @@ def _quiet_angr_import_noise() -> None:
             lg.setLevel(logging.CRITICAL)
 
 
-# --- jump tables angr's resolver misses -------------------------------------------------------
-
-_REG32 = {f"r{x}x": f"e{x}x" for x in "abcd"} | {"rsi": "esi", "rdi": "edi", "rbp": "ebp",
-                                                  "rsp": "esp"} | {f"r{i}": f"r{i}d" for i in range(8, 16)}
-_TABLE_ABS = re.compile(r"^qword ptr \[(\w+)\*8 \+ (0x[0-9a-f]+)\]$")
-_TABLE_REL = re.compile(r"^(\w+), dword ptr \[(\w+) \+ (\w+)\*4\]$")
-_MAX_TABLE = 4096
-
-
-def _writes(op_str: str, mnemonic: str, reg: str) -> bool:
-    """Does an instruction (probably) write ``reg`` (any width)?"""
-    if mnemonic in ("cmp", "test", "push", "nop") or mnemonic.startswith("j"):
-        return False
-    dest = op_str.split(",", 1)[0].strip()
-    return dest in (reg, _REG32.get(reg, reg))
-
-
-def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = "ja") -> int | None:
-    """Scanning ``insns`` backwards: the n of a ``cmp reg, n-1`` followed by ``branch``
-    (the conditional jump that leaves when reg > n-1) guarding ``reg`` (32- or 64-bit),
-    across ``mov e_reg, e_reg`` zero extensions; None if ``reg`` is written first or no
-    guard is found."""
-    names = (reg, _REG32.get(reg, reg))
-    for i in range(len(insns) - 1, -1, -1):
-        _, _, mnem, ops = insns[i]
-        if mnem == "cmp":
-            parts = [p.strip() for p in ops.split(",")]
-            if len(parts) == 2 and parts[0] in names and re.fullmatch(r"0x[0-9a-f]+|\d+", parts[1]):
-                nxt = insns[i + 1][2] if i + 1 < len(insns) else None
-                if nxt == branch:
-                    n = int(parts[1], 0) + 1
-                    return n if 0 < n <= _MAX_TABLE else None
-            continue
-        if mnem == "mov" and ops == f"{names[1]}, {names[1]}":
-            continue
-        if _writes(ops, mnem, reg):
-            return None
-    return None
-
 
 def _gcc_table_resolver(project, obj):
-    """An angr indirect-jump resolver, tried after angr's own, for the two jump-table
+    """An angr indirect-jump resolver, tried before angr's own, for the two jump-table
     shapes gcc emits for a dense switch with a bounds check:
 
     * non-PIC: ``cmp idx, n-1; ja default; ... jmp [idx*8 + TABLE]`` (absolute entries);
@@ -263,10 +207,12 @@ def _gcc_table_resolver(project, obj):
                     if not code:
                         return False, []
                     a, size, mnem, ops = code[-1]
+                    # the block's own code up to the load counts too (the index may be
+                    # loaded there from the memory the guard compared)
                     if mnem == "ja" and a + size == addr:
-                        bounds.append(_bound_from(code, idx, "ja"))
+                        bounds.append(_bound_from(code + guard_scan, idx, "ja"))
                     elif mnem == "jbe" and ops == hex(addr):
-                        bounds.append(_bound_from(code, idx, "jbe"))
+                        bounds.append(_bound_from(code + guard_scan, idx, "jbe"))
                     else:
                         bounds.append(None)
                 if not bounds or None in bounds:
@@ -292,8 +238,9 @@ def _gcc_table_resolver(project, obj):
     return GccJumpTable()
 
 
-def recover_raw(path: str, starts: Iterable[int]) -> RawCFG:
-    """Run CFGFast from ``starts`` (link-time addresses) and copy the graph out."""
+def recover_raw(path: str, starts: Iterable[int], elf: ElfInfo | None = None) -> RawCFG:
+    """Run CFGFast from ``starts`` (link-time addresses) and copy the graph out; code the
+    lifter could not decode is continued with capstone (:mod:`wcetfit.static.decode`)."""
     t0 = time.perf_counter()
     _quiet_angr_import_noise()
     import angr
@@ -318,7 +265,10 @@ def recover_raw(path: str, starts: Iterable[int]) -> RawCFG:
     from angr.analyses.cfg.indirect_jump_resolvers.default_resolvers import (
         default_indirect_jump_resolvers)
 
-    resolvers = default_indirect_jump_resolvers(obj, project) + [_gcc_table_resolver(project, obj)]
+    # Ours first: it reads a table only as far as its guard allows, where angr's may read
+    # past it (an 8-bit index: 256 entries running into the next table), and the bogus
+    # targets would split blocks of other functions.
+    resolvers = [_gcc_table_resolver(project, obj)] + default_indirect_jump_resolvers(obj, project)
     try:
         cfg = project.analyses.CFGFast(function_starts=[a + delta for a in starts],
                                        indirect_jump_resolvers=resolvers, **CFG_OPTIONS)
@@ -363,382 +313,16 @@ def recover_raw(path: str, starts: Iterable[int]) -> RawCFG:
                 noreturn.add(func.addr - delta)
             elif func.name:
                 noreturn_names.add(func.name)
-    return RawCFG(blocks, {k: tuple(dict.fromkeys(v)) for k, v in edges.items()}, indirect,
-                  frozenset(noreturn), frozenset(noreturn_names))
+    import capstone
 
+    plain = {k: tuple(dict.fromkeys(v)) for k, v in edges.items()}
+    elf = elf or elfinfo.read_elf(path, with_fdes=False)
+    with open(path, "rb") as f:
+        data = f.read()
+    notes = decode.continue_cuts(blocks, plain, elf, data,
+                                 capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64))
+    return RawCFG(blocks, plain, indirect, frozenset(noreturn), frozenset(noreturn_names), notes)
 
-# --- names ------------------------------------------------------------------------------
-
-def _leading_underscores(name: str) -> int:
-    return len(name) - len(name.lstrip("_"))
-
-
-class SymbolIndex:
-    """Function names <-> entry addresses, from .symtab and .dynsym.
-
-    Several names often share an address (``sin``, ``__sin``, ``sinf64``...).  The
-    canonical name prefers a default-version exported name, then fewer leading
-    underscores, then the shorter one.  Every alias still finds the function.  A name
-    defined at several addresses (two static ``helper``s) gets ``@0x<addr>`` appended.
-    """
-
-    def __init__(self, elf: ElfInfo):
-        self.elf = elf
-        by_addr: dict[int, list[FuncSymbol]] = {}
-        for s in elf.symbols:
-            if elfinfo.is_fragment_name(s.name):
-                continue
-            by_addr.setdefault(s.address, []).append(s)
-        self.aliases: dict[str, set[int]] = {}
-        for addr, syms in by_addr.items():
-            for s in syms:
-                self.aliases.setdefault(s.name, set()).add(addr)
-        best = {addr: min(syms, key=lambda s: ("@" in s.name, s.binding == "local",
-                                                 _leading_underscores(s.name), len(s.name), s.name)).name
-                for addr, syms in by_addr.items()}
-        count: dict[str, int] = {}
-        for n in best.values():
-            count[n] = count.get(n, 0) + 1
-        self.canonical = {a: (n if count[n] == 1 else f"{n}@{a:#x}") for a, n in best.items()}
-        for a, n in self.canonical.items():
-            self.aliases.setdefault(n, set()).add(a)
-        self.fragments = {s.address for s in elf.symbols if elfinfo.is_fragment_name(s.name)}
-
-    def name_of(self, addr: int) -> str:
-        return self.canonical.get(addr) or f"sub_{addr:x}"
-
-    def names_at(self, addr: int) -> list[str]:
-        """Every name that finds the function at ``addr`` (canonical first)."""
-        out = [self.name_of(addr)]
-        out += sorted(n for n, a in self.aliases.items() if addr in a and len(a) == 1 and n != out[0])
-        return out
-
-    def resolve(self, spec: str | int) -> int:
-        """Entry address of a function given by name, alias, ``0x...`` or ``sub_<hex>``."""
-        elf = self.elf
-        if isinstance(spec, int):
-            return self._check_address(spec, hexaddr(spec))
-        text = spec.strip()
-        m = re.fullmatch(r"(?:0x|sub_)([0-9a-fA-F]+)", text)
-        if m:
-            return self._check_address(int(m.group(1), 16), text)
-        name = text.split("@@", 1)[0]           # nm prints the default version as name@@VER
-        addrs = self.aliases.get(name)
-        if addrs is None and self.elf.stripped and name.startswith("sub_"):
-            addrs = None
-        if not addrs:
-            close = difflib.get_close_matches(name, list(self.aliases), n=4, cutoff=0.6)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            if not close and elf.stripped:
-                hint = "; the binary is stripped: name functions by address (0x...)"
-            elif not close:
-                hint = f" (it has {len(self.canonical)} named functions; `wcetfit cfg {elf.path}` lists them)"
-            raise FunctionNotFound(f"{elf.path}: no function named {name!r}{hint}")
-        if len(addrs) > 1:
-            choices = ", ".join(f"{self.name_of(a)} at {hexaddr(a)}" for a in sorted(addrs))
-            raise FunctionNotFound(f"{elf.path}: {name!r} names several functions ({choices}); "
-                                   f"give an address")
-        return next(iter(addrs))
-
-    def _check_address(self, addr: int, text: str) -> int:
-        elf = self.elf
-        if elf.in_plt(addr):
-            raise FunctionNotFound(f"{elf.path}: {text} is a PLT stub, not a function of this binary")
-        if not elf.in_exec(addr):
-            raise FunctionNotFound(f"{elf.path}: {text} is not in an executable section")
-        return addr
-
-
-# --- building function models -------------------------------------------------------------
-
-_RET = re.compile(r"^(?:(?:rep|repz|bnd|notrack)\s+)?ret[qnfw]?$")
-_STRING_OPS = ("movs", "stos", "lods", "scas", "cmps", "ins", "outs")
-
-
-@dataclass
-class _BlockFacts:
-    """What one block does, independent of the function it is seen from."""
-
-    insns: tuple[Instruction, ...]
-    returns: bool = False
-    call: tuple[str, int | None, str | None] | None = None   # (kind, target, name)
-    call_returns: bool = True
-    succ: list[tuple[int, str]] = field(default_factory=list)  # (dst, "jump"|"fall"|"ret")
-    tail_out: list[tuple[str, int | None, str | None]] = field(default_factory=list)
-    jump_table: JumpTable | None = None
-    unresolved: bool = False
-    warnings: list[str] = field(default_factory=list)
-
-
-class _Builder:
-    def __init__(self, path: str, elf: ElfInfo, index: SymbolIndex, raw: RawCFG):
-        import capstone
-
-        self.path, self.elf, self.index, self.raw = path, elf, index, raw
-        with open(path, "rb") as f:
-            self.data = f.read()
-        self.md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-        self.entries = self._entries()
-        self.facts: dict[int, _BlockFacts] = {}
-        # What a PLT/GOT reference to a name binds to when this binary defines it.
-        self.exported: dict[str, FuncSymbol] = {}
-        for sym in elf.symbols:
-            if sym.dynamic and sym.binding != "local":
-                self.exported.setdefault(sym.name, sym)
-
-    # Function entries: symbols (not fragments), FDE starts (not fragments), call targets.
-    def _entries(self) -> set[int]:
-        elf, raw = self.elf, self.raw
-        cand = set(self.index.canonical)
-        cand |= {s for s, _ in elf.fdes if s not in elf.fde_fragments}
-        for src, outs in raw.edges.items():
-            for dst, kind in outs:
-                if kind == "Ijk_Call" and dst is not None:
-                    cand.add(dst)
-        cand -= self.index.fragments
-        return {a for a in cand if elf.in_exec(a) and not elf.in_plt(a)}
-
-    def functions_present(self) -> list[int]:
-        return sorted(a for a in self.entries if a in self.raw.blocks)
-
-    # -- per block --
-
-    def _decode(self, addr: int, size: int) -> tuple[tuple[Instruction, ...], str | None]:
-        try:
-            off = self.elf.file_offset(addr, size)
-        except BinaryError:
-            return (), f"block {hexaddr(addr)} is not backed by the file"
-        code = self.data[off:off + size]
-        insns = tuple(Instruction(a, s, m, o) for a, s, m, o in self.md.disasm_lite(code, addr))
-        used = sum(i.size for i in insns)
-        if used != size:
-            return insns, (f"block {hexaddr(addr)}: capstone decodes {used} of its {size} bytes")
-        return insns, None
-
-    def _classify_slot(self, slot: GotSlot, stub: int | None) -> tuple[str, int | None, str | None]:
-        if slot.name is None:                       # IRELATIVE: a local IFUNC, chosen at load
-            res = slot.irelative_resolver
-            return CALL_INDIRECT, stub, (self.index.name_of(res) if res is not None else None)
-        sym = self.exported.get(slot.name)
-        if sym is not None and not sym.ifunc:
-            return CALL_INTERNAL, sym.address, self.index.name_of(sym.address)
-        if sym is not None:                         # exported IFUNC: target known only at load
-            return CALL_INDIRECT, stub, slot.name
-        return CALL_IMPORTED, stub, slot.name
-
-    def classify_target(self, t: int) -> tuple[str, int | None, str | None]:
-        slot = self.elf.plt.get(t)
-        if slot is not None:
-            return self._classify_slot(slot, t)
-        if self.elf.in_exec(t):
-            return CALL_INTERNAL, t, self.index.name_of(t)
-        return CALL_INDIRECT, None, None
-
-    def _operand(self, ins: Instruction) -> tuple[str, int | None, GotSlot | None]:
-        """How a call/jmp names its target: ("direct", address, None), ("got", None, slot)
-        for ``[rip + disp]`` through a GOT slot, or ("indirect", None, None)."""
-        ops = ins.op_str
-        if re.fullmatch(r"0x[0-9a-f]+", ops):
-            return "direct", int(ops, 16), None
-        if ops.startswith("qword ptr [rip"):
-            slot_addr = elfinfo.rip_target(ins.address, ins.size, ops)
-            slot = self.elf.got.get(slot_addr) if slot_addr is not None else None
-            if slot is not None:
-                return "got", None, slot
-        return "indirect", None, None
-
-    def block(self, addr: int) -> _BlockFacts:
-        bf = self.facts.get(addr)
-        if bf is not None:
-            return bf
-        insns, warn = self._decode(addr, self.raw.blocks[addr])
-        bf = _BlockFacts(insns)
-        if warn:
-            bf.warnings.append(warn)
-        self.facts[addr] = bf
-        if not insns:
-            return bf
-        last = insns[-1]
-        mnem = last.mnemonic.split()[-1] if last.mnemonic else ""
-        outs = self.raw.edges.get(addr, ())
-        blocks = self.raw.blocks
-        elf = self.elf
-
-        def ours(t: int | None) -> bool:    # a block of this binary's code, not a PLT stub
-            return t is not None and t in blocks and not elf.in_plt(t)
-
-        if _RET.match(last.mnemonic):
-            bf.returns = True
-            return bf
-        if mnem == "call":
-            how, t, slot = self._operand(last)
-            noreturn = False
-            raw = self.raw
-            if how == "direct":
-                bf.call = self.classify_target(t)  # type: ignore[arg-type]
-                noreturn = t in raw.noreturn or bf.call[1] in raw.noreturn
-            elif how == "got":
-                bf.call = self._classify_slot(slot, None)  # type: ignore[arg-type]
-                noreturn = (slot.name in raw.noreturn_names  # type: ignore[union-attr]
-                            or bf.call[1] in raw.noreturn)
-            else:
-                bf.call = (CALL_INDIRECT, None, None)
-            # The fall-through edge exists when angr made one and the callee may return.
-            bf.call_returns = False
-            if not noreturn:
-                for dst, kind in outs:
-                    if kind == "Ijk_FakeRet" and ours(dst):
-                        bf.succ.append((dst, "ret"))  # type: ignore[arg-type]
-                        bf.call_returns = True
-            return bf
-        if mnem == "jmp":
-            how, t, slot = self._operand(last)
-            if how == "direct":
-                if ours(t):
-                    bf.succ.append((t, "jump"))  # type: ignore[arg-type]  # tail call? per function
-                else:
-                    bf.tail_out.append(self.classify_target(t))  # type: ignore[arg-type]
-                return bf
-            if how == "got":
-                bf.tail_out.append(self._classify_slot(slot, None))  # type: ignore[arg-type]
-                return bf
-            # Indirect jump: a jump table, targets angr resolved otherwise, or unknown.
-            info = self.raw.indirect.get(last.address)
-            targets = {d for d, k in outs if ours(d) and k == "Ijk_Boring"}
-            if info is not None:
-                targets |= {t for t in info.resolved if ours(t)}
-                bf.jump_table = self._jump_table(addr, last, info)
-            bf.succ += [(t, "jump") for t in sorted(targets)]  # type: ignore[misc]
-            bf.unresolved = not targets
-            return bf
-        # Conditional branches, fall-through into a split block, system calls, traps.
-        cond_target = None
-        if mnem.startswith("j") and re.fullmatch(r"0x[0-9a-f]+", last.op_str):
-            cond_target = int(last.op_str, 16)
-            if not ours(cond_target):
-                # A conditional jump to a PLT stub or elsewhere: a conditional tail call.
-                bf.tail_out.append(self.classify_target(cond_target))
-        for dst, kind in outs:
-            if not ours(dst) or kind not in ("Ijk_Boring", "Ijk_FakeRet"):
-                continue
-            if dst == addr and last.mnemonic.startswith("rep") \
-                    and any(op in mnem for op in _STRING_OPS):
-                continue   # VEX models a rep-prefixed string instruction as a self-loop
-            bf.succ.append((dst, "jump" if dst == cond_target else "fall"))  # type: ignore[arg-type]
-        return bf
-
-    def _jump_table(self, block: int, ins: Instruction, info: IndirectJumpInfo) -> JumpTable | None:
-        if not info.tables:
-            return None
-        addr, size, esize, entries = info.tables[0]
-        if addr is None or not esize:
-            return None
-        n = size // esize if size else len(entries)
-        base: int | None = None
-        targets = tuple(entries)
-        if esize == 4 and n:
-            # Relative table: re-read the entries from the file and find the base they are
-            # relative to (gcc's PIC pattern uses the table's own address).
-            try:
-                raw = self.elf.read(addr, 4 * n)
-            except BinaryError:
-                raw = b""
-            vals = [int.from_bytes(raw[i:i + 4], "little", signed=True) for i in range(0, len(raw), 4)]
-            if len(vals) == n:
-                if len(entries) == n:
-                    bases = {t - v for t, v in zip(entries, vals)}
-                    base = bases.pop() if len(bases) == 1 else None
-                if base is None and all(addr + v in self.raw.blocks for v in vals):
-                    base = addr
-                if base is not None:
-                    targets = tuple(base + v for v in vals)
-        return JumpTable(block=block, instruction=ins.address, table_address=addr, entry_size=esize,
-                         base=base, targets=targets)
-
-    # -- per function --
-
-    def function(self, entry: int) -> tuple[FunctionModel, set[int]]:
-        from wcetfit.static import structure
-
-        name = self.index.name_of(entry)
-        blocks: list[int] = []
-        edges: list[tuple[int, int]] = []
-        exits: set[int] = set()
-        calls: list[CallSite] = []
-        tables: list[JumpTable] = []
-        unresolved: list[int] = []
-        warnings: list[str] = []
-        seen = {entry}
-        todo = deque([entry])
-        while todo:
-            b = todo.popleft()
-            blocks.append(b)
-            bf = self.block(b)
-            warnings += bf.warnings
-            if not bf.insns:
-                exits.add(b)
-                continue
-            last = bf.insns[-1]
-            if bf.returns:
-                exits.add(b)
-            if bf.call is not None:
-                kind, tgt, tname = bf.call
-                calls.append(CallSite(b, last.address, kind, tgt, tname))
-                if not bf.call_returns:
-                    exits.add(b)            # the callee never returns
-            for kind, tgt, tname in bf.tail_out:
-                calls.append(CallSite(b, last.address, kind, tgt, tname, tail=True))
-                exits.add(b)
-            if bf.jump_table is not None:
-                tables.append(bf.jump_table)
-            if bf.unresolved:
-                unresolved.append(last.address)
-                exits.add(b)
-                msg = (f"{name}: unresolved indirect jump at {hexaddr(last.address)} "
-                       f"(block {hexaddr(b)}): its targets are not in the model")
-                warnings.append(msg)
-            if not bf.succ and not bf.returns and not bf.tail_out and bf.call is None \
-                    and not bf.unresolved:
-                exits.add(b)                # hlt, ud2, or code angr could not follow
-            for dst, how in bf.succ:
-                if dst != entry and dst in self.entries:
-                    # Control leaves for another function: a tail call (or a fall-through
-                    # into the next function, which the compiler does not emit).
-                    calls.append(CallSite(b, last.address, CALL_INTERNAL, dst, self.index.name_of(dst),
-                                          tail=True))
-                    exits.add(b)
-                    if how != "jump":
-                        warnings.append(f"{name}: block {hexaddr(b)} falls through into "
-                                        f"{self.index.name_of(dst)}")
-                    continue
-                edges.append((b, dst))
-                if dst not in seen:
-                    seen.add(dst)
-                    todo.append(dst)
-        blocks.sort()
-        edges = sorted(set(edges))
-        exit_t = tuple(sorted(exits))
-        st = structure.analyze(blocks, edges, entry, exit_t)
-        for lp in st.loops:
-            if not lp.reducible:
-                # Common (gcc threads state machines into them) and handled: a note, not a
-                # warning; the loop carries reducible=False.
-                at = sorted({d for _, d in lp.entry_edges})
-                log.info("%s: irreducible loop at %s (entered at %s): its bound counts returns "
-                         "to %s per entry into the loop", name, hexaddr(lp.header),
-                         ", ".join(hexaddr(a) for a in at), hexaddr(lp.header))
-        if st.dead_ends:
-            warnings.append(f"{name}: {len(st.dead_ends)} block(s) never reach a return, e.g. "
-                            f"{hexaddr(st.dead_ends[0])}")
-        model = FunctionModel(
-            name=name, address=entry,
-            blocks=tuple(Block(a, self.raw.blocks[a], self.block(a).insns) for a in blocks),
-            edges=tuple(edges), entry=entry, exits=exit_t, loops=st.loops,
-            calls=tuple(sorted(calls, key=lambda c: (c.instruction, c.tail, c.target or 0))),
-            jump_tables=tuple(tables), coexec_classes=st.coexec_classes, max_rank=st.max_rank,
-            unresolved_jumps=tuple(sorted(unresolved)), warnings=tuple(dict.fromkeys(warnings)))
-        callees = {c.target for c in calls if c.kind == CALL_INTERNAL and c.target is not None}
-        return model, callees
 
 
 # --- public API ---------------------------------------------------------------------------
@@ -752,223 +336,20 @@ def binary_info(path: str) -> BinaryInfo:
     return _info(elfinfo.read_elf(path, with_fdes=False))
 
 
-def _with_fdes(elf: ElfInfo) -> ElfInfo:
-    return elf if elf.fdes else elfinfo.read_elf(elf.path, with_fdes=True)
-
-
 def _cache(use_cache: bool | CfgCache) -> CfgCache:
     if isinstance(use_cache, CfgCache):
         return use_cache
     return CfgCache(enabled=None if use_cache else False)
 
 
-# Whole-binary recovery runs in this many processes (CFGFast is single-threaded and takes
-# ~13 s of CPU on libm): $WCETFIT_JOBS, else up to 2, and only for binaries with at least
-# _PARALLEL_MIN_STARTS function starts (below that, starting a process and importing
-# angr again costs more than it saves).
-_PARALLEL_MIN_STARTS = 300
 
-
-def _jobs(n_starts: int) -> int:
-    env = os.environ.get("WCETFIT_JOBS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise BinaryError(f"WCETFIT_JOBS={env!r}: expected a number of processes") from None
-    if n_starts < _PARALLEL_MIN_STARTS:
-        return 1
-    return max(1, min(2, os.cpu_count() or 1))
-
-
-def _split(starts: list[int], parts: int) -> list[list[int]]:
-    """Contiguous groups of similar code size (a start's size: the gap to the next one).
-    Contiguous, because functions mostly call their neighbours: each process then
-    re-explores few callees of the other groups."""
-    starts = sorted(starts)
-    sizes = [b - a for a, b in zip(starts, starts[1:])] + [64]
-    total = sum(sizes)
-    groups: list[list[int]] = [[] for _ in range(parts)]
-    acc = 0
-    for a, s in zip(starts, sizes):
-        k = min(parts - 1, acc * parts // max(total, 1))
-        groups[k].append(a)
-        acc += s
-    return [g for g in groups if g]
-
-
-def summary_of(fn: FunctionModel) -> FunctionSummary:
-    return FunctionSummary(fn.name, fn.address, len(fn.blocks), len(fn.loops), len(fn.calls))
-
-
-def _run_workers(arglists: list[tuple]) -> list:
-    """Run :func:`_whole_worker` once per argument tuple, each in a fresh interpreter.
-
-    Plain subprocesses rather than multiprocessing: its "spawn" start method re-imports
-    the caller's main script (a script without an ``if __name__ == "__main__"`` guard
-    would run again), and "fork" is unsafe under threads.  Arguments and results travel
-    pickled over the pipes; the workers' log records go to our stderr.
-    """
-    import pickle
-    import subprocess
-    import sys
-    from concurrent.futures import ThreadPoolExecutor
-
-    import wcetfit
-
-    env = dict(os.environ)
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(wcetfit.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
-    code = "import wcetfit.static.binary as b; b._worker_stdio()"
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, env=env) for _ in arglists]
-
-    def talk(i: int):
-        out, _ = procs[i].communicate(pickle.dumps(arglists[i], protocol=pickle.HIGHEST_PROTOCOL))
-        if procs[i].returncode != 0:
-            raise BinaryError(f"{arglists[i][0]}: a CFG recovery process failed "
-                              f"(exit status {procs[i].returncode}; its messages are above)")
-        status, payload = pickle.loads(out)
-        if status == "error":
-            raise payload
-        return payload
-
-    try:
-        with ThreadPoolExecutor(len(procs)) as ex:
-            return list(ex.map(talk, range(len(procs))))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-
-def _worker_stdio() -> None:
-    """Child side of :func:`_run_workers`: pickled args on stdin, pickled result on stdout."""
-    import pickle
-    import sys
-
-    # The result travels on our stdout: keep a private copy of that descriptor and send
-    # anything else written to fd 1 (by Python or native code) to stderr instead.
-    sys.stdout.flush()
-    result_fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    args = pickle.loads(sys.stdin.buffer.read())
-    try:
-        result = ("ok", _whole_worker(*args))
-    except BinaryError as exc:          # typed errors travel back to be raised in the parent
-        result = ("error", exc)
-    except Exception as exc:  # noqa: BLE001 -- a bug: one line for the user, details at -vv
-        log.debug("CFG recovery process failed", exc_info=True)
-        result = ("error", BinaryError(f"{args[0]}: CFG recovery failed: {type(exc).__name__}: {exc}"))
-    with os.fdopen(result_fd, "wb") as out:
-        out.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def _whole_worker(path: str, starts: list[int], levels: dict[str, int], cache_root: str | None,
-                  cdir: str, return_models: bool):
-    """Process entry: models of the functions of one group (and of the call targets known
-    neither from symbols nor from .eh_frame that its code reaches).  Writes them to the
-    cache itself; returns summaries, warnings and, if asked, the encoded models (plain
-    lists and dicts pickle several times faster than the dataclasses)."""
-    # A spawned process starts with no logging set up: mirror the parent's levels, and
-    # print our own records the way the command line does.
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
-    own = logging.getLogger("wcetfit")
-    if not own.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
-        own.addHandler(handler)
-        own.propagate = False
-    from wcetfit.static.cfgcache import encode_function
-
-    cache = CfgCache(cache_root, enabled=cache_root is not None)
-    elf = elfinfo.read_elf(path, with_fdes=True)
-    index = SymbolIndex(elf)
-    raw = recover_raw(path, starts)
-    t0 = time.perf_counter()
-    built = _build_all(path, elf, index, raw, set(starts))
-    t1 = time.perf_counter()
-    out = []
-    for fn, callees in built:
-        cache.put_function(cdir, fn, callees)
-        out.append((summary_of(fn), fn.warnings, fn.unresolved_jumps,
-                    encode_function(fn, callees) if return_models else None))
-    log.info("models of %d functions in %.2f s, cached in %.2f s", len(out), t1 - t0,
-             time.perf_counter() - t1)
+def _aliases(index: SymbolIndex, models: dict[int, FunctionModel]) -> dict[str, str]:
+    """Other names of the modelled functions -> canonical name (an IFUNC's name included)."""
+    out: dict[str, str] = {}
+    for a, fn in models.items():
+        for n in index.names_at(a)[1:]:
+            out[n] = fn.name
     return out
-
-
-def _known_starts(elf: ElfInfo, index: SymbolIndex) -> set[int]:
-    starts = set(index.canonical) | {s for s, _ in elf.fdes if s not in elf.fde_fragments}
-    return {a for a in starts - index.fragments if elf.in_exec(a) and not elf.in_plt(a)}
-
-
-def _build_all(path: str, elf: ElfInfo, index: SymbolIndex, raw: RawCFG,
-               mine: set[int] | None) -> list[tuple[FunctionModel, set[int]]]:
-    b = _Builder(path, elf, index, raw)
-    known = _known_starts(elf, index)
-    return [b.function(a) for a in b.functions_present()
-            if mine is None or a in mine or a not in known]
-
-
-def _recover_all(elf: ElfInfo, index: SymbolIndex, cache: CfgCache, cdir: str,
-                 need_models: bool = True):
-    """Whole-binary recovery: every function's model (None unless ``need_models``), cached,
-    and the summary."""
-    from wcetfit.static.cfgcache import decode_function
-
-    elf = _with_fdes(elf)
-    starts = sorted(_known_starts(elf, index))
-    jobs = _jobs(len(starts))
-    t0 = time.perf_counter()
-    summaries: dict[int, FunctionSummary] = {}
-    models: dict[int, FunctionModel] = {}
-    warned: list[tuple[str, bool]] = []
-    if jobs > 1:
-        levels = {n: logging.getLogger(n).getEffectiveLevel()
-                  for n in ("wcetfit", "angr", "cle", "pyvex", "claripy")}
-        groups = _split(starts, jobs)
-        log.info("recovering %d function starts in %d processes", len(starts), len(groups))
-        root = cache.root if cache.enabled else None
-        results = _run_workers([(elf.path, g, levels, root, cdir, need_models) for g in groups])
-        for part in results:
-            for summ, warnings, unresolved, enc in part:
-                if summ.address in summaries:      # a call target two groups both reached
-                    continue
-                summaries[summ.address] = summ
-                if warnings:
-                    warned.append((summ.name, bool(unresolved)))
-                    for w in warnings:
-                        log.info("%s", w)
-                if need_models and enc is not None:
-                    models[summ.address] = decode_function(enc)[0]
-    else:
-        raw = recover_raw(elf.path, starts)
-        for fn, callees in _build_all(elf.path, elf, index, raw, None):
-            cache.put_function(cdir, fn, callees)
-            summaries[fn.address] = summary_of(fn)
-            models[fn.address] = fn
-            if fn.warnings:
-                warned.append((fn.name, bool(fn.unresolved_jumps)))
-                for w in fn.warnings:
-                    log.info("%s", w)
-    log.info("%d functions modelled in %.2f s", len(summaries), time.perf_counter() - t0)
-    summ_list = [summaries[a] for a in sorted(summaries)]
-    cache.put_summary(cdir, summ_list, warned)
-    _warn_whole_binary(elf.path, warned)
-    return ({a: models[a] for a in sorted(models)} if need_models else None), summ_list
-
-
-def _warn_whole_binary(path: str, warned: list[tuple[str, bool]]) -> None:
-    """One line for a whole binary (details at INFO level): a system library has dozens."""
-    if warned:
-        unresolved = [n for n, u in warned if u]
-        log.warning("%d function(s) of %s have warnings (%d with unresolved indirect jumps, "
-                    "e.g. %s); model one with --function to see them", len(warned), path,
-                    len(unresolved), (unresolved or [warned[0][0]])[0])
 
 
 def list_functions(path: str, *, use_cache: bool | CfgCache = True) -> list[FunctionSummary]:
@@ -1004,7 +385,8 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
         else:
             models, _ = _recover_all(elf, index, cache, cdir)
             by_name = {fn.name: fn for fn in models.values()}
-            return BinaryModel(info, by_name, tuple(fn.name for fn in models.values()))
+            return BinaryModel(info, by_name, tuple(fn.name for fn in models.values()),
+                               _aliases(index, models))
     wanted = [index.resolve(f) for f in functions]
 
     have: dict[int, tuple[FunctionModel, tuple[int, ...]]] = {}
@@ -1025,10 +407,14 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
                 todo += list(hit[1])
 
     closure(wanted)
-    if missing:
-        elf = _with_fdes(elf)
-        raw = recover_raw(elf.path, missing)
-        b = _Builder(elf.path, elf, index, raw)
+    rounds = 0
+    while missing:
+        # Callees CFGFast did not reach from the functions asked for (an IFUNC's selected
+        # implementation behind a PLT stub or IRELATIVE slot) get a recovery of their own.
+        rounds += 1
+        elf = with_fdes(elf)
+        raw = recover_raw(elf.path, missing, elf)
+        b = Builder(elf.path, elf, index, raw)
         todo = list(missing)
         built: set[int] = set()
         while todo:
@@ -1047,8 +433,9 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
         missing.clear()
         if with_callees:
             closure([c for a in list(have) for c in have[a][1]])
-            if missing:   # callees angr did not reach (should not happen): say so
+            if missing and rounds >= 3:   # callees no recovery reaches: say so
                 log.warning("no model for callee(s) %s", ", ".join(hexaddr(a) for a in missing))
+                break
 
     keep: list[int] = []
     todo2 = list(wanted)
@@ -1061,16 +448,13 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
             todo2 += list(have[a][1])
     models = {have[a][0].name: have[a][0] for a in keep}
     requested = tuple(dict.fromkeys(have[a][0].name for a in wanted))
-    aliases: dict[str, str] = {}
-    for a in keep:
-        for n in index.names_at(a)[1:]:
-            aliases[n] = have[a][0].name
+    aliases = _aliases(index, {a: have[a][0] for a in keep})
     for spec, a in zip(functions, wanted):
         if isinstance(spec, str) and spec not in models:
             aliases[spec] = have[a][0].name
     if every:
-        _warn_whole_binary(path, [(fn.name, bool(fn.unresolved_jumps)) for fn in models.values()
-                                  if fn.warnings])
+        _warn_whole_binary(path, [(fn.name, ", ".join(f"{a:#x}" for a in fn.unresolved_jumps))
+                                  for fn in models.values() if fn.warnings])
     else:
         for fn in models.values():
             for w in fn.warnings:

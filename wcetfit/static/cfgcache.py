@@ -147,10 +147,12 @@ class CfgCache:
             return None
 
     def get_summary_warnings(self, d: str) -> list[tuple[str, bool]]:
-        """(function name, has unresolved jumps) of the functions with warnings."""
+        """(function name, its unresolved jumps: "0x.., 0x.." or "") of the functions with
+        warnings."""
         data = _read_json(os.path.join(d, "summary.json")) if self.enabled else None
         try:
-            return [(str(n), bool(u)) for n, u in (data or {}).get("warned", [])]
+            return [(str(n), u if isinstance(u, str) else bool(u))
+                    for n, u in (data or {}).get("warned", [])]
         except (TypeError, ValueError):
             return []
 

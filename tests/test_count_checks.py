@@ -1,0 +1,197 @@
+"""The count run's differential check on real libraries: what may legitimately differ
+between the copy's call and the original's (fresh objects, a per-process seed), the C
+library's own state (a target whose writable data is the analyzer's heap), and a run in
+which nothing could be counted."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
+JSONC = "/lib/x86_64-linux-gnu/libjson-c.so.5"
+
+
+def _need(path: str) -> None:
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is absent")
+
+
+def _counter(library: str, function: str, prototype: str, cdef: str = ""):
+    from wcetfit.count.instrumented import Counter, InstrumentedCopy
+    from wcetfit.count.relocate import relocatable_closure
+    from wcetfit.loader import load_binary
+    from wcetfit.static import binary
+    from wcetfit.timing.thunk import build_harness
+
+    h = build_harness(prototype, cdef)
+    bm = binary.load_model(library, [function], with_callees=True)
+    lb = load_binary(library)
+    name = bm.function(function).name
+    fns, _skipped = relocatable_closure(dict(bm.functions), [name], lb.read)
+    copy = InstrumentedCopy(lb, fns)
+    return h, copy, Counter(copy, name, h, call_name=function)
+
+
+# --- comparisons, on their own ----------------------------------------------------------------
+
+def test_fresh_objects_are_compared_by_content():
+    """Two strings at different addresses outside the arguments (what an allocating
+    function returns) are equal when their contents are; a difference names both."""
+    import cffi
+
+    from wcetfit.count.compare import Outcome, ReturnKind, check_same_result, outcome
+    from wcetfit.errors import SelfCheckError
+
+    ffi = cffi.FFI()
+    kind = ReturnKind.of(ffi, "char *")
+    assert kind.pointer and kind.string
+    a, b, c = ffi.new("char[]", b"hello"), ffi.new("char[]", b"hello"), ffi.new("char[]", b"help")
+    addr = lambda p: int(ffi.cast("uintptr_t", p))  # noqa: E731
+    same = [outcome(kind, addr(p), None, (), ()) for p in (a, b)]
+    assert same[0].ret != same[1].ret
+    check_same_result(kind, same[0], same[1], 0, "f")
+    other = outcome(kind, addr(c), None, (), ())
+    with pytest.raises(SelfCheckError, match=r"fresh objects.*b'hello'.*b'help'"):
+        check_same_result(kind, same[0], other, 0, "f")
+    # void *: no size, not compared beyond NULL-ness; NULL against a pointer differs.
+    vkind = ReturnKind.of(ffi, "void *")
+    assert vkind.pointer and not vkind.item_size and not vkind.string
+    check_same_result(vkind, Outcome(1, None, None, (), ()), Outcome(2, None, None, (), ()),
+                      0, "f")
+    with pytest.raises(SelfCheckError, match="NULL"):
+        check_same_result(vkind, Outcome(0, None, None, (), ()),
+                          Outcome(2, None, None, (), ()), 0, "f")
+
+
+# --- real libraries -----------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_json_c_hash_seed_is_drawn_in_the_warm_up():
+    """json-c draws its hash seed on first use: without the warm-up call the copy and the
+    original draw different seeds and leave different data (the check names the place);
+    with it (the default) every input passes."""
+    _need(JSONC)
+    proto, cdef = "struct json_object *json_tokener_parse(const char *str);", \
+        "struct json_object;"
+    text = b'{"a": [1, 2, "x"], "b": {"c": null}}'
+    # Without the warm-up, in a fresh process (in this one json-c may have drawn its seed
+    # already, in another test).
+    script = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from test_count_checks import _counter, JSONC\n"
+        "from wcetfit.errors import SelfCheckError\n"
+        "h, copy, c = _counter(JSONC, 'json_tokener_parse', %r, %r)\n"
+        "c._warmed = True\n"
+        "try:\n"
+        "    c.count(0, h.pack('json_tokener_parse', (h.ffi.new('char[]', %r),)))\n"
+        "except SelfCheckError as e:\n"
+        "    print('MISMATCH', e)\n" % (os.path.dirname(__file__), proto, cdef, text))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert "MISMATCH" in run.stdout and "writable memory at link-time address" in run.stdout, \
+        run.stdout + run.stderr[-2000:]
+    h, copy, counter = _counter(JSONC, "json_tokener_parse", proto, cdef)
+    with copy:
+        for i in range(3):
+            r = counter.count(i, h.pack("json_tokener_parse", (h.ffi.new("char[]", text),)))
+            assert r.counts[counter.function].sum() > 0
+
+
+@pytest.mark.slow
+def test_libc_is_counted_in_its_own_namespace():
+    """strlen of libc (an IFUNC'd AVX2 implementation): libc is loaded a second time
+    (dlmopen), the check compares its writable pages without writing any back, and the
+    analyzer's own heap is intact afterwards (it was corrupted when the pages were
+    restored)."""
+    _need(LIBC)
+    from wcetfit.loader import WritableData, load_binary
+
+    lb = load_binary(LIBC)
+    assert lb.own_namespace
+    assert WritableData(lb).ranges                 # compared, in the target's own copy
+    h, copy, counter = _counter(LIBC, "strlen", "unsigned long strlen(const char *s);")
+    with copy:
+        for i, n in enumerate((0, 1, 31, 32, 33, 500, 4097)):
+            r = counter.count(i, h.pack("strlen", (h.ffi.new("char[]", b"x" * n),)))
+            assert r.return_value == n
+    junk = [bytes(range(i % 256)) * 3 for i in range(20000)]   # the analyzer's malloc works
+    assert sum(len(j) for j in junk) > 0
+
+
+@pytest.mark.slow
+def test_strdup_returns_fresh_objects_compared_by_content():
+    """strdup allocates: copy and original return separate objects; the check compares
+    the strings and passes; libc's malloc runs instrumented (its blocks are counted)."""
+    _need(LIBC)
+    h, copy, counter = _counter(LIBC, "strdup", "char *strdup(const char *s);")
+    with copy:
+        assert "malloc" in copy.plan.functions
+        for i, n in enumerate((0, 5, 100, 3000)):
+            r = counter.count(i, h.pack("strdup", (h.ffi.new("char[]", b"y" * n),)))
+            assert r.counts["malloc"].sum() > 0
+            assert h.ffi.string(h.ffi.cast("char *", r.return_value)) == b"y" * n
+
+
+# --- nothing counted ------------------------------------------------------------------------------
+
+def test_no_input_counted_is_an_error(tmp_path, capsys):
+    """Every input crashes (a NULL buffer with a length): `wcetfit count` exits 2 naming
+    the first failures, never "0 inputs counted ... passed"."""
+    from wcetfit.cli import main
+
+    lib = ROOT / "samples" / "crc" / "build" / "libcrc.so"
+    if not lib.exists():
+        pytest.skip("samples not built (make -C samples)")
+    (tmp_path / "wcetfit.toml").write_text(
+        f'binary = "{lib}"\nfunctions = ["crc32_bitwise"]\n'
+        'prototype = "unsigned crc32_bitwise(const unsigned char *data, unsigned long len);"\n'
+        'inputs = "inputs.py"\n[measure]\ninputs = 3\nrepeats = 2\nseed = 1\n')
+    (tmp_path / "inputs.py").write_text("def generate(ctx):\n    return (ctx.ffi.NULL, 64)\n")
+    assert main(["count", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "error: crc32_bitwise: no input could be counted: input 0" in err
+    assert "SIGSEGV" in err
+    shutil.rmtree(tmp_path / ".wcetfit", ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_sha_ni_path_is_counted():
+    """OpenSSL's SHA-256 block function takes its SHA-NI path on a CPU with sha_ni (the
+    callgrind oracle cannot: valgrind's CPU has no SHA extensions); the copy runs that
+    path, the digest state equals the original's (differential check) and the counts
+    conserve flow."""
+    crypto = "/lib/x86_64-linux-gnu/libcrypto.so.3"
+    _need(crypto)
+    if "sha_ni" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("this CPU has no SHA extensions")
+    from test_count_library import SHA256_IV, _hash_update
+
+    h, copy, counter = _counter(crypto, "SHA256_Update", "int SHA256_Update(unsigned char *c, "
+                                "const unsigned char *d, unsigned long n);")
+    with copy:
+        # The dispatch: `test r11d, 0x20000000` (OpenSSL's SHA capability bit), `jne SHANI`.
+        sha_ni = None
+        for name, f in copy.models.items():
+            for b in f.blocks:
+                texts = [i.text() for i in b.instructions]
+                if any("0x20000000" in t and t.startswith("test") for t in texts) \
+                        and texts[-1].startswith("jne"):
+                    sha_ni = (name, int(texts[-1].split()[-1], 16))
+        assert sha_ni is not None, "no SHA-NI dispatch found in the copy"
+        make = _hash_update(SHA256_IV, 112, 27)
+        for i in (3, 5):                                   # 64 and 1000 bytes: full blocks
+            r = counter.count(i, h.pack("SHA256_Update", make(h.ffi, i)))
+            target = sha_ni[1]        # a block of whichever relocated function holds it
+            hits = [int(r.counts[n][copy.plan.slots[n].blocks.index(target)])
+                    for n in copy.plan.functions if target in copy.plan.slots[n].blocks]
+            assert hits and max(hits) >= 1

@@ -1,0 +1,172 @@
+"""The differential check's comparisons: what the instrumented copy's call and the
+original's may be compared by, and the reason for every mismatch.
+
+The two calls run on the same argument bytes and, for the binary's writable pages, the
+same initial state.  What they may legitimately differ in is what the program cannot
+see through the function's contract: an allocating function returns a fresh object
+each time, at another address.  So a returned pointer is compared
+
+* by its address, when both point into the same place of the argument memory (``strchr``
+  returns a pointer into its argument);
+* by what it points to, when both point elsewhere (a fresh object): a ``char *`` by the
+  NUL-terminated string, any other complete type by ``sizeof`` its pointee;
+* not at all beyond NULL-ness, where the prototype says nothing of its size (``void *``,
+  an incomplete struct): logged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from wcetfit.errors import SelfCheckError
+from wcetfit.model import hexaddr
+
+log = logging.getLogger(__name__)
+
+# A returned string longer than this is compared on its first MAX_STRING bytes only.
+MAX_STRING = 1 << 20
+_CHARS = {"char", "signed char", "unsigned char", "int8_t", "uint8_t"}
+
+
+@dataclass(frozen=True)
+class ReturnKind:
+    """How the prototype's return type is compared."""
+
+    pointer: bool
+    item: str = ""          # the pointee's C type
+    item_size: int = 0      # bytes compared behind a non-string pointer (0: not compared)
+    string: bool = False
+
+    @staticmethod
+    def of(ffi: Any, result: str) -> "ReturnKind":
+        if result == "void":
+            return ReturnKind(False)
+        t = ffi.typeof(result)
+        if t.kind != "pointer":
+            return ReturnKind(False)
+        item = t.item
+        name = item.cname
+        if name.replace("const ", "") in _CHARS:
+            return ReturnKind(True, name, 1, string=True)
+        try:
+            size = ffi.sizeof(item)
+        except Exception:  # noqa: BLE001 - cffi's error for void or an incomplete struct
+            size = 0
+        return ReturnKind(True, name, size)
+
+
+def _same_scalar(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (a != a and b != b)
+    return a == b
+
+
+def first_difference(a: bytes, b: bytes) -> int:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def _in_arguments(pack: Any, address: int) -> tuple[int, int] | None:
+    """(buffer index, offset) of ``address`` inside the pack's argument memory."""
+    for k, b in enumerate(getattr(pack, "buffers", ())):
+        if b.address <= address < b.address + max(b.size, 1):
+            return k, address - b.address
+    return None
+
+
+def _c_string(address: int) -> bytes:
+    # ctypes.string_at stops at the NUL; bounded so a missing terminator cannot run away.
+    return ctypes.string_at(address)[:MAX_STRING]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one call left that the other must match: picklable (the original's call runs
+    in a forked process and sends it back)."""
+
+    ret: Any                        # the return value as Python (int for a pointer)
+    where: tuple[int, int] | None   # a returned pointer into the arguments: (buffer, offset)
+    content: bytes | None           # what a returned fresh pointer points to (None: not read)
+    args: tuple[bytes, ...]         # argument memory afterwards
+    data: tuple[bytes, ...]         # the binary's writable pages afterwards
+
+
+def outcome(kind: ReturnKind | None, ret: Any, pack: Any, args: Sequence[bytes],
+            data: Sequence[bytes]) -> Outcome:
+    where = content = None
+    if kind is not None and kind.pointer and ret:
+        where = _in_arguments(pack, ret)
+        if where is None:
+            if kind.string:
+                content = _c_string(ret)
+            elif kind.item_size:
+                content = ctypes.string_at(ret, kind.item_size)
+    return Outcome(ret, where, content, tuple(args), tuple(data))
+
+
+def check_same_result(kind: ReturnKind | None, c: Outcome, o: Outcome, index: int,
+                      fn: str) -> None:
+    """Raise SelfCheckError, with the reason, unless the two return values agree."""
+    head = f"differential check for input {index}: {fn}"
+    ret, ret_o = c.ret, o.ret
+    if kind is None or not kind.pointer:
+        if not _same_scalar(ret, ret_o):
+            raise SelfCheckError(f"{head}: the instrumented copy returned {ret!r}, the "
+                                 f"original {ret_o!r}")
+        return
+    if not ret or not ret_o:
+        if bool(ret) != bool(ret_o):
+            raise SelfCheckError(f"{head}: one call returned NULL, the other a pointer "
+                                 f"(copy {hexaddr(ret or 0)}, original {hexaddr(ret_o or 0)})")
+        return
+    if c.where is not None or o.where is not None:
+        if c.where != o.where:
+            raise SelfCheckError(f"{head}: returned pointers to different places: copy "
+                                 f"{_where(c.where, ret)}, original {_where(o.where, ret_o)}")
+        return                       # the same place of identical argument memory
+    if c.content is None:
+        if ret != ret_o:
+            log.debug("%s: input %d returned two different %s pointers; the prototype gives "
+                      "no size, so what they point to is not compared", fn, index, kind.item)
+        return
+    if c.content != o.content:
+        a, b = c.content, o.content or b""
+        what = "strings" if kind.string else f"objects of type {kind.item}"
+        raise SelfCheckError(
+            f"{head}: returned two {what} outside the arguments (fresh objects, compared "
+            f"by content, not address) that differ at byte {first_difference(a, b)}: "
+            f"copy {a[:40]!r}, original {b[:40]!r}")
+
+
+def _where(loc: tuple[int, int] | None, address: int) -> str:
+    if loc is None:
+        return f"{hexaddr(address)} (outside the arguments)"
+    return f"argument buffer {loc[0]} byte {loc[1]}"
+
+
+def check_same_memory(c: Outcome, o: Outcome, ranges: Sequence[tuple[int, int]],
+                      binary: Any, index: int, fn: str) -> None:
+    """Argument memory and the binary's writable pages after the two calls."""
+    head = f"differential check for input {index}: {fn}"
+    after_c, after_o = c.args, o.args
+    if after_c != after_o:
+        k = next(k for k, (x, y) in enumerate(zip(after_c, after_o)) if x != y)
+        off = first_difference(after_c[k], after_o[k])
+        raise SelfCheckError(
+            f"{head}: argument memory after the instrumented copy differs from the "
+            f"original's (buffer {k}, byte {off}: copy wrote {after_c[k][off:off + 8].hex()}, "
+            f"original {after_o[k][off:off + 8].hex()})")
+    for (a, _n), x, y in zip(ranges, c.data, o.data):
+        if x != y:
+            off = first_difference(x, y)
+            raise SelfCheckError(
+                f"{head}: left different data in the binary's writable memory at link-time "
+                f"address {hexaddr(binary.link_time(a + off))} (copy "
+                f"{x[off:off + 8].hex()}, original {y[off:off + 8].hex()}; both calls "
+                "started from the same process state after a warm-up call, so this is state "
+                "the function draws anew on every call, e.g. a random seed or a time)")

@@ -1,0 +1,208 @@
+"""Jump-table helpers that need no angr: gcc's bounds guards, table shapes, entries.
+
+Used by the resolver in :mod:`wcetfit.static.binary` (which runs inside angr's CFGFast) and
+by :mod:`wcetfit.static.build`, which records every table in the model.
+"""
+
+from __future__ import annotations
+
+import re
+
+_REG32 = {f"r{x}x": f"e{x}x" for x in "abcd"} | {"rsi": "esi", "rdi": "edi", "rbp": "ebp",
+                                                  "rsp": "esp"} | {f"r{i}": f"r{i}d" for i in range(8, 16)}
+_TABLE_ABS = re.compile(r"^qword ptr \[(\w+)\*8 \+ (0x[0-9a-f]+)\]$")
+_TABLE_REL = re.compile(r"^(\w+), dword ptr \[(\w+) \+ (\w+)\*4\]$")
+_MAX_TABLE = 4096
+
+
+# Every name of each general-purpose register (64, 32, 16, 8 bits) -> its 64-bit name.
+_FAMILY: dict[str, str] = {}
+for _x in "abcd":
+    for _n in (f"r{_x}x", f"e{_x}x", f"{_x}x", f"{_x}l", f"{_x}h"):
+        _FAMILY[_n] = f"r{_x}x"
+for _r in ("si", "di", "bp", "sp"):
+    for _n in (f"r{_r}", f"e{_r}", _r, f"{_r}l"):
+        _FAMILY[_n] = f"r{_r}"
+for _i in range(8, 16):
+    for _n in (f"r{_i}", f"r{_i}d", f"r{_i}w", f"r{_i}b"):
+        _FAMILY[_n] = f"r{_i}"
+
+
+def family(reg: str) -> str | None:
+    return _FAMILY.get(reg.strip())
+
+
+def _writes(op_str: str, mnemonic: str, reg: str) -> bool:
+    """Does an instruction (probably) write ``reg`` (any width)?"""
+    if mnemonic in ("cmp", "test", "push", "nop") or mnemonic.startswith("j"):
+        return False
+    dest = op_str.split(",", 1)[0].strip()
+    fam = family(reg)
+    return dest in (reg, _REG32.get(reg, reg)) or (fam is not None and family(dest) == fam)
+
+
+def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = "ja") -> int | None:
+    """Scanning ``insns`` backwards: the n of a ``cmp reg, n-1`` followed by ``branch``
+    (the conditional jump that leaves when reg > n-1) guarding ``reg``, at any width
+    (``cmp al, 7; ja`` bounds rax to 8 values), across register copies and zero/sign
+    extensions (``movzx eax, al``, ``mov eax, edx``: the guard may then be on the source);
+    None if ``reg`` is otherwise written first or no guard is found."""
+    fam = family(reg)
+    if fam is None:
+        return None
+    mem: str | None = None      # the index was loaded from here: a guard may compare it
+    for i in range(len(insns) - 1, -1, -1):
+        _, _, mnem, ops = insns[i]
+        parts = [p.strip() for p in ops.split(",")]
+        if mem is not None:
+            # ``cmp byte ptr [X], n-1; ja; movzx idx, byte ptr [X]``: nothing in between
+            # may write memory or the registers of X.
+            if mnem == "cmp" and ops.rsplit(",", 1)[0].strip() == mem:
+                imm = ops.rsplit(",", 1)[1].strip()
+                nxt = insns[i + 1][2] if i + 1 < len(insns) else None
+                if nxt == branch and re.fullmatch(r"0x[0-9a-f]+|\d+", imm):
+                    n = int(imm, 0) + 1
+                    return n if 0 < n <= _MAX_TABLE else None
+                return None
+            if mnem.startswith("j") or mnem in ("lea", "nop", "test", "cmp"):
+                continue
+            if "ptr [" in parts[0] or mnem in ("call", "push", "pop") \
+                    or any(family(r) == family(parts[0]) for r in re.findall(r"\w+", mem)
+                           if family(r) is not None):
+                return None
+            continue
+        if mnem == "cmp":
+            if len(parts) == 2 and family(parts[0]) == fam and re.fullmatch(r"0x[0-9a-f]+|\d+", parts[1]):
+                nxt = insns[i + 1][2] if i + 1 < len(insns) else None
+                if nxt == branch:
+                    n = int(parts[1], 0) + 1
+                    return n if 0 < n <= _MAX_TABLE else None
+            continue
+        if len(parts) == 2 and family(parts[0]) == fam:
+            if mnem in ("mov", "movzx", "movsx", "movsxd") and family(parts[1]) is not None:
+                fam = family(parts[1])      # the index is a copy (or extension) of this one
+                continue
+            if mnem in ("mov", "movzx") and "ptr [" in parts[1]:
+                mem = ops.split(",", 1)[1].strip()
+                continue
+            return None
+        if _writes(ops, mnem, fam):
+            return None
+    return None
+
+
+def match_table(insns: list[tuple[int, int, str, str]]) -> tuple[int, int, str, int] | None:
+    """The jump-table shape of code ending with an indirect ``jmp`` (gcc's two forms, see
+    the resolver in binary.py): (table address, entry size, index register, position
+    before which the guard is searched), or None.  ``insns`` may span several blocks
+    (the ``lea`` of the table is often in a predecessor)."""
+    from wcetfit.static.elfinfo import rip_target
+
+    if not insns or not insns[-1][2].endswith("jmp"):
+        return None
+    last = insns[-1]
+    m = _TABLE_ABS.match(last[3])
+    if m:
+        return int(m.group(2), 16), 8, m.group(1), len(insns) - 1
+    target = last[3].strip()
+    if family(target) is None:
+        return None
+    for i in range(len(insns) - 2, -1, -1):      # movsxd t, [base + idx*4]; add t, base
+        mm = _TABLE_REL.match(insns[i][3]) if insns[i][2] == "movsxd" else None
+        if mm is None:
+            continue
+        dst, base, idx = mm.groups()
+        adds = [x for x in insns[i + 1:-1] if x[2] == "add"
+                and x[3] in (f"{dst}, {base}", f"{base}, {dst}")]
+        if not adds or target not in (dst, base):
+            return None
+        for j in range(i - 1, -1, -1):
+            a, size, mnem, ops = insns[j]
+            if mnem == "lea" and ops.startswith(f"{base}, [rip"):
+                table = rip_target(a, size, ops.split(", ", 1)[1])
+                return None if table is None else (table, 4, idx, i)
+            if _writes(ops, mnem, base):
+                return None
+        return None
+    return None
+
+
+_MEM = re.compile(r"\[([^\]]*)\]")
+
+
+def _def_of(insns, end: int, reg: str) -> int | None:
+    """Index of the last instruction before ``end`` that writes ``reg`` (any width)."""
+    for i in range(end - 1, -1, -1):
+        a, size, mnem, ops = insns[i]
+        if _writes(ops, mnem, reg):
+            return i
+    return None
+
+
+def _indexed_off_constant(insns, end: int, mem: str) -> bool:
+    """Is ``[base + idx*scale ...]`` an array at a constant address (a table in the
+    binary), rather than off a pointer loaded from data?  An unknown base counts as
+    constant for 4-byte entries (the cautious side: a table we cannot read is refused)."""
+    if not re.search(r"\*(2|4|8)\b", mem):
+        return False
+    terms = [t.strip() for t in re.split(r"[+-]", mem)]
+    bases = [t for t in terms if family(t) is not None]
+    if not bases or "rip" in terms:
+        return True                      # [idx*8 + 0x...]: an absolute table
+    base = bases[0]
+    d = _def_of(insns, end, base)
+    if d is None:
+        # gcc's position-independent tables have 4-byte entries off a ``lea [rip]`` base
+        # (often hoisted out of sight); 8-byte entries off a register are pointers in a
+        # structure or array (``[r8 + rdx*8 + 0x30]``), the lea-based table aside.
+        return "*4" in mem
+    return insns[d][2] == "lea" and "rip" in insns[d][3]
+
+
+def table_shaped(insns: list[tuple[int, int, str, str]]) -> bool:
+    """Could the indirect jmp ending ``insns`` be a jump table (an index scaled into an
+    array at a constant address), though its table could not be read?  Such a jump is
+    refused; any other indirect jump (a code address from a register, from a structure
+    or a pointer array in data) is a tail call through a pointer."""
+    if not insns:
+        return False
+    end = len(insns) - 1
+    target = insns[end][3].strip()
+    m = _MEM.search(target)
+    if m:
+        return _indexed_off_constant(insns, end, m.group(1))
+    if family(target) is None:
+        return False
+    while True:
+        d = _def_of(insns, end, target)
+        if d is None:
+            return False                 # a code address kept in a register
+        a, size, mnem, ops = insns[d]
+        parts = [p.strip() for p in ops.split(",", 1)]
+        if mnem == "add" and len(parts) == 2:
+            # add t, base after movsxd t, [base + idx*4] (or its mirror): follow t's load
+            end = d
+            continue
+        m = _MEM.search(parts[1]) if len(parts) == 2 else None
+        if m is None or mnem == "lea":
+            return False
+        return _indexed_off_constant(insns, d, m.group(1))
+
+
+def from_memory(insns: list[tuple[int, int, str, str]]) -> bool:
+    """Does the indirect jmp ending ``insns`` take its target from memory (``jmp [m]``,
+    or ``mov r, [m]; ... jmp r``)?  Such a pointer may change at run time (a hook set
+    through an API), so whatever value it had at load time is no target of ours."""
+    if not insns:
+        return False
+    end = len(insns) - 1
+    target = insns[end][3].strip()
+    if "[" in target:
+        return True
+    if family(target) is None:
+        return False
+    d = _def_of(insns, end, target)
+    if d is None:
+        return False
+    mnem, ops = insns[d][2], insns[d][3]
+    return mnem == "mov" and "ptr [" in ops.split(",", 1)[-1]

@@ -31,26 +31,22 @@ BUDGET = 500
 SAMPLES = ["crc", "isort", "statemachine"]
 
 ZLIB = "/lib/x86_64-linux-gnu/libz.so.1"
+# adler32 and crc32 share their inputs: a seed and a buffer of 0..6,000 random bytes
+_CHECKSUM_INPUTS = """
+def generate(ctx):
+    n = int(ctx.rng.integers(0, 6001))
+    buf = ctx.ffi.new("unsigned char[]", max(n, 1))
+    ctx.ffi.memmove(buf, ctx.rng.bytes(max(n, 1)), max(n, 1))
+    return (int(ctx.rng.integers(0, 2**32)), buf, n)
+"""
 _LIBRARY_TARGETS = {
     # name: (binary, functions, prototype, inputs.py body)
     "zlib_adler32": (ZLIB, ["adler32"],
                      "unsigned long adler32(unsigned long adler, const unsigned char *buf, "
-                     "unsigned int len);", """
-def generate(ctx):
-    n = int(ctx.rng.integers(0, 6001))
-    buf = ctx.ffi.new("unsigned char[]", max(n, 1))
-    ctx.ffi.memmove(buf, ctx.rng.bytes(max(n, 1)), max(n, 1))
-    return (int(ctx.rng.integers(0, 2**32)), buf, n)
-"""),
+                     "unsigned int len);", _CHECKSUM_INPUTS),
     "zlib_crc32": (ZLIB, ["crc32"],
                    "unsigned long crc32(unsigned long crc, const unsigned char *buf, "
-                   "unsigned int len);", """
-def generate(ctx):
-    n = int(ctx.rng.integers(0, 6001))
-    buf = ctx.ffi.new("unsigned char[]", max(n, 1))
-    ctx.ffi.memmove(buf, ctx.rng.bytes(max(n, 1)), max(n, 1))
-    return (int(ctx.rng.integers(0, 2**32)), buf, n)
-"""),
+                   "unsigned int len);", _CHECKSUM_INPUTS),
     "zlib_uncompress": (ZLIB, ["uncompress"],
                         "int uncompress(unsigned char *dest, unsigned long *destLen, "
                         "const unsigned char *source, unsigned long sourceLen);", """

@@ -128,14 +128,22 @@ def save_counts(store: Store, cs: CountSet) -> None:
                measured=len(cs.indices) > 0)
 
 
+def stored_function_counts(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]
+                           ) -> tuple[FunctionCounts, ...]:
+    """The per-function counts a dataset holds (``functions`` in its meta, ``blocks<i>`` and
+    ``counts<i>`` among its arrays): counts sets and the search's rows share the layout."""
+    return tuple(FunctionCounts(f["name"], int(f["address"], 16),
+                                tuple(int(a) for a in arrays[f"blocks{i}"]),
+                                arrays[f"counts{i}"])
+                 for i, f in enumerate(meta["functions"]))
+
+
 def load_counts(store: Store, function: str, seed: int) -> CountSet | None:
     got = store.load(counts_name(function, seed))
     if got is None:
         return None
     meta, arrays = got
-    fcs = tuple(FunctionCounts(f["name"], int(f["address"], 16),
-                               tuple(int(a) for a in arrays[f"blocks{i}"]), arrays[f"counts{i}"])
-                for i, f in enumerate(meta["functions"]))
+    fcs = stored_function_counts(meta, arrays)
     trace = None
     if "trace_indices" in arrays:
         off = arrays["trace_offsets"]

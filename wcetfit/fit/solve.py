@@ -10,14 +10,9 @@ with N the block counts of that input (from the count run), T_k the cost of bloc
 ε_c the fixed overhead of configuration c's timing probes.  The design matrix is
 X = [N | C] with C the configuration indicators.
 
-Estimability (:mod:`wcetfit.fit.estimability`).  Identical columns merge first (Moreno's
-"BB0 et al."); flow conservation makes the rest rank-deficient.  Every reported figure is
-an estimable quantity with its interval; blocks that are not estimable alone are shown in
-groups with the combinations that are.  Groups are "structural" (no inputs can separate
-them: the structural count space says so), "observed" (the inputs did not; advice says how
-to vary them), "overhead" (the group holding ε: ε and the always-once blocks are
-confounded and reported together), "unexecuted" (no input ran the block) or
-"unclassified" (no structural basis given).
+Estimability (:mod:`wcetfit.fit.estimability`): every reported figure is an estimable
+quantity with its interval; :mod:`wcetfit.fit.groups` says how blocks known only in
+combination are grouped and named.
 
 Stages.  :mod:`~wcetfit.fit.rows` builds the rows (per-input statistics) and the design
 columns and accumulates the normal matrices; :mod:`~wcetfit.fit.iteration` merges identical

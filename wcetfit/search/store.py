@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from wcetfit.measurements import CountSet, FunctionCounts, TimeSet
+from wcetfit.measurements import CountSet, FunctionCounts, TimeSet, stored_function_counts
 from wcetfit.search.choices import Choice, ChoiceSequence
 
 log = logging.getLogger(__name__)
@@ -104,9 +104,7 @@ def load_search_rows(store: Any, function: str, seed: int) -> SearchRows | None:
     if got is None:
         return None
     meta, arrays = got
-    fcs = tuple(FunctionCounts(f["name"], int(f["address"], 16),
-                               tuple(int(a) for a in arrays[f"blocks{i}"]), arrays[f"counts{i}"])
-                for i, f in enumerate(meta["functions"]))
+    fcs = stored_function_counts(meta, arrays)
     return SearchRows(meta["function"], int(meta["seed"]), meta["method"], float(meta["tsc_hz"]),
                       arrays["indices"], tuple(sequence_from_json(s) for s in meta["sequences"]),
                       fcs, arrays["ticks"], arrays["predicted"])

@@ -71,12 +71,18 @@ def _co_varying(fx: Any, block_idx: Sequence[int], limit: int = 3) -> list[int]:
     return [fx.addrs[k] for k in order]
 
 
+def _listed(addrs: Sequence[int], most: int = 4) -> str:
+    """A few addresses, then how many more: a warning stays readable for long sums."""
+    shown = ", ".join(hexaddr(a) for a in addrs[:most])
+    return shown + (f" and {len(addrs) - most} more" if len(addrs) > most else "")
+
+
 def _cost_remedy(fx: Any, addrs: Sequence[int]) -> str:
     pos = {a: k for k, a in enumerate(fx.addrs)}
     with_ = _co_varying(fx, [pos[a] for a in addrs])
-    what = ", ".join(hexaddr(a) for a in addrs)
+    what = _listed(addrs) if len(addrs) <= 4 else f"these {len(addrs)} blocks"
     if with_:
-        others = ", ".join(hexaddr(a) for a in with_)
+        others = _listed(with_)
         return (f"the inputs do not vary how often {what} run(s) independently of {others}: "
                 f"the fit traded cost between them.  Add inputs that change {what}'s count "
                 f"while {others} run about as often as before, or split {what} from them "

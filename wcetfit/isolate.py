@@ -194,7 +194,20 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
         for index in indices:
             current = index
             before = _process_state()
-            result = worker.run(index, lambda summary, i=index: _send(fd, ("start", i, summary)))
+            try:
+                result = worker.run(index, lambda summary, i=index: _send(fd, ("start", i,
+                                                                                summary)))
+            except WcetfitError:
+                if os.getpid() != me:
+                    os._exit(0)
+                # A check that failed after the target forked, started a thread or changed
+                # its code (the original then differs from the copy, or dies) is that
+                # input's misbehaviour, not a fault of the measurement: say which.
+                changed = _what_changed(before, _process_state())
+                if changed is not None:
+                    _send(fd, ("failed", index, *changed))
+                    os._exit(0)
+                raise
             if os.getpid() != me:   # a child the target forked returned into the worker
                 os._exit(0)
             changed = _what_changed(before, _process_state())

@@ -72,16 +72,9 @@ class StoreIdentity:
 
 def machine_fingerprint() -> dict[str, str]:
     """Times measured on one machine are not mixed with another's."""
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"cpu": model, "host": platform.node(), "machine": platform.machine()}
+    from wcetfit.machine import cpu_info
+
+    return {"cpu": cpu_info().model, "host": platform.node(), "machine": platform.machine()}
 
 
 def _fsync_dir(directory: str) -> None:

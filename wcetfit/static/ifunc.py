@@ -41,16 +41,9 @@ class Selection:
 
 def cpu_key() -> str:
     """What the loader's choice depends on: the CPU's feature flags and the tunables."""
-    flags = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    text = flags + "|" + os.environ.get("GLIBC_TUNABLES", "")
+    from wcetfit.machine import cpu_info
+
+    text = " ".join(sorted(cpu_info().flags)) + "|" + os.environ.get("GLIBC_TUNABLES", "")
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -27,6 +27,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from wcetfit.machine import CpuInfo, cpu_info, parse_cpuinfo  # noqa: F401 (re-exported)
 from wcetfit.errors import MeasurementError, NativeBuildError, WcetfitError
 
 log = logging.getLogger(__name__)
@@ -136,48 +137,6 @@ def ns_to_ticks(ns: float | np.ndarray, tsc_hz: float) -> float | np.ndarray:
 
 
 # ---- /proc/cpuinfo ------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class CpuInfo:
-    model: str
-    vendor: str
-    flags: frozenset[str]
-    n_cpus: int
-
-    def has(self, flag: str) -> bool:
-        return flag in self.flags
-
-
-def parse_cpuinfo(text: str) -> CpuInfo:
-    """The first processor's model, vendor and flags, and the processor count."""
-    model = vendor = ""
-    flags: frozenset[str] = frozenset()
-    n = 0
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if not sep:
-            continue
-        key, value = key.strip(), value.strip()
-        if key == "processor":
-            n += 1
-        elif key == "model name" and not model:
-            model = value
-        elif key == "vendor_id" and not vendor:
-            vendor = value
-        elif key == "flags" and not flags:
-            flags = frozenset(value.split())
-    return CpuInfo(model=model or "unknown", vendor=vendor or "unknown", flags=flags,
-                   n_cpus=max(n, 1))
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_info() -> CpuInfo:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return parse_cpuinfo(f.read())
-    except OSError:  # pragma: no cover - not Linux
-        return CpuInfo("unknown", "unknown", frozenset(), os.cpu_count() or 1)
-
 
 def check_tsc_usable(info: CpuInfo | None = None) -> None:
     """Refuse machines whose TSC cannot be read from user space; warn when it is no clock."""

@@ -80,6 +80,29 @@ class TimeSet:
     done: np.ndarray | None = None   # bool [inputs, repeats]: measured (NaN may be discarded)
 
 
+@dataclass(frozen=True)
+class ActivationRows:
+    """Exclusive-time rows of one function's timed activations (per-activation probes).
+
+    The interface between the per-activation timing run and the fit.  One row per timed
+    activation of ``function`` (its entry to its return, on one input); every repeat of
+    the input's call gives one column of ``ticks``.  A row's time is *exclusive*: the
+    activation's exit reading minus its entry reading, minus the inclusive time of each
+    timed child activation, so it holds the activation's own blocks plus, per timed
+    child, one probe pair's overhead (``children``).  Callees that are not timed (too
+    short, or not probeable) stay in the row: their blocks are columns too.
+    """
+
+    function: str
+    address: int
+    columns: tuple[tuple[str, int], ...]   # (function, link-time block address) per column
+    counts: Any                   # scipy.sparse.csr_matrix [rows, columns], exclusive counts
+    ticks: np.ndarray             # float64 [rows, repeats]; NaN = not measured/discarded
+    children: np.ndarray          # int32 [rows]: timed child activations subtracted
+    input_index: np.ndarray       # int64 [rows]: the input whose call made the activation
+    call_site: np.ndarray         # uint64 [rows]: link-time address of the call (0: root call)
+
+
 def _failures_to_json(failures: Sequence[InputFailure]) -> list[dict[str, Any]]:
     return [{"index": f.index, "kind": f.kind, "message": f.message, "arguments": f.arguments}
             for f in failures]

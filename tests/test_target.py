@@ -132,6 +132,9 @@ def test_describe_args():
     ffi = cffi.FFI()
     s = tg.describe_args(ffi, (ffi.new("short[]", [1, 2, 3]), 3, 2.5))
     assert s == "(short[3] {1, 2, 3}, 3, 2.5)"
+    # chars as byte values, not Python bytes literals
+    s = tg.describe_args(ffi, (ffi.new("char[3]", b"\x00\xff\x41"), 3))
+    assert s == "(char[3] {0x00, 0xff, 0x41}, 3)"
 
 
 def test_prototype_name_one_rule_for_count_and_time():

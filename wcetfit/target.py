@@ -352,6 +352,14 @@ def generate_input(generate: Callable[[InputContext], Any], target: Target, ffi:
     return args
 
 
+def _element_text(v: Any) -> str:
+    """An array element as a person reads it: a char (cffi gives ``b'\\x00'``) as its
+    byte value in hex, a number as itself."""
+    if isinstance(v, bytes) and len(v) == 1:
+        return f"0x{v[0]:02x}"
+    return str(v)
+
+
 def describe_args(ffi: Any, args: tuple, limit: int = 6) -> str:
     """A short human summary of one call's arguments for crash and hang reports."""
     parts = []
@@ -369,7 +377,7 @@ def describe_args(ffi: Any, args: tuple, limit: int = 6) -> str:
             size = ffi.sizeof(a)
             if ctype.kind == "array":
                 n = len(a)
-                head = ", ".join(str(a[i]) for i in range(min(n, limit)))
+                head = ", ".join(_element_text(a[i]) for i in range(min(n, limit)))
                 text = f"{ctype.item.cname}[{n}] {{{head}{', …' if n > limit else ''}}}"
             elif ctype.kind == "pointer" and size:
                 text = f"{ctype.cname} ({size} bytes)"

@@ -406,12 +406,26 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                 v[js] = counts[:, js].mean(axis=0)
                 est = space.residual(v, overhead=0.0) < ESTIMABLE_TOL
         groups.append(GroupRow(g.id, g.blocks, g.kind, g.combinations, g.advice, share, est))
-        if g.kind.lower().startswith("observ"):
-            labels = ", ".join(loop_key(fn, a) for a in g.blocks[:4])
-            warns.append(Finding(
-                f"{name}: blocks {labels} were not separated by the inputs (group {g.id})",
-                g.advice or "vary the inputs so that these blocks execute different numbers "
-                            "of times relative to each other"))
+    # One finding for all the groups the inputs left together (one per group repeated the
+    # same remedy a dozen times on a library function).
+    unseparated = [g for g in (ff.groups if ff else ()) if g.kind.lower().startswith("observ")]
+    if unseparated:
+        def _labels(g) -> str:
+            more = len(g.blocks) - 4
+            return (", ".join(loop_key(fn, a) for a in g.blocks[:4])
+                    + (f" and {more} more" if more > 0 else ""))
+        shown = unseparated[:3]
+        text = "; ".join(f"group {g.id}: {_labels(g)}" for g in shown)
+        if len(unseparated) > len(shown):
+            text += f"; {len(unseparated) - len(shown)} more group(s) (--full lists them)"
+        advice = next((f"group {g.id}: {g.advice}" for g in unseparated if g.advice), None)
+        if advice and len(unseparated) > 1:
+            advice += "; --full gives each group's relations"
+        warns.append(Finding(
+            f"{name}: {len(unseparated)} group(s) of blocks were not separated by the "
+            f"inputs ({text})",
+            advice or "vary the inputs so that these blocks execute different numbers "
+                      "of times relative to each other"))
 
     never = tuple(r.address for r in rows if r.count_max == 0)
     if never:

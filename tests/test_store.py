@@ -428,3 +428,16 @@ def test_cli_timing_runs_one_per_machine_and_load_recorded(sum_target):
     assert res.returncode == 0, res.stderr
     warnings = [w["message"] for w in json.loads(res.stdout)["warnings"]]
     assert any("other runnable process" in w for w in warnings) == (load["warning"] is not None)
+
+
+def test_cli_calibrate_takes_the_timing_slot(sum_target):
+    """A calibration measures the TSC like a timing run: it waits for (or, with --no-wait,
+    refuses) the machine's timing slot held by another run."""
+    p = _hold("timing", "elsewhere/other-target", 600)
+    try:
+        res = _wcetfit("calibrate", "--quick", "--no-wait")
+        assert res.returncode == 2 and "timing slot" in _errors(res)[0], res.stderr
+        assert f"pid {p.pid}" in res.stderr and "other-target" in res.stderr
+    finally:
+        p.kill()
+        p.wait()

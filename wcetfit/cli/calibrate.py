@@ -23,6 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="CPU to measure on (default: the highest allowed one)")
     p.add_argument("--quick", action="store_true",
                    help="smaller ensembles (about 10x faster, less stable statistics)")
+    from wcetfit.locks import add_wait_option
+    add_wait_option(p)
     p.set_defaults(func=run)
 
 
@@ -30,9 +32,14 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.timing.calibrate import Settings, calibrate
     from wcetfit.cli.common import check_output_path, write_json
 
+    from wcetfit.locks import timing_lock
+
     check_output_path(args.json)
-    cal = calibrate(override=args.method, cpu=args.cpu,
-                    settings=Settings.quick() if args.quick else Settings())
+    # Under the machine's timing slot, like every timing run: a calibration measured while
+    # another run times calls (or that disturbs one) would validate the wrong figures.
+    with timing_lock("none (a calibration)", wait=not args.no_wait):
+        cal = calibrate(override=args.method, cpu=args.cpu,
+                        settings=Settings.quick() if args.quick else Settings())
     if args.json != "-":
         _print_table(cal, sys.stdout)
     write_json(args.json, cal.to_json())

@@ -93,6 +93,10 @@ class _ActivationWorker:
         self.data = WritableData(self.binary)
         ids = {name: k for k, name in enumerate(cl.names)}
         self.probes = ActivationProbes(self.binary, cl.regions, ids, method)
+        # Installed here and again at the end of every input: writing the patches splits
+        # the binary's executable mapping, and the isolation layer compares the mappings
+        # before and after each input (a target that rewrites its code is refused).
+        self.probes.install()
         self._pin = tsc.pinned()
         self._pin.__enter__()
 
@@ -114,12 +118,13 @@ class _ActivationWorker:
                                    pack, acts, self.data, index)
             ev = self.probes.time(self.harness, self.proto, self.original, pack, table,
                                   self.repeats, self.warmup, acts)
-        finally:
-            self.probes.remove()
             self.data.restore(saved)
-        plain = time_input(self.harness, self.proto, self.original, pack, self.repeats,
-                           self.warmup, self.method)
-        self.data.restore(saved)
+            self.probes.remove()
+            plain = time_input(self.harness, self.proto, self.original, pack, self.repeats,
+                               self.warmup, self.method)
+        finally:
+            self.probes.install()
+            self.data.restore(saved)
         return {"events": ev.events, "t_start": ev.t_start, "t_stop": ev.t_stop,
                 "migrated": ev.migrated, "dropped": ev.dropped, "plain": plain.ticks}
 

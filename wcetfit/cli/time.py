@@ -23,6 +23,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="instead: time k = 1..M back-to-back calls per region and report "
                         "the slope, the call's time with the overhead ε removed (Moreno & "
                         "Fischmeister §4; only for calls that need no argument restore)")
+    p.add_argument("--activations", action="store_true",
+                   help="instead: time every activation of the binary's own functions the "
+                        "measured function reaches (a TSC reading at each entry and return, "
+                        "per-activation rows for the fit); counts with a block trace first "
+                        "when the store has none")
     from wcetfit.locks import add_wait_option
     add_wait_option(p)
     p.set_defaults(func=run)
@@ -44,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
                      **measure_overrides(args))
     if args.straight_line:
         return _straight_line(s, args)
+    if args.activations:
+        from wcetfit.cli.activations import run_activations_cli
+        return run_activations_cli(s)
     with progress_bars() as update:
         times = run_times(s.target, s.store, s.roots, wait=not args.no_wait,
                           progress=lambda d, t: update("time", d, t))

@@ -221,18 +221,35 @@ def _merge(keys: np.ndarray, y: np.ndarray) -> _Merged:
 
 # --- the fit -----------------------------------------------------------------------------
 
-def _weighted_gram(X: sp.csr_matrix, w: np.ndarray) -> np.ndarray:
+# merged design matrices up to this many entries are multiplied dense (BLAS beats the
+# sparse product by ~10x at a few dozen columns); larger ones stay sparse
+_DENSE_ENTRIES = 8_000_000
+
+
+def _weighted_gram(X: Any, w: np.ndarray) -> np.ndarray:
+    if isinstance(X, np.ndarray):
+        return X.T @ (X * w[:, None])
     return np.asarray((X.T @ X.multiply(w[:, None]).tocsr()).toarray(), dtype=np.float64)
 
 
 def fit_activations(rows: Any, *, config_ids: np.ndarray | None = None,
                     quantum: float | None = None, statistic: str = "clipped_mean",
-                    folds: int = 5, seed: int = 0, max_denominator: int = 12
-                    ) -> ActivationFit:
+                    folds: int = 5, seed: int = 0, max_denominator: int = 12,
+                    blas_threads: int | None = 1) -> ActivationFit:
     """Fit one function's block costs from its :class:`ActivationRows` (module docstring).
 
     ``config_ids`` int [rows]: the probe configuration of each row (default: the rows'
-    ``config`` attribute if they have one, else all 0)."""
+    ``config`` attribute if they have one, else all 0).  ``blas_threads``: as
+    :attr:`wcetfit.fit.result.FitOptions.blas_threads` (many small eigensolves, where
+    spinning BLAS threads cost most)."""
+    from wcetfit.blasthreads import limited
+
+    with limited(blas_threads):
+        return _fit(rows, config_ids, quantum, statistic, folds, seed, max_denominator)
+
+
+def _fit(rows: Any, config_ids: np.ndarray | None, quantum: float | None, statistic: str,
+         folds: int, seed: int, max_denominator: int) -> ActivationFit:
     X0 = sp.csr_matrix(rows.counts, dtype=np.int64)
     n_all, p = X0.shape
     ticks = np.asarray(rows.ticks, dtype=np.float64)
@@ -276,6 +293,8 @@ def fit_activations(rows: Any, *, config_ids: np.ndarray | None = None,
     if has_delta:
         parts.append(sp.csr_matrix(ch[merged.rep].astype(np.float64)[:, None]))
     D = sp.hstack(parts, format="csr")
+    if D.shape[0] * D.shape[1] <= _DENSE_ENTRIES:
+        D = D.toarray()
     labels = ([column_label(rows.columns[j]) for j in bcols] + [eps_label(c) for c in configs]
               + ([DELTA] if has_delta else []))
     nb = bcols.size

@@ -181,3 +181,18 @@ def test_large_sparse_fit_runs():
     for r in list(rows.values())[:5]:
         f = fit_activations(r)
         assert f.rank > 0 and f.heldout_activations > 0
+
+
+def test_report_shows_per_function_heldout_errors():
+    from wcetfit.fit.solve import fit_function
+    from wcetfit.report._format import activation_rows
+    rows, tr, root = simulate(120, 21)
+    system = _system(root)
+    whole = fit_function(system.counts, system.ticks, system.addresses, tsc_hz=2.4e9)
+    fit = apply_activation_fits(whole, fit_root_activations(system, whole, rows))
+    extra = json.loads(json.dumps(fit.to_json()))      # as the report reads it
+    lines = dict(activation_rows(extra))
+    for fn in ("main", "leaf", "rec"):
+        label = next(k for k in lines if k.startswith(f"held-out error per activation, {fn} "))
+        assert "median" in lines[label] and "p95" in lines[label]
+    assert "ticks" in lines["probe overhead per activation (ε + δ)"]

@@ -267,9 +267,87 @@ def statistic_figures() -> list[dict]:
     return out
 
 
+# --- per-activation rows (wcetfit.fit.activations) ---------------------------------------------
+
+def activation_system(n_rows: int, n_functions: int, columns: int,
+                      rng: np.random.Generator, repeats: int = 3):
+    """ActivationRows of ``n_functions`` functions, ``columns`` unknowns each (region
+    systems as above: loops of 0..8 iterations, entered or not), ``n_rows`` activations
+    in all, 0..2 timed children each (δ = 20 ticks), ε = 40; and the true costs."""
+    import scipy.sparse as sp
+
+    from wcetfit.measurements import ActivationRows
+    rows, truth = {}, {}
+    per = n_rows // n_functions
+    for f in range(n_functions):
+        counts, costs, _ = region_system(per, columns // 5, rng, max_trip=8, dtype=np.int32)
+        ch = rng.integers(0, 3, per).astype(np.int32)
+        X = sp.csr_matrix(counts)
+        ticks = timings(counts, costs, 40.0, repeats, rng) + 20.0 * ch[:, None]
+        base = 0x100000 * (f + 1)
+        name = f"f{f}"
+        cols = tuple((name, base + 0x10 * k) for k in range(counts.shape[1]))
+        rows[name] = ActivationRows(name, base, cols, X, ticks, ch,
+                                    rng.integers(0, 3000, per).astype(np.int64),
+                                    np.zeros(per, np.uint64))
+        truth[name] = costs
+    return rows, truth
+
+
+def activation_child(n_rows: int, n_functions: int, columns: int) -> dict:
+    from wcetfit.fit.activations import fit_activations
+    rows, _ = activation_system(n_rows, n_functions, columns, np.random.default_rng(2025))
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    fits = [fit_activations(r) for r in rows.values()]
+    elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return {"seconds": elapsed, "cpu_seconds": cpu, "peak_rss_mb": peak, "data_rss_mb": base_rss,
+            "unknowns": sum(f.unknowns for f in fits), "rows": sum(f.activations for f in fits),
+            "distinct_rows": sum(f.distinct_rows for f in fits),
+            "heldout_median": float(np.median([f.heldout_median_rel_error for f in fits])),
+            "load": os.getloadavg()[0]}
+
+
+def activation_figures(reference_seconds: float | None, n_rows: int = 1_000_000,
+                       n_functions: int = 60, columns: int = 50) -> list[dict]:
+    """The per-activation fit at 3,000 unknowns × 1,000,000 sparse rows (issue #15: ≤ 30 s,
+    ≤ 4 GB), in a child process, and its ratio to the whole-call scale fit of the same run."""
+    cmd = [sys.executable, "-m", "bench.fit", "--activation-child", str(n_rows),
+           str(n_functions), str(columns)]
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(cmd, cwd=here, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"activation child failed:\n{out.stderr[-3000:]}")
+    d = json.loads(out.stdout.strip().splitlines()[-1])
+    size = f"{d['unknowns']} unknowns × {d['rows']} activation rows ({n_functions} functions)"
+    figs = [
+        {"figure": f"per-activation fit time, {size}", "value": d["seconds"], "unit": "s",
+         "goal": "<= 30", "ok": d["seconds"] <= 30.0},
+        {"figure": f"per-activation fit CPU time, {size}", "value": d["cpu_seconds"], "unit": "s"},
+        {"figure": f"per-activation fit peak RSS incl. data, {size}", "value": d["peak_rss_mb"],
+         "unit": "MB", "goal": "<= 4096", "ok": d["peak_rss_mb"] <= 4096},
+        {"figure": f"distinct rows after merging identical activations, {size}",
+         "value": d["distinct_rows"], "unit": ""},
+        {"figure": "per-activation held-out median rel. error (median over functions)",
+         "value": d["heldout_median"], "unit": ""},
+        {"figure": "load average during the per-activation run", "value": d["load"], "unit": ""},
+    ]
+    if reference_seconds:
+        figs.append({"figure": f"per-activation fit time / whole-call fit time (1,000 blocks × "
+                               "100,000 rows) in the same run", "value":
+                     d["seconds"] / reference_seconds, "unit": "×",
+                     "reference": "fit time of the whole-call scale run above"})
+    return figs
+
+
 def run() -> list[dict]:
     figs = []
     figs += scale_figures()
+    ref = next((f["value"] for f in figs if f["figure"].startswith("fit time,")), None)
+    figs += activation_figures(ref)
     figs += coverage_figures()
     figs += weight_figures()
     figs += statistic_figures()
@@ -280,6 +358,16 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "--scale-child":
         n, r, rep = (int(x) for x in argv[1:4])
         print(json.dumps(scale_child(n, r, rep)))
+        return 0
+    if argv and argv[0] == "--activation-child":
+        n, f, c = (int(x) for x in argv[1:4])
+        print(json.dumps(activation_child(n, f, c)))
+        return 0
+    if argv and argv[0] == "--activations":
+        ref = next((f["value"] for f in scale_figures() if f["figure"].startswith("fit time,")),
+                   None)
+        for f in activation_figures(ref):
+            print(f)
         return 0
     if argv and argv[0] == "--weights":
         for f in weight_figures():

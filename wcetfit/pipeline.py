@@ -98,7 +98,27 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
     fit = fit_function(system.counts, system.ticks, system.addresses,
                        structural_basis=system.structural_basis, tsc_hz=system.tsc_hz,
                        speed=speed, options=options)
+    rows = activation_rows(session, root)
+    if rows:
+        # per-function fits from the functions' own activations cost the blocks they
+        # cover; the whole calls check their sum (wcetfit.fit.activation_root)
+        from wcetfit.fit.activation_root import apply_activation_fits, fit_root_activations
+        analysis = fit_root_activations(system, fit, rows, quantum=fit.quantum_ticks,
+                                        folds=options.folds, seed=options.seed)
+        fit = apply_activation_fits(fit, analysis)
     return system, fit
+
+
+def activation_rows(session: Session, root: str) -> dict[str, Any] | None:
+    """The per-activation rows (wcetfit.measurements.ActivationRows per timed function) the
+    store holds for ``root``, or None: then the fit is the whole-call one alone."""
+    from wcetfit.timing.activations import load_activation_rows
+    from wcetfit.timing.run import resolve_method
+
+    # the same seed, method and repeats as the whole-call times they are checked against
+    method, _ = resolve_method(session.target)
+    m = session.target.measure
+    return load_activation_rows(session.store, root, m.seed, method, m.repeats)
 
 
 def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:

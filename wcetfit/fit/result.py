@@ -238,6 +238,9 @@ class FitResult:
     # physically implausible figures, structured (their one-line summaries are also in
     # ``warnings``): see wcetfit.fit.checks
     fit_warnings: tuple[FitWarning, ...] = ()
+    # per-activation fits whose costs replaced the whole-call ones for the columns they
+    # cover (wcetfit.fit.activation_root.ActivationAnalysis), None without activation rows
+    activations: Any = field(default=None, repr=False, compare=False)
 
     # -- use ------------------------------------------------------------------------------
     def _aug(self, counts: np.ndarray, config_id: int | np.ndarray) -> np.ndarray:
@@ -422,4 +425,6 @@ class FitResult:
                               "only their sum is estimable"),
             "warnings": list(self.warnings),
             "fit_warnings": [w.to_json() for w in self.fit_warnings],
+            **({"activations": self.activations.to_json()} if self.activations is not None
+               else {}),
         }

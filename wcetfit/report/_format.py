@@ -151,3 +151,34 @@ def validation_rows(v) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
         else:
             out.append((label, str(val)))
     return out
+
+
+def activation_rows(extra) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """(label, value) of the per-activation fit (the fit's ``activations`` field, issue #15):
+    per function its held-out errors per activation, then the root check."""
+    act = extra.get("activations") if isinstance(extra, dict) else None
+    if not isinstance(act, dict):
+        return []
+    out = []
+    for name, f in (act.get("functions") or {}).items():
+        h = f.get("heldout") or {}
+        med, p95 = h.get("median_rel_error"), h.get("p95_rel_error")
+        val = ("no held-out activations (too few inputs)" if med is None else
+               f"median {num(100 * float(med), 2)} %, p95 {num(100 * float(p95), 2)} % "
+               f"over {h.get('activations')} activations")
+        out.append((f"held-out error per activation, {name} "
+                    f"({f.get('activations')} activations, rank {f.get('rank')}/"
+                    f"{f.get('unknowns')})", val))
+    ch = act.get("root_check")
+    if isinstance(ch, dict):
+        out.append(("root calls from activation costs, probes included",
+                    f"median {num(100 * float(ch['raw_median_rel_error']), 2)} %, p95 "
+                    f"{num(100 * float(ch['raw_p95_rel_error']), 2)} %"))
+        out.append(("root calls from activation costs, probe overhead removed",
+                    f"median {num(100 * float(ch['median_rel_error']), 2)} %, p95 "
+                    f"{num(100 * float(ch['p95_rel_error']), 2)} %"))
+        k = ch.get("kappa_ticks")
+        out.append(("probe overhead per activation (ε + δ)",
+                    "not separable from the whole call's" if k is None else
+                    f"{float(k):.1f} ± {float(ch['kappa_ci95_ticks']):.1f} ticks"))
+    return out

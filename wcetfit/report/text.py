@@ -228,6 +228,8 @@ def _quality(report: Report, fr: FunctionReport) -> Table:
             f"{w.get('input')} ({100 * float(w.get('rel_error') or 0):.1f} %)"
             for w in worst[:5] if isinstance(w, dict)))
     extra = fr.fit_extra
+    for label, val in F.activation_rows(extra):
+        t.add_row(_escape(label), _escape(val))
     speed = F.machine_speed(extra)
     if speed:
         t.add_row("machine speed", _escape(speed))

@@ -1,0 +1,270 @@
+"""The per-function activation fits of one measured root, checked against its whole calls
+and put where the rest of the pipeline reads costs (issue #15).
+
+In: the root's :class:`~wcetfit.fit.system.LinearSystem` and whole-call
+:class:`~wcetfit.fit.result.FitResult`, and the ``ActivationRows`` of every timed
+function (:func:`wcetfit.fit.activations.fit_activations` fits each).  Out:
+:class:`ActivationAnalysis` (the fits, the root check, the probe-free cost of every
+column) and, by :func:`apply_activation_fits`, a FitResult whose block costs for those
+columns are the activation-fitted ones.
+
+Which fit costs a column.  A function's own blocks: its own fit.  The blocks of a callee
+that is never timed appear in its callers' rows: the fit that saw them execute most.  A
+column no activation fit covers keeps the whole-call fit's solution (counted in
+:attr:`RootCheck.columns_from_whole_call`).
+
+Probe overhead.  Activation costs include the probes: a confounded ε sits in the entry
+block of each timed function, a confounded δ in the blocks that call timed children.
+A whole call runs without activation probes, so with T' the activation-fitted costs and
+A(i) the activations of input i of the functions that have rows (the entry-block counts;
+an activation too short to time still has its entry, costed with ε, and its call block,
+costed with δ),
+
+    t_root(i) = Σ_k N_ik T'_k − κ·A(i) + c + noise,
+
+κ = ε + δ the probe overhead per timed activation (the root's own activation has no
+parent: its δ goes into c, with the whole call's ε).  κ and c are fitted from the
+whole-call rows (two unknowns, least squares with a HC1 sandwich); the probe-free cost
+of a timed function's entry block is T'_entry − κ.  The check reports the root's
+prediction from activation-fitted costs against the measured calls, before (raw) and
+after removing the probe overhead.  (When a function's δ is separable from its blocks,
+its estimate is already out of its blocks and κ slightly over-removes it there: the
+difference is δ per such child, named in a note.)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+import numpy as np
+from scipy import stats
+
+from wcetfit.fit import robust
+from wcetfit.fit.activations import DELTA, ActivationFit, fit_activations
+from wcetfit.fit.result import WARN_OVERHEAD, BlockFit, FitWarning
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RootCheck:
+    root: str
+    inputs: int
+    kappa_ticks: float | None            # probe overhead per timed activation (ε + δ)
+    kappa_ci95_ticks: float | None
+    intercept_ticks: float               # the whole call's overhead (+ one δ)
+    intercept_ci95_ticks: float
+    raw_median_rel_error: float          # Σ count·T' against measured, probes included
+    raw_p95_rel_error: float
+    median_rel_error: float              # after −κ·A(i) + c
+    p95_rel_error: float
+    columns_from_whole_call: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class ActivationAnalysis:
+    root: str
+    fits: Mapping[str, ActivationFit]
+    check: RootCheck | None
+    columns: tuple[tuple[str, int], ...]        # the root system's columns
+    costs: np.ndarray = field(repr=False, compare=False)   # probe-free, per column (NaN: none)
+    source: tuple[str | None, ...] = ()          # the fit each column's cost comes from
+    warnings: tuple[FitWarning, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"root": self.root,
+                "functions": {name: f.to_json() for name, f in self.fits.items()},
+                "root_check": self.check.to_json() if self.check else None,
+                "warnings": [w.to_json() for w in self.warnings], "notes": list(self.notes)}
+
+    def heldout(self) -> dict[str, tuple[float | None, float | None, int]]:
+        """Per function: (median, p95 relative error, held-out activations)."""
+        return {n: (f.heldout_median_rel_error, f.heldout_p95_rel_error,
+                    f.heldout_activations) for n, f in self.fits.items()}
+
+
+def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *,
+                         quantum: float | None = None, folds: int = 5,
+                         seed: int = 0) -> ActivationAnalysis:
+    """Fit every function's activation rows and check them against the root's whole calls
+    (module docstring).  ``system``: the root's LinearSystem (columns, counts, indices,
+    ticks); ``whole_fit``: its whole-call FitResult (costs of uncovered columns)."""
+    if quantum is None:
+        quantum = getattr(whole_fit, "quantum_ticks", None)
+    fits = {name: fit_activations(r, quantum=quantum, folds=folds, seed=seed)
+            for name, r in rows.items()}
+    columns = tuple(system.columns)
+    col_index = {c: j for j, c in enumerate(columns)}
+    nc = len(columns)
+    tprime = np.full(nc, np.nan)
+    source: list[str | None] = [None] * nc
+    best = np.full(nc, -1)
+    for name, f in fits.items():
+        for c in f.costs:
+            j = col_index.get((c.function, c.address))
+            if j is None or c.solution_ticks is None:
+                continue
+            own = c.function == name
+            rank = (2 ** 62 if own else 0) + c.executions
+            if rank > best[j]:
+                best[j], tprime[j], source[j] = rank, c.solution_ticks, name
+    uncovered = np.isnan(tprime)
+    whole_sol = np.asarray(getattr(whole_fit, "solution", np.full(nc, np.nan)), dtype=float)
+    base = np.where(uncovered, whole_sol, tprime)
+    notes: list[str] = []
+    n_whole = int(np.sum(uncovered & np.isfinite(whole_sol)))
+    if n_whole:
+        notes.append(f"{n_whole} block(s) that no timed activation executed keep the "
+                     "whole-call fit's cost")
+    for name, f in fits.items():
+        for o in f.overheads:
+            if o.label == DELTA and o.estimable:
+                notes.append(f"{name}: δ is separable in its activations ({o.value_ticks:.0f} "
+                             "ticks); the probe-free costs remove κ per child, δ more than its "
+                             "blocks hold")
+
+    # activations per input of the functions that have rows, timed or not: each one's
+    # entry block carries ε, each call of it δ (module docstring)
+    entry_cols = [col_index[(name, f.address)] for name, f in fits.items()
+                  if (name, f.address) in col_index]
+    A = np.asarray(system.counts, dtype=float)[:, entry_cols].sum(axis=1)
+    ticks = getattr(system, "ticks_at_reference", system.ticks)
+    y = robust.summarize_repeats(ticks, quantum=quantum or 0.0).value
+    counts = np.asarray(system.counts, dtype=float)
+    pred_raw = counts @ np.nan_to_num(base)
+    # covariance of the activation-fitted costs (independent fits: block-diagonal by
+    # source), carried into the check's intervals
+    cov_t = np.zeros((nc, nc))
+    by_source: dict[str, list[int]] = {}
+    for j, src in enumerate(source):
+        if src is not None:
+            by_source.setdefault(src, []).append(j)
+    for src, js in by_source.items():
+        fi = [fits[src].columns.index(columns[j]) for j in js]
+        cov_t[np.ix_(js, js)] = fits[src].covariance[np.ix_(fi, fi)]
+    check, warnings = _root_check(system.root, y, pred_raw, A, quantum or 0.0, n_whole,
+                                  counts, cov_t)
+    costs = base.copy()
+    if check is not None and check.kappa_ticks is not None:
+        entries = {(name, f.address) for name, f in fits.items()}
+        for c, j in col_index.items():
+            if c in entries and not uncovered[j]:
+                costs[j] -= check.kappa_ticks
+    allw = tuple(w for f in fits.values() for w in f.warnings) + tuple(warnings)
+    for f in fits.values():
+        notes.extend(f.notes)
+    return ActivationAnalysis(system.root, fits, check, columns, costs, tuple(source), allw,
+                              tuple(notes))
+
+
+def _root_check(root: str, y: np.ndarray, pred_raw: np.ndarray, A: np.ndarray,
+                quantum: float, n_whole: int, counts: np.ndarray, cov_t: np.ndarray
+                ) -> tuple[RootCheck | None, list[FitWarning]]:
+    ok = np.isfinite(y) & np.isfinite(pred_raw)
+    if ok.sum() < 3:
+        return None, []
+    y, pr, a, N = y[ok], pred_raw[ok], A[ok], counts[ok]
+    r = y - pr
+    floor = max(quantum, 1.0)
+    raw = np.abs(pr - y) / np.maximum(np.abs(y), floor)
+    separable = np.ptp(a) > 0
+    X = np.column_stack([np.ones_like(a), -a]) if separable else np.ones((a.size, 1))
+    beta, *_ = np.linalg.lstsq(X, r, rcond=None)
+    res = r - X @ beta
+    n, k = X.shape
+    XtXi = np.linalg.inv(X.T @ X)
+    meat = (X * res[:, None] ** 2).T @ X
+    cov = XtXi @ meat @ XtXi * (n / max(n - k, 1))
+    # the costs T' are estimates too: (κ, c) = L·(y − N·T') moves with them
+    LN = (XtXi @ X.T) @ N
+    cov = cov + LN @ cov_t @ LN.T
+    t95 = float(stats.t.ppf(0.975, max(n - k, 1)))
+    ci = t95 * np.sqrt(np.clip(np.diag(cov), 0, None))
+    corrected = np.abs((pr + X @ beta) - y) / np.maximum(np.abs(y), floor)
+    kappa = float(beta[1]) if separable else None
+    kci = float(ci[1]) if separable else None
+    check = RootCheck(root, int(n), kappa, kci, float(beta[0]), float(ci[0]),
+                      float(np.median(raw)), float(np.percentile(raw, 95)),
+                      float(np.median(corrected)), float(np.percentile(corrected, 95)), n_whole)
+    warnings: list[FitWarning] = []
+    if kappa is None:
+        warnings.append(FitWarning(
+            WARN_OVERHEAD,
+            f"{root}: every input timed the same number of activations, so the probe overhead "
+            "per activation cannot be told from the whole call's: the activation costs keep "
+            "the probe overhead (the bound is high by it per activation)",
+            "add inputs that call the timed functions different numbers of times"))
+    elif kappa < 0:
+        wholly = kappa + kci < 0
+        warnings.append(FitWarning(
+            WARN_OVERHEAD,
+            f"{root}: the probe overhead per timed activation came out negative, {kappa:.0f} ± "
+            f"{kci:.0f} ticks" + (" (its whole interval below zero)" if wholly else
+                                  " (its interval reaches zero)"),
+            "a probe cannot take negative time: the activation and the whole-call runs "
+            "disagree (another load, another machine speed); time both again on a quiet "
+            "machine", estimate_ticks=kappa, ci95_ticks=kci))
+    for w in warnings:
+        log.warning("%s", w.message)
+    return check, warnings
+
+
+def apply_activation_fits(fit: Any, analysis: ActivationAnalysis) -> Any:
+    """``fit`` (the whole-call FitResult) with the activation-fitted probe-free costs as the
+    costs of the columns they cover: the cost a block shows is the one it predicts with.
+    The whole call's overhead (configuration 0) becomes the root check's intercept."""
+    costs = analysis.costs
+    covered = np.array([s is not None for s in analysis.source])
+    sol = np.asarray(fit.solution, dtype=float).copy()
+    sol[covered] = costs[covered]
+    entries = {(n, f.address) for n, f in analysis.fits.items()}
+    shifted = analysis.check is not None and analysis.check.kappa_ticks is not None
+    blocks = list(fit.blocks)
+    nb = len(blocks)
+    ncfg = len(fit.configs)
+    cov = np.zeros((nb + ncfg, nb + ncfg))
+    old = np.asarray(fit.covariance, dtype=float)
+    keep = np.concatenate([~covered, np.ones(ncfg, bool)])
+    if old.shape == cov.shape:
+        cov[np.ix_(keep, keep)] = old[np.ix_(keep, keep)]
+    ns = (lambda t: None if t is None or fit.tsc_hz is None else t * 1e9 / fit.tsc_hz)
+    by_source: dict[str, list[int]] = {}
+    for j, (col, src) in enumerate(zip(analysis.columns, analysis.source)):
+        if src is None:
+            continue
+        by_source.setdefault(src, []).append(j)
+        c = analysis.fits[src].cost(col)
+        s = float(sol[j])
+        est_alone = c.estimable and not (shifted and col in entries)
+        cost = s if est_alone else None
+        ci = c.ci95_ticks if est_alone else None
+        blocks[j] = BlockFit(blocks[j].address, est_alone, cost, ci, None, s,
+                             blocks[j].executions, ns(cost), ns(ci), ns(s))
+    for src, js in by_source.items():
+        f = analysis.fits[src]
+        fi = [f.columns.index(analysis.columns[j]) for j in js]
+        cov[np.ix_(js, js)] = f.covariance[np.ix_(fi, fi)]
+    ov_sol = np.asarray(fit.overhead_solution, dtype=float).copy()
+    overhead_ticks = dict(fit.overhead_ticks)
+    if analysis.check is not None and 0 in fit.configs:
+        k = fit.configs.index(0)
+        ov_sol[k] = analysis.check.intercept_ticks
+        overhead_ticks[0] = analysis.check.intercept_ticks
+        z = float(fit.residuals.get("t95", 1.96)) or 1.96
+        cov[nb + k, nb + k] = (analysis.check.intercept_ci95_ticks / z) ** 2
+    warn_text = tuple(w.message for w in analysis.warnings)
+    note = (f"block costs of {sum(covered)} column(s) come from per-activation fits of "
+            f"{len(analysis.fits)} function(s)",)
+    return replace(fit, blocks=tuple(blocks), solution=sol, overhead_solution=ov_sol,
+                   overhead_ticks=overhead_ticks, covariance=cov,
+                   warnings=tuple(fit.warnings) + note + warn_text,
+                   fit_warnings=tuple(fit.fit_warnings) + tuple(analysis.warnings),
+                   activations=analysis)

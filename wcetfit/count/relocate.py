@@ -67,7 +67,7 @@ from wcetfit.count.copyplan import (TRACE_STATE_QWORDS, CopyPlan, CounterSlot,  
 from wcetfit.count.decode import (ALL_FLAGS, INC_CLOBBERS, _NO_REL32, _REL8_ONLY, _STOPS,
                                   _Insn, _check_prefix_block, _decode_block)
 from wcetfit.errors import RelocationError
-from wcetfit.model import CALL_INTERNAL, FunctionModel, JumpTable
+from wcetfit.model import CALL_INDIRECT, CALL_INTERNAL, FunctionModel, JumpTable
 
 log = logging.getLogger(__name__)
 
@@ -206,8 +206,17 @@ def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], byt
     consts_offset = pos
     consts = tuple(a for lo_hi in (planner._guard_ranges or []) for a in lo_hi)
     pos += 8 * len(consts)
+    xtab_offset = pos
+    xtab: tuple[tuple[int, tuple], ...] = ()
+    if planner.indirect_sites:
+        # Every relocated function's original entry (and symbol address) -> its copy: a
+        # pointer the program took to one of them is called in the copy, counted.
+        xtab = tuple(sorted({(a, ("block", n, planner.functions[n].entry))
+                             for a, n in by_entry.items()}))
+        pos += 16 * len(xtab) + 8
     code_size = (pos + 15) & ~15
-    data_size = 8 * n_blocks + 8 * TRACE_STATE_QWORDS
+    sites_offset = 8 * n_blocks + 8 * TRACE_STATE_QWORDS
+    data_size = sites_offset + enc.DISPATCH_TABLE_BYTES * len(planner.indirect_sites)
     entry_offsets = {f.name: block_offsets[(f.name, f.entry)] for f in functions}
     return CopyPlan(
         functions=tuple(names), slots=slots, n_blocks=n_blocks, code_size=code_size,
@@ -215,6 +224,8 @@ def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], byt
         block_offsets=block_offsets, fast_counters=planner.fast, safe_counters=planner.safe,
         original_bytes=sum(b.size for f in functions for b in f.blocks),
         transfers=dict(planner.transfers),
+        indirect_sites=tuple(planner.indirect_sites), sites_offset=sites_offset,
+        _xtab=xtab, _xtab_offset=xtab_offset,
         _items=tuple(all_items), _tables=tuple(planner.tables),
         _table_offsets=tuple(table_offsets), _consts=consts, _consts_offset=consts_offset)
 
@@ -235,6 +246,8 @@ class _Planner:
         self.safe = 0
         self.transfers: dict[tuple[str, int], tuple[str, str]] = {}
         self._guard_ranges: list[tuple[int, int]] | None = None
+        self.indirect_sites: list[tuple[str, int, int, bool]] = []
+        self._block_of: dict[int, int] = {}
 
     def guard_ranges(self) -> list[tuple[int, int]]:
         """[lo, hi) link-time hull of every relocated function's blocks."""
@@ -536,6 +549,26 @@ class _Planner:
         else:
             self.transfers[(f.name, block)] = ("other", g)
 
+    def _dispatch(self, f: FunctionModel, insn: _Insn, site) -> _Item:
+        """An indirect call or tail call (through a register or memory): the copy records
+        its target in a per-site table and goes to the copy of a relocated function where
+        the target is one's entry (:func:`~wcetfit.count.x86enc.indirect_dispatch`)."""
+        try:
+            load, disp = enc.load_r11_from_branch(insn.raw)
+        except enc.EncodingError as exc:
+            raise self._refuse(f, insn, f"is an indirect call the copy cannot record ({exc})")
+        target = None
+        if disp is not None:
+            if insn.rip_target is None:
+                raise self._refuse(f, insn, "has a RIP-relative operand capstone did not see")
+            target = ("abs", insn.rip_target)
+        index = len(self.indirect_sites)
+        self.indirect_sites.append((f.name, site.block, insn.address, bool(site.tail)))
+        n = len(self.guard_ranges())
+        return _Item("dispatch", enc.indirect_dispatch_size(len(load), n), raw=load,
+                     disp_offset=-1 if disp is None else disp, target=target,
+                     block_id=index, cc=int(bool(site.tail)), origin=insn.address)
+
     def _fallthrough_after_call(self, end: int) -> Target:
         if end in self.by_entry:
             g = self.by_entry[end]
@@ -553,6 +586,11 @@ class _Planner:
         if insn.address in unresolved and (insn.is_jump or insn.is_call):
             raise self._refuse(f, insn, "is an unresolved indirect jump")
         site = sites.get(insn.address)
+        if (site is not None and site.kind == CALL_INDIRECT and insn.rel_target is None
+                and (insn.is_call or (insn.is_jump and site.tail))
+                and insn.address not in tables):
+            yield self._dispatch(f, insn, site)
+            return
         if insn.rel_target is not None:
             if insn.is_call:
                 yield _Item("call", enc.CALL_SIZE,

@@ -387,7 +387,7 @@ def symbol_at(address: int) -> str:
     bare address when no loaded object holds it."""
     info = _DlInfo()
     if not _dladdr(address, ctypes.byref(info)) or not info.dli_fname:
-        return f"{address:#x}"
+        return f"unknown code at {address:#x}"
     lib = os.path.basename(info.dli_fname.decode(errors="replace"))
     if info.dli_sname:
         name = info.dli_sname.decode(errors="replace")

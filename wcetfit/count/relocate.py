@@ -691,6 +691,17 @@ def closure(functions: Mapping[str, FunctionModel], roots: Sequence[str],
             continue
         out.append(name)
         for c in functions[name].calls:
+            if c.kind == CALL_INDIRECT:
+                # Targets a count run saw this site take (CallSite.observed): callees of
+                # the site, relocated and counted; the dispatch goes to their copies.
+                for t in c.observed_internal:
+                    callee = by_entry.get(t)
+                    if callee is None:
+                        log.warning("%s: indirect call at %#x went to %#x, which has no "
+                                    "static model: it runs uncounted", name, c.instruction, t)
+                    elif callee not in out and callee not in skip:
+                        todo.append(callee)
+                continue
             if c.kind != CALL_INTERNAL:
                 continue
             callee = by_entry.get(c.target) if c.target is not None else None

@@ -171,3 +171,40 @@ def test_zlib_compress2_strategy_functions_counted_like_callgrind(tmp_path):
     checked = _compare(tmp_path, LIBZ, bm, fns, results, harness, packs, "compress2", proto,
                        "")
     assert checked > 8 * 50
+
+
+def test_dispatch_stub_decodes_and_keeps_the_operand():
+    """The dispatch sequence, disassembled by capstone (independent of our encoder): it
+    loads the original operand into r11 first, ends with `call r11` / `jmp r11`, and its
+    size is the one the plan reserved."""
+    import capstone
+
+    from wcetfit.count import x86enc as enc
+
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    for raw, first, tail in [("ffd0", "mov r11, rax", False),          # call rax
+                             ("41ff5508", "mov r11, qword ptr [r13 + 8]", False),
+                             ("ff542408", "mov r11, qword ptr [rsp + 8]", False),
+                             ("ff64c500", "mov r11, qword ptr [rbp + rax*8]", True),
+                             ("3effe0", "mov r11, rax", True)]:         # notrack jmp rax
+        load, disp = enc.load_r11_from_branch(bytes.fromhex(raw))
+        code = enc.indirect_dispatch(load, disp, None, 0x10000, 0x20000, 0x30000,
+                                     [(0x40000, 0x40008)], tail)
+        assert len(code) == enc.indirect_dispatch_size(len(load), 1)
+        insns = list(md.disasm(code, 0x10000))
+        assert sum(i.size for i in insns) == len(code)
+        assert f"{insns[0].mnemonic} {insns[0].op_str}" == first
+        assert f"{insns[-1].mnemonic} {insns[-1].op_str}" == ("jmp r11" if tail else "call r11")
+
+
+def test_model_json_keeps_observed_targets():
+    from wcetfit.model import (CALL_INDIRECT, Block, CallSite, FunctionModel, Instruction,
+                               ObservedTarget, function_from_json, function_to_json)
+
+    b = Block(0x10, 2, (Instruction(0x10, 2, "call", "rax"),))
+    site = CallSite(0x10, 0x10, CALL_INDIRECT, None, None, observed=(
+        ObservedTarget(0x40, "f", 3), ObservedTarget(None, "labs (libc.so.6)", 1)))
+    fn = FunctionModel("g", 0x10, (b,), (), 0x10, (0x10,), (), (site,), (), ((0x10,),), 1)
+    back = function_from_json(function_to_json(fn, disassembly=True))
+    assert back.calls == fn.calls
+    assert back.calls[0].observed_internal == (0x40,)

@@ -208,3 +208,30 @@ def test_model_json_keeps_observed_targets():
     back = function_from_json(function_to_json(fn, disassembly=True))
     assert back.calls == fn.calls
     assert back.calls[0].observed_internal == (0x40,)
+
+
+def test_dispatch_trace_mode_follows_indirect_calls():
+    """Trace mode: the block trace passes the trace check (a call through a pointer into
+    a relocated function is a call, its return lands on the fall-through), and its counts
+    are the counter mode's."""
+    from wcetfit.count.instrumented import Counter, InstrumentedCopy
+    from wcetfit.loader import load_binary
+
+    tg, make_args = _dispatch_case()
+    if not os.path.exists(tg.binary):
+        pytest.skip(f"{tg.binary} is not built (make -C samples)")
+    bm, fns, results, harness, packs, _obs = _count_twice(
+        tg.binary, "dispatch_run", tg.prototype, tg.cdef, make_args, 10)
+    root = bm.function("dispatch_run")
+    site = next(c for c in root.calls if c.observed and not c.tail
+                and any(t.address is not None for t in c.observed))
+    after = next(d for s, d in root.edges if s == site.block)
+    with InstrumentedCopy(load_binary(tg.binary), fns, trace=True) as copy:
+        counter = Counter(copy, root.name, harness, call_name="dispatch_run")
+        for i, pack in enumerate(packs):
+            r = counter.count(i, pack)
+            for f in fns:
+                assert (r.counts[f.name] == results[i].counts[f.name]).all()
+            k = root.block_addresses.index(site.block)
+            # every call through the site returned to its fall-through
+            assert r.edges[root.name].get((site.block, after), 0) == int(r.counts[root.name][k])

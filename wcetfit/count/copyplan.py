@@ -134,13 +134,12 @@ class CopyPlan:
                 return data_address + t[1]
             raise AssertionError(t)
 
+        base = code_address + self._consts_offset
+        pairs = [(base + 16 * k, base + 16 * k + 8) for k in range(len(self._consts) // 2)]
         out = bytearray()
         for items in self._items:
             for it in items:
                 at = code_address + len(out)
-                base = code_address + self._consts_offset
-                pairs = [(base + 16 * k, base + 16 * k + 8)
-                         for k in range(len(self._consts) // 2)]
                 try:
                     if it.kind == "dispatch":
                         table = (data_address + self.sites_offset

@@ -549,14 +549,18 @@ class _Planner:
         else:
             self.transfers[(f.name, block)] = ("other", g)
 
-    def _dispatch(self, f: FunctionModel, insn: _Insn, site) -> _Item:
+    def _dispatch(self, f: FunctionModel, insn: _Insn, site) -> _Item | None:
         """An indirect call or tail call (through a register or memory): the copy records
         its target in a per-site table and goes to the copy of a relocated function where
         the target is one's entry (:func:`~wcetfit.count.x86enc.indirect_dispatch`)."""
         try:
             load, disp = enc.load_r11_from_branch(insn.raw)
         except enc.EncodingError as exc:
-            raise self._refuse(f, insn, f"is an indirect call the copy cannot record ({exc})")
+            # (a segment prefix, fs:[…]): the site keeps its original form; said, since
+            # its targets are then neither recorded nor followed
+            log.warning("%s: indirect call at %#x `%s` is not recorded (%s): its target runs "
+                        "as original code, uncounted", f.name, insn.address, insn.text, exc)
+            return None
         target = None
         if disp is not None:
             if insn.rip_target is None:
@@ -589,8 +593,12 @@ class _Planner:
         if (site is not None and site.kind == CALL_INDIRECT and insn.rel_target is None
                 and (insn.is_call or (insn.is_jump and site.tail))
                 and insn.address not in tables):
-            yield self._dispatch(f, insn, site)
-            return
+            item = self._dispatch(f, insn, site)
+            if item is not None:
+                yield item
+                return
+            # not recordable: handled as before (a call stays as it is, its target
+            # uncounted; a tail call keeps its guard)
         if insn.rel_target is not None:
             if insn.is_call:
                 yield _Item("call", enc.CALL_SIZE,

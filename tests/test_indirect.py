@@ -235,3 +235,43 @@ def test_dispatch_trace_mode_follows_indirect_calls():
             k = root.block_addresses.index(site.block)
             # every call through the site returned to its fall-through
             assert r.edges[root.name].get((site.block, after), 0) == int(r.counts[root.name][k])
+
+
+@pytest.mark.slow
+def test_count_command_follows_indirect_calls_and_keeps_them(tmp_path):
+    """`wcetfit count` on a copy of the dispatch target: the first run records the
+    targets, the second (in the same command) counts op_* and fin_* as callees and says
+    so per site; a later command builds its model with the stored targets at once and
+    counts nothing again."""
+    import shutil
+    import subprocess
+
+    tg, _ = _dispatch_case()
+    if not os.path.exists(tg.binary):
+        pytest.skip(f"{tg.binary} is not built (make -C samples)")
+    d = tmp_path / "dispatch"
+    d.mkdir()
+    shutil.copy(DISPATCH / "inputs.py", d)
+    toml = (DISPATCH / "wcetfit.toml").read_text().replace(
+        'binary = "build/libdispatch.so"', f'binary = "{tg.binary}"').replace(
+        "inputs = 300", "inputs = 24")
+    (d / "wcetfit.toml").write_text(toml)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def count():
+        return subprocess.run([sys.executable, "-m", "wcetfit", "count", str(d)],
+                              capture_output=True, text=True, env=env, timeout=600)
+
+    first = count()
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "24 inputs counted" in first.stdout
+    for name in ("op_add", "op_mix", "fin_even", "fin_odd"):
+        assert f"  {name}: " in first.stdout, first.stdout
+    assert "indirect call at 0x" in first.stdout and "observed on" in first.stdout
+    assert "indirect tail call at 0x" in first.stdout
+    assert "(libc.so.6)" in first.stdout and "stays in the calling block" in first.stdout
+    second = count()
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "another block layout" not in second.stderr     # the stored targets were used
+    assert [ln for ln in second.stdout.splitlines() if "indirect" in ln] == \
+        [ln for ln in first.stdout.splitlines() if "indirect" in ln]

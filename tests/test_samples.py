@@ -31,7 +31,7 @@ cffi = pytest.importorskip("cffi")
 SAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "samples")
 SAMPLES = ["adpcm", "crc", "isort", "bsearch", "fir", "matmul", "statemachine", "calls",
-           "chain"]
+           "chain", "dispatch"]
 LEVELS = ["O2", "O0"]
 N_INPUTS = 40          # inputs drawn per sample and level (indices 9, 19, ... are the slow ones)
 M32 = 0xFFFFFFFF

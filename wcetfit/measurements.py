@@ -56,6 +56,10 @@ class CountSet:
     functions: tuple[FunctionCounts, ...]   # root first, then callees reached
     failures: tuple[InputFailure, ...] = ()
     trace: dict[int, np.ndarray] | None = None   # input -> compact block ids (split workflow)
+    # Indirect call sites (call instruction, link-time) -> target -> the inputs on which
+    # the site called it: a target in the binary by its link-time entry (int), one outside
+    # by "symbol (library)" (str).  Recorded by the instrumented copy (wcetfit.count).
+    indirect: dict[int, dict[int | str, tuple[int, ...]]] | None = None
 
     def of(self, name: str) -> FunctionCounts:
         for fc in self.functions:
@@ -138,6 +142,10 @@ def save_counts(store: Store, cs: CountSet) -> None:
             "functions": [{"name": fc.name, "address": hexaddr(fc.address)}
                           for fc in cs.functions],
             "failures": _failures_to_json(cs.failures)}
+    if cs.indirect:
+        meta["indirect"] = {hexaddr(site): [[hexaddr(t) if isinstance(t, int) else t, list(ins)]
+                                            for t, ins in targets.items()]
+                            for site, targets in cs.indirect.items()}
     for i, fc in enumerate(cs.functions):
         arrays[f"blocks{i}"] = np.asarray(fc.blocks, dtype=np.uint64)
         arrays[f"counts{i}"] = fc.counts
@@ -172,8 +180,11 @@ def load_counts(store: Store, function: str, seed: int) -> CountSet | None:
         off = arrays["trace_offsets"]
         trace = {int(idx): arrays["trace_data"][off[k]:off[k + 1]]
                  for k, idx in enumerate(arrays["trace_indices"])}
+    indirect = {int(site, 16): {(int(t, 16) if t.startswith("0x") else t): tuple(ins)
+                                for t, ins in targets}
+                for site, targets in meta.get("indirect", {}).items()} or None
     return CountSet(function, seed, arrays["indices"], fcs,
-                    tuple(_failures_from_json(meta["failures"])), trace)
+                    tuple(_failures_from_json(meta["failures"])), trace, indirect)
 
 
 def save_times(store: Store, ts: TimeSet) -> None:

@@ -85,6 +85,20 @@ CALL_INDIRECT = "indirect"   # through a register or memory: target unknown stat
 
 
 @dataclass(frozen=True)
+class ObservedTarget:
+    """A function an indirect call site (CALL_INDIRECT) was seen calling in the count run:
+    the instrumented copy records every indirect call's target (wcetfit.count)."""
+
+    address: int | None          # link-time entry in this binary; None: outside it
+    name: str                    # the function's name, or "symbol (library)" outside
+    inputs: int                  # inputs of the count run on which the site called it
+
+    def describe(self) -> str:
+        where = f" at {hexaddr(self.address)}" if self.address is not None else ""
+        return f"{self.name}{where} (observed on {self.inputs} input{'s' * (self.inputs != 1)})"
+
+
+@dataclass(frozen=True)
 class CallSite:
     block: int                   # block that ends with the call
     instruction: int             # address of the call instruction
@@ -92,6 +106,34 @@ class CallSite:
     target: int | None           # callee's entry (internal) or PLT stub (imported)
     target_name: str | None
     tail: bool = False           # a jump that leaves the function (tail call)
+    # CALL_INDIRECT only: the targets the count run saw (observed, not every possible one).
+    observed: tuple[ObservedTarget, ...] = ()
+
+    @property
+    def observed_internal(self) -> tuple[int, ...]:
+        """Entries in this binary the site was seen calling (modelled and counted)."""
+        return tuple(t.address for t in self.observed if t.address is not None)
+
+
+def indirect_call_notes(fn: "FunctionModel") -> list[str]:
+    """One line per indirect call site of ``fn`` the count run saw: where its targets are
+    and how they are treated ("indirect call at 0x… → f (observed on N inputs)")."""
+    out = []
+    for c in fn.calls:
+        if c.kind != CALL_INDIRECT or not c.observed:
+            continue
+        what = "indirect tail call" if c.tail else "indirect call"
+        inside = [t.describe() for t in c.observed if t.address is not None]
+        outside = [t.describe() for t in c.observed if t.address is None]
+        text = f"{fn.name}: {what} at {hexaddr(c.instruction)} \u2192 " + ", ".join(inside + outside)
+        if inside:
+            text += ("; the callees in this binary are modelled, counted and fitted as its "
+                     "callees (only the targets observed: another input may call another)")
+        if outside:
+            text += ("; outside this binary: time stays in the calling block, as an "
+                     "imported call's")
+        out.append(text)
+    return out
 
 
 @dataclass(frozen=True)
@@ -240,7 +282,11 @@ def function_to_json(fn: FunctionModel, disassembly: bool = False) -> dict[str, 
                    "depth": lp.depth, "reducible": lp.reducible} for lp in fn.loops],
         "calls": [{"block": hexaddr(c.block), "instruction": hexaddr(c.instruction),
                    "kind": c.kind, "target": None if c.target is None else hexaddr(c.target),
-                   "target_name": c.target_name, "tail": c.tail} for c in fn.calls],
+                   "target_name": c.target_name, "tail": c.tail,
+                   **({"observed": [{"address": None if t.address is None
+                                     else hexaddr(t.address), "name": t.name,
+                                     "inputs": t.inputs} for t in c.observed]}
+                      if c.observed else {})} for c in fn.calls],
         "jump_tables": [{"block": hexaddr(j.block), "instruction": hexaddr(j.instruction),
                          "table_address": hexaddr(j.table_address),
                          "entry_size": j.entry_size,
@@ -280,7 +326,12 @@ def function_from_json(d: dict[str, Any]) -> FunctionModel:
                     for lp in d["loops"]),
         calls=tuple(CallSite(A(c["block"]), A(c["instruction"]), c["kind"],
                              None if c["target"] is None else A(c["target"]),
-                             c["target_name"], bool(c.get("tail", False))) for c in d["calls"]),
+                             c["target_name"], bool(c.get("tail", False)),
+                             tuple(ObservedTarget(None if t["address"] is None
+                                                  else A(t["address"]), t["name"],
+                                                  int(t["inputs"]))
+                                   for t in c.get("observed", ())))
+                    for c in d["calls"]),
         jump_tables=tuple(JumpTable(A(j["block"]), A(j["instruction"]), A(j["table_address"]),
                                     int(j["entry_size"]),
                                     None if j["base"] is None else A(j["base"]),

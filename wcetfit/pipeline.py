@@ -9,10 +9,10 @@ or all together (``analyze``) and an interrupted run continues where it stopped.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from wcetfit.model import BinaryModel, FunctionModel
+from wcetfit.model import BinaryModel, FunctionModel, ObservedTarget, hexaddr
 from wcetfit.store import Store
 from wcetfit.target import Target, load_target
 
@@ -27,6 +27,8 @@ class Session:
     model: BinaryModel
     store: Store
     roots: dict[str, int]          # measured function (as named in the target) -> link address
+    # The indirect call targets the model was built with (observed_indirect).
+    indirect: dict[int, tuple[ObservedTarget, ...]] = field(default_factory=dict)
 
     def root_model(self, name: str) -> FunctionModel:
         return self.model.function(self.roots[name])
@@ -39,8 +41,13 @@ class Session:
         while todo:
             fn = todo.pop()
             for call in fn.calls:
-                if call.kind == "internal" and call.target is not None:
-                    callee = self.model.function(call.target)
+                targets = [call.target] if call.kind == "internal" and call.target is not None \
+                    else list(call.observed_internal)      # an indirect call's, observed
+                for t in targets:
+                    try:
+                        callee = self.model.function(t)
+                    except KeyError:
+                        continue          # an observed target the model could not load
                     if callee.name not in out:
                         out[callee.name] = callee
                         todo.append(callee)
@@ -54,9 +61,68 @@ def open_session(target_dir: str, *, fresh: bool = False, **overrides: Any) -> S
 
     target = load_target(target_dir, **overrides)
     store = open_store(target, fresh=fresh)
-    model = binary.load_model(target.binary, list(target.functions), with_callees=True)
+    indirect = observed_indirect(store, target)
+    model = binary.load_model(target.binary, list(target.functions), with_callees=True,
+                              indirect=indirect)
     roots = {name: model.function(name).address for name in target.functions}
-    return Session(target, model, store, roots)
+    return Session(target, model, store, roots, indirect)
+
+
+def observed_indirect(store: Store, target: Target) -> dict[int, tuple[ObservedTarget, ...]]:
+    """The targets the stored count runs saw each indirect call site take (all measured
+    functions together; a target's ``inputs`` is the most inputs of one function's run)."""
+    from wcetfit.measurements import load_counts
+
+    seen: dict[int, dict[int | str, int]] = {}
+    for name in target.functions:
+        cs = load_counts(store, name, target.measure.seed)
+        for site, targets in ((cs.indirect or {}) if cs is not None else {}).items():
+            for t, ins in targets.items():
+                per = seen.setdefault(site, {})
+                per[t] = max(per.get(t, 0), len(ins))
+    return {site: tuple(ObservedTarget(t if isinstance(t, int) else None,
+                                       hexaddr(t) if isinstance(t, int) else t, n)
+                        for t, n in sorted(ts.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+            for site, ts in sorted(seen.items())}
+
+
+# Count runs that may follow newly observed indirect targets: a callee found in one run
+# can itself call through a pointer into yet other functions.
+FOLLOW_ROUNDS = 4
+
+
+def count_following_indirect(session: Session, roots: list[str], **kwargs: Any) -> Session:
+    """The count run; then, while it saw indirect calls go to functions of the binary the
+    model did not have as their callees, the model with them and the count run again.
+
+    Indirect targets are known only once the code has run: the first run's copy leaves
+    them as original code (uncounted, their time in the calling block) and records
+    them; the second run's copy holds them and counts them (the stored counts' block
+    layout changed, so every input is counted again).  The targets stay in the store
+    with the counts, so a later session builds its model with them from the start."""
+    from wcetfit.count.run import run_counts
+    from wcetfit.static import binary
+
+    s = session
+    for _ in range(FOLLOW_ROUNDS):
+        run_counts(s.target, s.store, s.model, roots, **kwargs)
+        seen = observed_indirect(s.store, s.target)
+        if seen == s.indirect:
+            return s
+        built = {(site, t.address) for site, ts in s.indirect.items() for t in ts}
+        new = sorted({(site, t.address) for site, ts in seen.items() for t in ts
+                      if t.address is not None} - built)
+        model = binary.load_model(s.target.binary, list(s.target.functions),
+                                  with_callees=True, indirect=seen)
+        s = replace(s, model=model, indirect=seen)
+        if not new:
+            return s                   # only outside targets or input numbers changed
+        for site, addr in new:
+            log.info("indirect call at %s -> %s: modelled and counted as its callee",
+                     hexaddr(site), hexaddr(addr))
+    log.warning("indirect calls still found new callees after %d count runs: the last "
+                "ones found run uncounted (their time in the calling block)", FOLLOW_ROUNDS)
+    return s
 
 
 Progress = Callable[[str, int, int], None]   # (stage, done, total)

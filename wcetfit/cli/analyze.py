@@ -26,9 +26,9 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.common import measure_overrides
     from wcetfit.cli.progress import progress_bars
     from wcetfit.cli.report import check_outputs, emit
-    from wcetfit.count.run import run_counts
     from wcetfit.timing.run import run_times
-    from wcetfit.pipeline import analyze_stage, open_session, stored_measurements
+    from wcetfit.pipeline import (analyze_stage, count_following_indirect, open_session,
+                                  stored_measurements)
 
     check_outputs(args)
     from wcetfit.locks import lock_target_store
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     s = open_session(args.target, fresh=args.fresh, **measure_overrides(args))
     roots = list(s.target.functions)
     with progress_bars() as update:
-        run_counts(s.target, s.store, s.model, roots, progress=lambda d, t: update("count", d, t))
+        s = count_following_indirect(s, roots, progress=lambda d, t: update("count", d, t))
         run_times(s.target, s.store, s.roots, wait=not args.no_wait,
                   progress=lambda d, t: update("time", d, t))
         _search(s, roots, update)

@@ -26,16 +26,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.common import check_output_path, measure_overrides, write_json
     from wcetfit.cli.progress import progress_bars
-    from wcetfit.count.run import run_counts
-    from wcetfit.pipeline import open_session
+    from wcetfit.measurements import load_counts
+    from wcetfit.model import indirect_call_notes
+    from wcetfit.pipeline import count_following_indirect, open_session
 
     check_output_path(args.json)
     from wcetfit.locks import lock_target_store
     _lock = lock_target_store(args.target, wait=not args.no_wait)  # held to the end
     s = open_session(args.target, fresh=args.fresh, **measure_overrides(args))
     with progress_bars() as update:
-        sets = run_counts(s.target, s.store, s.model, list(s.target.functions), trace=args.trace,
-                          progress=lambda d, t: update("count", d, t))
+        roots = list(s.target.functions)
+        s = count_following_indirect(s, roots, trace=args.trace,
+                                     progress=lambda d, t: update("count", d, t))
+    sets = {r: load_counts(s.store, r, s.target.measure.seed) for r in roots}
     out = sys.stdout if args.json != "-" else sys.stderr
     for root, cs in sets.items():
         failed = f"; {len(cs.failures)} failed (below)" if cs.failures else ""
@@ -46,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
             out.write(f"  {fc.name}: {len(fc.blocks)} blocks, {never} never executed\n")
         for f in cs.failures:
             out.write(f"  {f.describe()}\n")
+        for name in s.functions_of(root):
+            for note in indirect_call_notes(s.model.functions[name]):
+                out.write(f"  {note}\n")
     write_json(args.json, counts_json(sets))
     return 0
 

@@ -84,6 +84,13 @@ class CopyPlan:
     # code: "call" (block ends with a call), "tail" (ends with an unconditional jump to an
     # entry), "other" (a conditional jump to an entry, or a jump to a non-entry block).
     transfers: Mapping[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
+    # Indirect call / tail-call sites whose target the copy records and translates
+    # (x86enc.indirect_dispatch), in site-table order: (function, block, instruction, tail).
+    indirect_sites: tuple[tuple[str, int, int, bool], ...] = ()
+    sites_offset: int = 0          # data-region offset of the first site's target table
+    # Original entry (link-time) -> the copy's entry label, for the dispatch's lookup.
+    _xtab: tuple[tuple[int, tuple], ...] = field(repr=False, default=())
+    _xtab_offset: int = field(repr=False, default=0)
     _items: tuple[tuple[_Item, ...], ...] = field(repr=False, default=())
     _tables: tuple[_Table, ...] = field(repr=False, default=())
     _table_offsets: tuple[int, ...] = field(repr=False, default=())
@@ -127,15 +134,22 @@ class CopyPlan:
                 return data_address + t[1]
             raise AssertionError(t)
 
+        base = code_address + self._consts_offset
+        pairs = [(base + 16 * k, base + 16 * k + 8) for k in range(len(self._consts) // 2)]
         out = bytearray()
         for items in self._items:
             for it in items:
                 at = code_address + len(out)
                 try:
+                    if it.kind == "dispatch":
+                        table = (data_address + self.sites_offset
+                                 + it.block_id * enc.DISPATCH_TABLE_BYTES)
+                        rip = resolve(it.target) if it.target is not None else None
+                        out += enc.indirect_dispatch(
+                            it.raw, it.disp_offset if it.disp_offset >= 0 else None, rip, at,
+                            table, code_address + self._xtab_offset, pairs, bool(it.cc))
+                        continue
                     if it.kind == "guard":
-                        base = code_address + self._consts_offset
-                        pairs = [(base + 16 * k, base + 16 * k + 8)
-                                 for k in range(len(self._consts) // 2)]
                         out += enc.range_guard(it.raw[0], at, pairs)
                         out += it.raw[1:]
                         continue
@@ -157,6 +171,11 @@ class CopyPlan:
             out += b"\xcc" * (self._consts_offset - len(out))
             for a in self._consts:
                 out += struct.pack("<Q", a + bias)
+        if self.indirect_sites:
+            out += b"\xcc" * (self._xtab_offset - len(out))
+            for link, label in self._xtab:
+                out += struct.pack("<QQ", link + bias, resolve(label))
+            out += bytes(8)
         out += b"\xcc" * (self.code_size - len(out))
         assert len(out) == self.code_size
         return bytes(out)

@@ -320,6 +320,8 @@ def check_trace(models: Mapping[str, FunctionModel], plan: CopyPlan, trace: np.n
     exits = {name: set(models[name].exits) for name in plan.functions}
     edge_sets = {name: set(models[name].edges) for name in plan.functions}
     stack: list[tuple[str, int]] = []
+    # Indirect call / tail-call sites: any relocated function's entry may follow them.
+    ind = {(f, blk): t for f, blk, _insn, t in getattr(plan, "indirect_sites", ())}
     for pos in np.nonzero(~is_edge)[0].tolist():
         (fa, a), (fb, b) = names[ids[pos]], names[ids[pos + 1]]
         callee = tr.calls.get((fa, a))
@@ -328,6 +330,10 @@ def check_trace(models: Mapping[str, FunctionModel], plan: CopyPlan, trace: np.n
             stack.append((fa, a))
             continue
         if tail is not None and (fb, b) == (tail, models[tail].entry):
+            continue
+        if (fa, a) in ind and b == models[fb].entry:
+            if not ind[(fa, a)]:
+                stack.append((fa, a))    # a call: its return comes back to the fall-through
             continue
         if tr.others.get((fa, a)) == fb:
             continue                     # the activation goes on in another function's code

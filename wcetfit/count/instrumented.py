@@ -56,6 +56,7 @@ from wcetfit.count.compare import (Outcome, ReturnKind, check_same_memory,
                                    check_same_result, outcome)
 from wcetfit.count.flow import (FlowStructure, _transfers, activations,  # noqa: F401
                                 check_flow, check_trace)
+from wcetfit.count import x86enc as enc
 from wcetfit.count.relocate import CopyPlan, plan_copy, relocatable_closure
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,11 @@ class InstrumentedCopy:
         self._state = np.ctypeslib.as_array(
             (ctypes.c_uint64 * 3).from_address(self.data_address + self.plan.trace_state_offset))
         self._trace_buf = np.zeros(trace_cap if trace else 0, dtype=np.uint32)
+        ns = len(self.plan.indirect_sites)
+        self._sites = np.ctypeslib.as_array(
+            (ctypes.c_uint64 * (ns * enc.DISPATCH_TABLE_BYTES // 8)).from_address(
+                self.data_address + self.plan.sites_offset)).reshape(ns, -1) \
+            if ns else np.zeros((0, enc.DISPATCH_TABLE_BYTES // 8), np.uint64)
         log.debug("instrumented copy of %s at %#x: %d blocks (%d fast counters), "
                   "%d code bytes for %d original", ", ".join(self.plan.functions),
                   self.code_address, n, self.plan.fast_counters, self.plan.code_size,
@@ -150,6 +156,20 @@ class InstrumentedCopy:
             # An empty buffer: any append would overflow (never happens without tracing).
             self._state[0] = self._state[1] = 0
         self._state[2] = 0
+        self._sites[:] = 0
+
+    def indirect_targets(self) -> dict[int, tuple[dict[int, int], int]]:
+        """Since the last reset, per indirect call site of the copy (its instruction's
+        link-time address): runtime target address -> calls, and the calls whose target
+        did not fit in the site's table (more than DISPATCH_SLOTS distinct targets)."""
+        out: dict[int, tuple[dict[int, int], int]] = {}
+        k = enc.DISPATCH_SLOTS
+        for row, (_fn, _block, insn, _tail) in zip(self._sites.copy(),
+                                                   self.plan.indirect_sites):
+            seen = {int(row[2 * j]): int(row[2 * j + 1]) for j in range(k) if row[2 * j]}
+            if seen or row[2 * k]:
+                out[insn] = (seen, int(row[2 * k]))
+        return out
 
     def counts(self) -> dict[str, np.ndarray]:
         """Counts since the last reset: function → int64 array aligned with its blocks."""
@@ -206,6 +226,9 @@ class CountResult:
     return_value: Any = None
     trace: np.ndarray | None = None
     edges: Mapping[str, Mapping[tuple[int, int], int]] | None = None
+    # Per indirect call site (instruction, link-time): target -> calls in this input; a
+    # target in the binary by its link-time address (int), one outside by name (str).
+    indirect: Mapping[int, Mapping[int | str, int]] | None = None
 
 
 # --- the per-input procedure -------------------------------------------------------------------
@@ -229,6 +252,10 @@ class Counter:
                                           name not in self._transfers.inexact)
                       for name in copy.plan.functions}
         self._data = WritableData(copy.binary)
+        self._by_entry: dict[int, str] = {}
+        for f in copy.models.values():
+            self._by_entry.setdefault(f.entry, f.name)
+            self._by_entry.setdefault(f.address, f.name)
         self._warmed = False
         sig = getattr(harness, "signature", None)
         self._returns = ReturnKind.of(harness.ffi, sig(self.call_name).result) \
@@ -275,12 +302,18 @@ class Counter:
         ret = h.call(self.call_name, copy.entry(fn), pack)
         counts = copy.counts()
         trace = copy.trace() if copy.trace_enabled else None
+        indirect = self._indirect(index)
         if reference is not None:
             mine = outcome(self._returns, ret, pack, h.snapshot(pack), self._data.save())
             theirs = _collect(*reference, index, fn)
             check_same_result(self._returns, mine, theirs, index, fn)
             check_same_memory(mine, theirs, self._data.ranges, copy.binary, index, fn)
         acts = activations(copy.models, copy.plan, counts, fn, 1, self._transfers)
+        for targets in indirect.values():
+            for t, n in targets.items():
+                callee = self._by_entry.get(t) if isinstance(t, int) else None
+                if callee is not None:          # ran in the copy: an activation
+                    acts[callee] += n
         edges = None
         if self.flow:
             check_flow(copy.models, copy.plan, counts, acts, index, self._transfers,
@@ -289,7 +322,24 @@ class Counter:
             edges = check_trace(copy.models, copy.plan, trace, counts, fn, index,
                                 self._transfers)
         return CountResult(index=index, counts=counts, activations=acts, return_value=ret,
-                           trace=trace, edges=edges)
+                           trace=trace, edges=edges, indirect=indirect)
+
+    def _indirect(self, index: int) -> dict[int, dict[int | str, int]]:
+        """The copy's recorded indirect-call targets of this input, named: link-time
+        address inside the binary, ``symbol (library)`` outside."""
+        out: dict[int, dict[int | str, int]] = {}
+        lo, hi = self.copy.binary.span()
+        bias = self.copy.binary.bias
+        for insn, (seen, lost) in self.copy.indirect_targets().items():
+            if lost:
+                # Calls whose target the table could not hold may have entered relocated
+                # code: activations would be wrong, so the input is not counted.
+                raise SelfCheckError(
+                    f"input {index}: the indirect call at {insn:#x} went to more than "
+                    f"{enc.DISPATCH_SLOTS} different targets ({lost} calls not recorded)")
+            out[insn] = {(rt - bias if lo <= rt < hi else symbol_at(rt)): n
+                         for rt, n in seen.items()}
+        return out
 
 
     def _fork_original(self, pack: Any) -> tuple[int, int]:
@@ -320,6 +370,30 @@ class Counter:
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+_dladdr = _libc.dladdr
+_dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+
+
+def symbol_at(address: int) -> str:
+    """``symbol (library)`` of a runtime code address outside the analysed binary (what
+    the dynamic loader knows of it), ``symbol+0x… (library)`` inside a symbol, or the
+    bare address when no loaded object holds it."""
+    info = _DlInfo()
+    if not _dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+        return f"unknown code at {address:#x}"
+    lib = os.path.basename(info.dli_fname.decode(errors="replace"))
+    if info.dli_sname:
+        name = info.dli_sname.decode(errors="replace")
+        off = address - (info.dli_saddr or address)
+        return f"{name}{f'+{off:#x}' if off else ''} ({lib})"
+    return f"{lib}+{address - (info.dli_fbase or 0):#x}"
 _prctl = _libc.prctl
 _PR_SET_PDEATHSIG = 1
 

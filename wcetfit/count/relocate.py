@@ -66,8 +66,9 @@ from wcetfit.count.copyplan import (TRACE_STATE_QWORDS, CopyPlan, CounterSlot,  
                                     Target, _Item, _item_label, _Table)
 from wcetfit.count.decode import (ALL_FLAGS, INC_CLOBBERS, _NO_REL32, _REL8_ONLY, _STOPS,
                                   _Insn, _check_prefix_block, _decode_block)
+from wcetfit.count.closure import closure, relocatable_closure  # noqa: F401 (re-exported)
 from wcetfit.errors import RelocationError
-from wcetfit.model import CALL_INTERNAL, FunctionModel, JumpTable
+from wcetfit.model import CALL_INDIRECT, CALL_INTERNAL, FunctionModel, JumpTable
 
 log = logging.getLogger(__name__)
 
@@ -83,34 +84,6 @@ def _blame(name: str, failures: dict[str, RelocationError]) -> Iterator[None]:
         if getattr(exc, "function", None) is None:
             exc.function = name           # type: ignore[attr-defined]
         failures[name] = exc
-
-
-def relocatable_closure(functions: Mapping[str, FunctionModel], roots: Sequence[str],
-                        read: Callable[[int, int], bytes], *, trace: bool = False,
-                        uncounted: Iterable[str] = ()
-                        ) -> tuple[list[FunctionModel], dict[str, str]]:
-    """:func:`closure` less the callees whose copy cannot be made (each with the reason).
-
-    Such a callee runs as original code: its time stays in the calling block, as an
-    imported call's does, and it is not counted.  A root that cannot be copied raises.
-    The result depends only on the model and the code bytes, so the parent process (for
-    the counts' layout) and the worker (for the copy) agree."""
-    skipped: dict[str, str] = {}
-    asked = list(uncounted)
-    decoded: dict = {}
-    while True:
-        fns = closure(functions, roots, asked + list(skipped))
-        try:
-            plan_copy(fns, read, trace=trace, _decoded=decoded)
-            return fns, skipped
-        except RelocationError as exc:
-            failed = getattr(exc, "failures", None)
-            if not failed:
-                raise
-            for n in failed:
-                if n in roots or n in skipped:
-                    raise RelocationError(failed[n]) from None
-            skipped.update(failed)
 
 
 def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], bytes], *,
@@ -206,8 +179,17 @@ def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], byt
     consts_offset = pos
     consts = tuple(a for lo_hi in (planner._guard_ranges or []) for a in lo_hi)
     pos += 8 * len(consts)
+    xtab_offset = pos
+    xtab: tuple[tuple[int, tuple], ...] = ()
+    if planner.indirect_sites:
+        # Every relocated function's original entry (and symbol address) -> its copy: a
+        # pointer the program took to one of them is called in the copy, counted.
+        xtab = tuple(sorted({(a, ("block", n, planner.functions[n].entry))
+                             for a, n in by_entry.items()}))
+        pos += 16 * len(xtab) + 8
     code_size = (pos + 15) & ~15
-    data_size = 8 * n_blocks + 8 * TRACE_STATE_QWORDS
+    sites_offset = 8 * n_blocks + 8 * TRACE_STATE_QWORDS
+    data_size = sites_offset + enc.DISPATCH_TABLE_BYTES * len(planner.indirect_sites)
     entry_offsets = {f.name: block_offsets[(f.name, f.entry)] for f in functions}
     return CopyPlan(
         functions=tuple(names), slots=slots, n_blocks=n_blocks, code_size=code_size,
@@ -215,6 +197,8 @@ def plan_copy(functions: Sequence[FunctionModel], read: Callable[[int, int], byt
         block_offsets=block_offsets, fast_counters=planner.fast, safe_counters=planner.safe,
         original_bytes=sum(b.size for f in functions for b in f.blocks),
         transfers=dict(planner.transfers),
+        indirect_sites=tuple(planner.indirect_sites), sites_offset=sites_offset,
+        _xtab=xtab, _xtab_offset=xtab_offset,
         _items=tuple(all_items), _tables=tuple(planner.tables),
         _table_offsets=tuple(table_offsets), _consts=consts, _consts_offset=consts_offset)
 
@@ -235,6 +219,8 @@ class _Planner:
         self.safe = 0
         self.transfers: dict[tuple[str, int], tuple[str, str]] = {}
         self._guard_ranges: list[tuple[int, int]] | None = None
+        self.indirect_sites: list[tuple[str, int, int, bool]] = []
+        self._block_of: dict[int, int] = {}
 
     def guard_ranges(self) -> list[tuple[int, int]]:
         """[lo, hi) link-time hull of every relocated function's blocks."""
@@ -536,6 +522,30 @@ class _Planner:
         else:
             self.transfers[(f.name, block)] = ("other", g)
 
+    def _dispatch(self, f: FunctionModel, insn: _Insn, site) -> _Item | None:
+        """An indirect call or tail call (through a register or memory): the copy records
+        its target in a per-site table and goes to the copy of a relocated function where
+        the target is one's entry (:func:`~wcetfit.count.x86enc.indirect_dispatch`)."""
+        try:
+            load, disp = enc.load_r11_from_branch(insn.raw)
+        except enc.EncodingError as exc:
+            # (a segment prefix, fs:[…]): the site keeps its original form; said, since
+            # its targets are then neither recorded nor followed
+            log.warning("%s: indirect call at %#x `%s` is not recorded (%s): its target runs "
+                        "as original code, uncounted", f.name, insn.address, insn.text, exc)
+            return None
+        target = None
+        if disp is not None:
+            if insn.rip_target is None:
+                raise self._refuse(f, insn, "has a RIP-relative operand capstone did not see")
+            target = ("abs", insn.rip_target)
+        index = len(self.indirect_sites)
+        self.indirect_sites.append((f.name, site.block, insn.address, bool(site.tail)))
+        n = len(self.guard_ranges())
+        return _Item("dispatch", enc.indirect_dispatch_size(len(load), n), raw=load,
+                     disp_offset=-1 if disp is None else disp, target=target,
+                     block_id=index, cc=int(bool(site.tail)), origin=insn.address)
+
     def _fallthrough_after_call(self, end: int) -> Target:
         if end in self.by_entry:
             g = self.by_entry[end]
@@ -553,6 +563,15 @@ class _Planner:
         if insn.address in unresolved and (insn.is_jump or insn.is_call):
             raise self._refuse(f, insn, "is an unresolved indirect jump")
         site = sites.get(insn.address)
+        if (site is not None and site.kind == CALL_INDIRECT and insn.rel_target is None
+                and (insn.is_call or (insn.is_jump and site.tail))
+                and insn.address not in tables):
+            item = self._dispatch(f, insn, site)
+            if item is not None:
+                yield item
+                return
+            # not recordable: handled as before (a call stays as it is, its target
+            # uncounted; a tail call keeps its guard)
         if insn.rel_target is not None:
             if insn.is_call:
                 yield _Item("call", enc.CALL_SIZE,
@@ -625,46 +644,3 @@ class _Planner:
                         target=target, origin=insn.address)
             return
         yield _Item("raw", insn.size, raw=insn.raw, origin=insn.address)
-
-
-def closure(functions: Mapping[str, FunctionModel], roots: Sequence[str],
-            uncounted: Iterable[str] = ()) -> list[FunctionModel]:
-    """``roots`` and every function of ``functions`` they reach by internal calls.
-
-    The order is deterministic (roots first, then callees in discovery order), so compact
-    block ids are stable for a given model.  A callee missing from ``functions``, or named
-    in ``uncounted`` (e.g. one the copy cannot relocate: the user's explicit choice), is
-    left out: calls to it go to the original code, which runs uncounted and returns
-    into the copy as any callee does.
-    """
-    skip = set(uncounted)
-    by_entry: dict[int, str] = {}
-    for f in functions.values():
-        by_entry.setdefault(f.entry, f.name)
-        by_entry.setdefault(f.address, f.name)
-    out: list[str] = []
-    todo = list(roots)
-    for r in roots:
-        if r not in functions:
-            raise RelocationError(f"no static model for function {r}")
-    while todo:
-        name = todo.pop(0)
-        if name in out:
-            continue
-        out.append(name)
-        for c in functions[name].calls:
-            if c.kind != CALL_INTERNAL:
-                continue
-            callee = by_entry.get(c.target) if c.target is not None else None
-            if callee is None and c.target_name in functions:
-                callee = c.target_name
-            if callee is None:
-                log.warning("%s calls %s (%s) which has no static model: it runs uncounted",
-                            name, c.target_name, c.target)
-                continue
-            if callee in skip and callee not in roots:
-                log.info("%s calls %s, left uncounted as asked", name, callee)
-                continue
-            if callee not in out:
-                todo.append(callee)
-    return [functions[n] for n in out]

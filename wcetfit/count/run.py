@@ -61,7 +61,8 @@ class _CountWorker:
             summary = describe_args(self.harness.ffi, args)
             res = counter.count(index, pack, start=lambda: start(summary))
             out[root] = ({k: np.asarray(v, dtype=np.int64) for k, v in res.counts.items()},
-                         None if res.trace is None else np.asarray(res.trace, np.uint32))
+                         None if res.trace is None else np.asarray(res.trace, np.uint32),
+                         {site: sorted(targets) for site, targets in (res.indirect or {}).items()})
         return out
 
 
@@ -95,6 +96,8 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
     wanted = np.arange(m.inputs)
     per_root: dict[str, dict[int, dict[str, np.ndarray]]] = {r: {} for r in roots}
     traces: dict[str, dict[int, np.ndarray]] = {r: {} for r in roots}
+    # root -> call site -> target -> inputs on which the site called it
+    indirect: dict[str, dict[int, dict[int | str, set[int]]]] = {r: {} for r in roots}
     layout: dict[str, list[tuple[str, int, tuple[int, ...]]]] = {}
     failures: list[InputFailure] = []
     closures = relocatable_closures(target, model, roots, trace=trace)
@@ -114,6 +117,10 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
             per_root[r][int(i)] = {fc.name: fc.counts[k] for fc in old.functions}
         if old.trace:
             traces[r].update(old.trace)
+        for site, targets in (old.indirect or {}).items():
+            for t, ins in targets.items():
+                indirect[r].setdefault(site, {}).setdefault(t, set()).update(
+                    i for i in ins if i in per_root[r])
         failures.extend(x for x in old.failures if x not in failures)
     failed = {x.index for x in failures}
     first = roots[0]
@@ -128,7 +135,9 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
                 else np.zeros((0, len(blocks)), np.int64)))
                 for name, addr, blocks in layout[r])
             out[r] = CountSet(r, m.seed, idx, fcs, tuple(failures),
-                              dict(traces[r]) if trace or traces[r] else None)  # kept
+                              dict(traces[r]) if trace or traces[r] else None,  # kept
+                              {site: {t: tuple(sorted(ins)) for t, ins in ts.items()}
+                               for site, ts in indirect[r].items()} or None)
         return out
 
     def save() -> None:
@@ -136,10 +145,13 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
             save_counts(store, cs)
 
     def store_result(index: int, result: dict[str, Any]) -> None:
-        for r, (counts, tr) in result.items():
+        for r, (counts, tr, targets) in result.items():
             per_root[r][index] = counts
             if tr is not None:
                 traces[r][index] = tr
+            for site, ts in targets.items():
+                for t in ts:
+                    indirect[r].setdefault(site, {}).setdefault(t, set()).add(index)
 
     # Counting runs each input twice (the copy, then the original for the differential
     # check): the hang timeout covers both.

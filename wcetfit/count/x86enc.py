@@ -291,3 +291,87 @@ def range_guard_size(n_ranges: int) -> int:
 
 def trace_append_size(save_flags: bool) -> int:
     return 5 + 1 + 7 + 7 + 7 + 2 + 6 + 4 + 7 + 2 + 7 + 1 + 8 + (2 if save_flags else 0)
+
+
+# --- indirect call/jump dispatch (target recording and translation to the copy) -------------
+
+DISPATCH_SLOTS = 8       # distinct targets recorded per site per input; more are only counted
+DISPATCH_TABLE_BYTES = 16 * DISPATCH_SLOTS + 16   # (target, calls) pairs, overflow count, pad
+
+
+def load_r11_from_branch(raw: bytes) -> tuple[bytes, int | None]:
+    """``mov r11, <operand>`` from the bytes of ``call``/``jmp`` through a register or
+    memory (FF /2 or FF /4): (bytes, offset of a RIP-relative disp32 in them or None).
+
+    R11 is free at both: System V passes no argument in it and a callee may not expect
+    its value (it is the one register neither callee-saved nor used for arguments,
+    the static chain or the vararg count).  Prefixes notrack/bnd mean nothing to a MOV."""
+    k = 0
+    while raw[k] in (0x3E, 0xF2, 0x2E, 0x66, 0x67):
+        if raw[k] in (0x66, 0x67):
+            raise EncodingError(f"operand/address-size prefix in an indirect branch {raw.hex()}")
+        k += 1
+    rex = 0
+    if 0x40 <= raw[k] <= 0x4F:
+        rex = raw[k]
+        k += 1
+    if raw[k] != 0xFF or (raw[k + 1] >> 3) & 7 not in (2, 4):
+        raise EncodingError(f"not an indirect call or jmp: {raw.hex()}")
+    modrm = raw[k + 1]
+    if modrm >> 6 == 3:                                  # through a register
+        src = (modrm & 7) | (8 if rex & 0x01 else 0)
+        return bytes((0x49 | (0x04 if src >= 8 else 0), 0x89, 0xC0 | (src & 7) << 3 | 3)), None
+    out = bytes((0x4C | (rex & 0x03), 0x8B, (modrm & 0xC7) | (3 << 3))) + raw[k + 2:]
+    rip = modrm >> 6 == 0 and modrm & 7 == 5             # [rip + disp32]
+    return out, (3 if rip else None)
+
+
+def _dispatch_body(at: int, table: int, xtab: int) -> bytes:
+    """Record R11 in the site's table and replace it by its copy if it is the entry of a
+    relocated function.  Scratch RAX and RCX are saved below RSP: at a call (or a tail
+    jump) everything below RSP is dead, the call itself overwrites it.  Flags are written:
+    no status flag is live at a call or tail call (System V).
+
+    ``table``: DISPATCH_SLOTS pairs (target, calls), then an overflow count; an empty slot
+    (target 0) is claimed by the first new target.  ``xtab``: pairs (original entry, copy
+    entry), ended by a zero."""
+    out = bytearray(b"\x50\x51")                                  # push rax; push rcx
+    out += b"\x48\x8d\x05" + rel32(at + len(out), 7, table)       # lea rax,[table]
+    out += b"\xb9" + struct.pack("<I", DISPATCH_SLOTS)            # mov ecx, K
+    out += bytes.fromhex("4c3918" "7416"                          # L1: cmp [rax],r11; je HIT
+                         "48833800" "740d"    # cmp qword [rax],0; je NEW
+                         "4883c010" "ffc9" "75ed"                 # add rax,16; dec ecx; jnz L1
+                         "48ff00" "eb07"                          # inc [rax] (overflow); jmp X
+                         "4c8918"                                 # NEW: mov [rax],r11
+                         "48ff4008")                              # HIT: inc qword [rax+8]
+    out += b"\x48\x8d\x05" + rel32(at + len(out), 7, xtab)        # X: lea rax,[xtab]
+    out += bytes.fromhex("488b08" "4885c9" "740f"                 # L2: mov rcx,[rax]; jz DONE
+                         "4c39d9" "7406"                          # cmp rcx,r11; je FOUND
+                         "4883c010" "ebed"                        # add rax,16; jmp L2
+                         "4c8b5808"                               # FOUND: mov r11,[rax+8]
+                         "5958")                                  # DONE: pop rcx; pop rax
+    return bytes(out)
+
+
+DISPATCH_BODY_SIZE = 77
+CALL_R11 = b"\x41\xff\xd3"
+
+
+def indirect_dispatch(load: bytes, load_disp: int | None, load_target: int | None, at: int,
+                      table: int, xtab: int, guard: list[tuple[int, int]], tail: bool) -> bytes:
+    """An indirect call/tail jump of the copy: load the target into R11 (the original
+    operand, read before anything moves RSP), record and translate it
+    (:func:`_dispatch_body`), trap if it still points into the original of a relocated
+    function (:func:`range_guard`: a jump into a function's middle), then ``call r11`` /
+    ``jmp r11``.  RSP at the call is the original's, so the callee sees the same stack."""
+    out = bytearray(load)
+    if load_disp is not None:
+        out[load_disp:load_disp + 4] = rel32(at, len(load), load_target)
+    out += _dispatch_body(at + len(out), table, xtab)
+    out += range_guard(R11, at + len(out), guard)
+    out += JMP_R11 if tail else CALL_R11
+    return bytes(out)
+
+
+def indirect_dispatch_size(load_size: int, n_ranges: int) -> int:
+    return load_size + DISPATCH_BODY_SIZE + range_guard_size(n_ranges) + 3

@@ -77,14 +77,21 @@ def structural_basis(functions: Sequence[FunctionModel], root: str) -> np.ndarra
         block[:, o:o + len(fn.blocks) + 1] = C
         rows.extend(block)
     callers: dict[str, list[int]] = {fn.name: [] for fn in functions}
+    free: set[str] = set()      # entered through pointers: activations not a block count
     for fn in functions:
         index = {a: i for i, a in enumerate(fn.block_addresses)}
         for call in fn.calls:
             callee = by_address.get(call.target) if call.kind == "internal" else None
             if callee is not None and call.block in index:
                 callers[callee.name].append(offsets[fn.name] + index[call.block])
+            seen = [by_address.get(t) for t in call.observed_internal]
+            if len(call.observed) == 1 and len(seen) == 1 and seen[0] is not None \
+                    and call.block in index:
+                callers[seen[0].name].append(offsets[fn.name] + index[call.block])
+            else:
+                free.update(g.name for g in seen if g is not None)
     for fn in functions:
-        if fn.name == root:
+        if fn.name == root or fn.name in free:
             continue
         row = np.zeros(width)
         row[offsets[fn.name] + len(fn.blocks)] = 1.0

@@ -502,6 +502,19 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                     f"{loop_key(fn, co.block)}: its time varies with its arguments and is not "
                     f"modelled (the block's cost holds its mean over the inputs)",
                     "keep imported calls out of the analysed path, or bound them separately"))
+            elif co.kind == CALL_INDIRECT and _observed_site(fn, co.instruction):
+                site = _observed_site(fn, co.instruction)
+                inside = [t for t in site.observed if t.address is not None]
+                warns.append(Finding(
+                    f"{name}: indirect {'tail ' if site.tail else ''}call at "
+                    f"{hexaddr(co.instruction)} ({loop_key(fn, co.block)}) \u2192 "
+                    + ", ".join(t.describe() for t in site.observed)
+                    + ("; the largest WCET of the callees in this binary is in the bound"
+                       if inside and co.callee_wcet_ticks is not None else "")
+                    + ("; the time of those outside the binary stays in the calling block, "
+                       "not in the bound" if len(inside) < len(site.observed) else ""),
+                    "the targets are those the inputs made it call (observed): pass inputs "
+                    "that reach every function it can call"))
             elif co.kind == CALL_INDIRECT:
                 warns.append(Finding(
                     f"{name}: indirect call at {loop_key(fn, co.block)}: the callee is unknown "
@@ -569,3 +582,11 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
 __all__ = ["BlockRow", "FitBlock", "FitFunction", "FitGroup", "FunctionReport", "GroupRow",
            "Report", "TICKS_NOTE", "TICKS_UNIT", "Finding", "WcetSummary", "build_report",
            "describe_block", "read_fit", "ticks_to_ns"]
+
+
+def _observed_site(fn: Any, instruction: int) -> Any:
+    """The indirect call site at ``instruction`` if the count run recorded its targets."""
+    for c in fn.calls:
+        if c.instruction == instruction and c.observed:
+            return c
+    return None

@@ -99,7 +99,7 @@ def count_candidates(target: Target, model: Any, root: str,
     failures: list[InputFailure] = []
 
     def on_result(key: int, result: dict[str, Any]) -> None:
-        counts, _trace = result[root]
+        counts = result[root][0]    # (counts, trace, indirect targets)
         out[key] = counts
 
     replay = Replay(sequences)

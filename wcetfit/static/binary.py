@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterable, Sequence
+from dataclasses import replace
+from typing import Iterable, Mapping, Sequence
 
 from wcetfit.errors import BinaryError, FunctionNotFound
-from wcetfit.model import BinaryInfo, BinaryModel, FunctionModel, FunctionSummary, hexaddr
+from wcetfit.model import (CALL_INDIRECT, BinaryInfo, BinaryModel, FunctionModel,
+                           FunctionSummary, ObservedTarget, hexaddr)
 from wcetfit.static import decode, elfinfo, ifunc
 from wcetfit.static.build import Builder, IndirectJumpInfo, RawCFG
 from wcetfit.static.cfgcache import CfgCache
@@ -55,7 +57,7 @@ __all__ = ["load_model", "list_functions", "binary_info", "summary_of", "recover
 log = logging.getLogger(__name__)
 
 # Bump when the way models are derived changes: cached models of older formats are not used.
-MODEL_FORMAT = 5
+MODEL_FORMAT = 6   # 6: pointer arrays off a lea and and-masked indices (jumptables)
 
 # CFGFast options, chosen deliberately (a default CFGFast of libm takes ~40 s, this ~10 s):
 CFG_OPTIONS = dict(
@@ -366,11 +368,39 @@ def list_functions(path: str, *, use_cache: bool | CfgCache = True) -> list[Func
     return summaries
 
 
+def _with_observed(fn: FunctionModel, indirect: Mapping[int, Sequence[ObservedTarget]],
+                   have: Mapping[int, tuple[FunctionModel, tuple[int, ...]]],
+                   index: SymbolIndex) -> FunctionModel:
+    """``fn`` with its indirect call sites' observed targets, named by their models."""
+    calls = []
+    for c in fn.calls:
+        seen = indirect.get(c.instruction) if c.kind == CALL_INDIRECT else None
+        if seen:
+            c = replace(c, observed=tuple(
+                t if t.address is None else replace(
+                    t, name=have[t.address][0].name if t.address in have
+                    else index.name_of(t.address) or t.name)
+                for t in seen))
+        calls.append(c)
+    return replace(fn, calls=tuple(calls))
+
+
 def load_model(path: str, functions: Sequence[str | int] | None = None, *,
-               with_callees: bool = True, use_cache: bool | CfgCache = True) -> BinaryModel:
+               with_callees: bool = True, use_cache: bool | CfgCache = True,
+               indirect: Mapping[int, Sequence[ObservedTarget]] | None = None) -> BinaryModel:
     """Static model of ``functions`` (names, aliases, ``0x...`` addresses; None: all of
     them) and, with ``with_callees``, of the binary's own functions they call, transitively.
+
+    ``indirect``: call instruction -> the targets a count run saw its indirect call (or
+    tail call) take.  Those sites carry them (``CallSite.observed``) and, with
+    ``with_callees``, the targets in this binary are modelled as callees of their site.
     """
+    indirect = dict(indirect or {})
+
+    def extra(fn: FunctionModel) -> list[int]:
+        return [a for c in fn.calls if c.kind == CALL_INDIRECT
+                for a in (t.address for t in indirect.get(c.instruction, ())) if a is not None]
+
     elf = elfinfo.read_elf(path, with_fdes=False)
     index = SymbolIndex(elf)
     cache = _cache(use_cache)
@@ -404,7 +434,7 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
                 continue
             have[a] = hit
             if with_callees:
-                todo += list(hit[1])
+                todo += list(hit[1]) + extra(hit[0])
 
     closure(wanted)
     rounds = 0
@@ -432,7 +462,7 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
                 todo += [c for c in callees if c in raw.blocks]
         missing.clear()
         if with_callees:
-            closure([c for a in list(have) for c in have[a][1]])
+            closure([c for a in list(have) for c in list(have[a][1]) + extra(have[a][0])])
             if missing and rounds >= 3:   # callees no recovery reaches: say so
                 log.warning("no model for callee(s) %s", ", ".join(hexaddr(a) for a in missing))
                 break
@@ -445,7 +475,10 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
             continue
         keep.append(a)
         if with_callees:
-            todo2 += list(have[a][1])
+            todo2 += list(have[a][1]) + extra(have[a][0])
+    if indirect:
+        for a in keep:
+            have[a] = (_with_observed(have[a][0], indirect, have, index), have[a][1])
     models = {have[a][0].name: have[a][0] for a in keep}
     requested = tuple(dict.fromkeys(have[a][0].name for a in wanted))
     aliases = _aliases(index, {a: have[a][0] for a in keep})

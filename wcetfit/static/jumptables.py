@@ -79,6 +79,13 @@ def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = 
                     return n if 0 < n <= _MAX_TABLE else None
             continue
         if len(parts) == 2 and family(parts[0]) == fam:
+            if mnem == "and" and re.fullmatch(r"0x[0-9a-f]+|\d+", parts[1]) \
+                    and re.fullmatch(r"r\w*|e\w*", parts[0]) and not parts[0].endswith(("w", "b")):
+                # ``and edx, 1`` (``finishers[acc & 1]``): at 32 or 64 bits the mask clears
+                # every higher bit, so the index is at most the mask (not at 8/16 bits,
+                # which keep the register's upper bits).
+                n = int(parts[1], 0) + 1
+                return n if 0 < n <= _MAX_TABLE else None
             if mnem in ("mov", "movzx", "movsx", "movsxd") and family(parts[1]) is not None:
                 fam = family(parts[1])      # the index is a copy (or extension) of this one
                 continue
@@ -156,7 +163,10 @@ def _indexed_off_constant(insns, end: int, mem: str) -> bool:
         # (often hoisted out of sight); 8-byte entries off a register are pointers in a
         # structure or array (``[r8 + rdx*8 + 0x30]``), the lea-based table aside.
         return "*4" in mem
-    return insns[d][2] == "lea" and "rip" in insns[d][3]
+    # 8-byte entries off a ``lea [rip]``: in position-independent code an array of
+    # pointers (``finishers[i](acc)``, entries relocated at load), since gcc and clang
+    # emit PIC jump tables with 4-byte relative entries: a call through a pointer.
+    return insns[d][2] == "lea" and "rip" in insns[d][3] and "*8" not in mem
 
 
 def table_shaped(insns: list[tuple[int, int, str, str]]) -> bool:

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from wcetfit.errors import WcetError
-from wcetfit.model import CALL_INTERNAL, FunctionModel, hexaddr
+from wcetfit.model import CALL_INDIRECT, CALL_INTERNAL, FunctionModel, hexaddr
 from wcetfit.wcet.ipet import ipet, missing_loop_bounds, unbounded_message
 from wcetfit.wcet.margin import inlined_margin
 from wcetfit.wcet.result import (Z95, CountRelation, InfeasibleError, IpetResult, LoopBound,
@@ -52,6 +52,13 @@ def call_graph(functions: Mapping[str, FunctionModel], root: str) -> dict[str, l
             continue
         graph[name] = []
         for cs in functions[name].calls:
+            if cs.kind == CALL_INDIRECT:
+                # the targets the count run saw this site take, modelled as its callees
+                for t in cs.observed_internal:
+                    if t in by_addr and by_addr[t] not in graph[name]:
+                        graph[name].append(by_addr[t])
+                        todo.append(by_addr[t])
+                continue
             if cs.kind != CALL_INTERNAL:
                 continue
             callee = _callee_name(functions, by_addr, cs)
@@ -173,8 +180,13 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
     warnings: list[str] = []
 
     def callee_costs(name: str, level_w: Mapping[str, float]) -> dict[int, float]:
-        out: dict[int, float] = {}
+        out: dict[Any, float] = {}
         for cs in functions[name].calls:
+            seen = [by_addr.get(t) for t in cs.observed_internal]
+            if cs.kind == CALL_INDIRECT and seen and all(g in level_w for g in seen):
+                # one of them runs per execution: the largest of their WCETs
+                out[("site", cs.instruction)] = max(level_w[g] for g in seen)  # type: ignore[index]
+                continue
             if cs.kind != CALL_INTERNAL or cs.target is None:
                 continue
             callee = _callee_name(functions, by_addr, cs)

@@ -120,6 +120,15 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
         elif c.kind == CALL_IMPORTED:
             call_notes.append((c, None, "imported: time varies with the arguments and is not "
                                         "modelled (the block's fitted cost holds its mean)"))
+        elif c.kind == CALL_INDIRECT and ("site", c.instruction) in callee_wcet:
+            w = float(callee_wcet[("site", c.instruction)])       # type: ignore[index]
+            callee_per_exec[c.block] = callee_per_exec.get(c.block, 0.0) + w
+            names = ", ".join(t.name for t in c.observed if t.address is not None)
+            outside = [t.name for t in c.observed if t.address is None]
+            call_notes.append((c, w, f"indirect: the largest WCET of its observed callees "
+                                     f"({names}; observed) added per execution"
+                                     + (f"; outside the binary ({', '.join(outside)}): not "
+                                        "modelled" if outside else "")))
         elif c.kind == CALL_INDIRECT:
             call_notes.append((c, None, "indirect: target unknown, callee time not modelled"))
         else:

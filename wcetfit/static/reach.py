@@ -151,6 +151,9 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
     """One exploration from the entry serving both goals: a witness for each block of
     ``targets``, and for each of ``groups`` a complete path whose counts on the group's
     blocks the measured rows do not span (its input separates the group)."""
+    # angr runs without its native unicorn engine here and says so at ERROR when that
+    # module is imported; exploration does not use it
+    logging.getLogger("angr.state_plugins.unicorn_engine").setLevel(logging.CRITICAL)
     try:
         import angr
         import claripy
@@ -158,9 +161,6 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
         raise BinaryError(f"angr is not installed: {exc}") from exc
     logging.getLogger("angr").setLevel(max(logging.ERROR, logging.getLogger("angr").level))
     logging.getLogger("cle").setLevel(max(logging.ERROR, logging.getLogger("cle").level))
-    # angr runs without its native unicorn engine here and says so at ERROR on every load;
-    # exploration does not use it
-    logging.getLogger("angr.state_plugins.unicorn_engine").setLevel(logging.CRITICAL)
 
     t0 = time.perf_counter()
     try:

@@ -265,15 +265,22 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
 
     _note_hits()
     timed_out = False
-    while (wanted or open_groups) and (simgr.active or simgr.stashes.get("deferred")):
-        if time.perf_counter() > deadline:
-            timed_out = True
-            break
-        # stop lifting at the targets, so a target inside a straight run of code (entered by
-        # fall-through) is a state of its own
-        simgr.step(extra_stop_points=set(wanted) | group_points)
-        steps += 1
-        _note_hits()
+    with _Deadline(deadline) as alarm:
+        while (wanted or open_groups) and (simgr.active or simgr.stashes.get("deferred")):
+            if time.perf_counter() > deadline:
+                timed_out = True
+                break
+            # stop lifting at the targets, so a target inside a straight run of code
+            # (entered by fall-through) is a state of its own
+            try:
+                simgr.step(extra_stop_points=set(wanted) | group_points)
+            except _BudgetSpent:
+                timed_out = True       # one step outran the budget (solver, symbolic reads)
+                break
+            steps += 1
+            _note_hits()
+    if alarm.fired:
+        timed_out = True
     elapsed = time.perf_counter() - t0
 
     left = {name: len(simgr.stashes.get(name, ())) for name in
@@ -320,6 +327,42 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
             gout.append(GroupReach(tuple(g.blocks), NOT_FOUND, None, None,
                                    "; ".join(why) or "exploration incomplete", elapsed))
     return tuple(out), tuple(gout)
+
+
+class _BudgetSpent(Exception):
+    pass
+
+
+class _Deadline:
+    """Interrupts one long ``simgr.step`` at the deadline (the loop checks the clock only
+    between steps; a step on table lookups with symbolic indices took minutes on zlib's
+    crc32_z).  SIGALRM, so only in the main thread; elsewhere the loop's check is all."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.fired = False
+        self._old = None
+
+    def __enter__(self) -> "_Deadline":
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return self
+
+        def _ring(signum, frame):  # type: ignore[no-untyped-def]
+            self.fired = True
+            raise _BudgetSpent()
+        self._old = signal.signal(signal.SIGALRM, _ring)
+        signal.setitimer(signal.ITIMER_REAL, max(0.01, self.deadline - time.perf_counter()))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self._old is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old)
 
 
 class RowSpace:

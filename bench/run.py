@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 
-MODULES = ["static", "corpus", "timing", "count", "fit", "samples", "split", "search",
+MODULES = ["static", "corpus", "timing", "count", "fit", "samples", "split", "search", "reach",
            "reliability"]
 
 

@@ -335,8 +335,13 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any) -> Analy
     searched = load_search_rows(session.store, root, session.target.measure.seed)
     sequences = dict(zip(searched.indices.tolist(), searched.sequences)) if searched else {}
 
+    from wcetfit.search.witness import REACH_BASE, describe_reached, load_reach_rows
+    reached = load_reach_rows(session.store, root, session.target.measure.seed)
+
     def describe(number: int) -> str | None:
         from wcetfit.search.candidates import describe_input
+        if number >= REACH_BASE:
+            return describe_reached(session.target, reached, number) if reached else None
         return describe_input(session.target, root, number, sequences)
 
     report = build_report(functions, session.root_model(root).name, fit, system.counts,
@@ -344,6 +349,7 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any) -> Analy
                           speed=system.speed, input_numbers=system.indices,
                           describe_input=describe)
     report = _with_load_warning(report, times)
+    report = _with_reach_verdicts(report, reached)
     return Analysis(root, functions, system, fit, wcet, report)
 
 
@@ -359,6 +365,21 @@ def _with_load_warning(report: Any, times: Any) -> Any:
         return report
     return replace(report, warnings=tuple(report.warnings) + (
         Finding(text, "run `wcetfit time --fresh` when the machine is quiet"),))
+
+
+def _with_reach_verdicts(report: Any, reached: Any) -> Any:
+    """What `wcetfit reach` concluded per unexecuted block and unseparated group, among the
+    root's warnings (where the user reads what the bound rests on)."""
+    from dataclasses import replace
+
+    from wcetfit.report import Finding
+    from wcetfit.search.reaching import verdict_text
+
+    text = verdict_text(reached.verdicts) if reached is not None else None
+    if not text:
+        return report
+    return replace(report, warnings=tuple(report.warnings) + (
+        Finding(text, "`wcetfit reach TARGET_DIR` prints each block's verdict"),))
 
 
 def stored_measurements(session: Session, root: str) -> tuple[Any, Any]:
@@ -378,6 +399,9 @@ def stored_measurements(session: Session, root: str) -> tuple[Any, Any]:
         raise FitError(f"{root}: no times stored for seed {m.seed}, method {method}, "
                        f"{m.repeats} repeats: run `wcetfit time {session.target.directory}` "
                        "(or `wcetfit analyze`) first")
-    # Inputs the worst-case search found and timed (wcetfit.search) are rows like the others.
+    # Inputs the worst-case search found and timed (wcetfit.search) are rows like the others,
+    # and so are those symbolic execution reached (wcetfit reach).
     from wcetfit.search.store import load_search_rows, with_search_rows
-    return with_search_rows(counts, times, load_search_rows(session.store, root, m.seed))
+    from wcetfit.search.witness import load_reach_rows, with_reach_rows
+    counts, times = with_search_rows(counts, times, load_search_rows(session.store, root, m.seed))
+    return with_reach_rows(counts, times, load_reach_rows(session.store, root, m.seed))

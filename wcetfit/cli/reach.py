@@ -1,97 +1,152 @@
-"""`wcetfit reach`: look for inputs reaching the blocks no stored input executed."""
+"""`wcetfit reach`: inputs for the blocks no stored input executed and the groups the
+inputs left unseparated, by symbolic execution; found inputs are counted, timed and kept."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "reach", help="symbolic execution towards the blocks no measured input executed",
-        description="For each measured function, take the blocks of the function itself that "
-                    "no stored input executed and explore paths from its entry with angr "
-                    "(integers within the range the generated inputs span, buffers of input "
-                    "0's sizes with symbolic contents).  Each block is reported reached (with "
-                    "a witness), proven unreachable from this entry under that template, or "
-                    "not found within the budget.  Found inputs are only printed, not stored.")
+        "reach", help="symbolic execution towards unexecuted blocks and unseparated groups; "
+                      "found inputs are counted, timed and kept",
+        description="For each measured function, take the blocks (its own and its counted "
+                    "callees') that no stored input executed, and the fit's groups the inputs "
+                    "left unseparated, and explore paths from its entry with angr: integers "
+                    "within the range the generated inputs span (a length argument also "
+                    "within its buffer), buffers of the generated inputs' types, as long as "
+                    "the longest stored one up to --max-buffer bytes, contents symbolic.  "
+                    "Each input found is rebuilt, run by the count run (a block is reached "
+                    "only when the real run executed it, a group separated only when the "
+                    "real counts leave the measured rows' span), timed, and kept as an input "
+                    "of the store (the fit, the WCET and the report use it from then on).  "
+                    "Each block is reported reached (by which input), proven unreachable from "
+                    "this entry under that template, or not found within the budget.")
     p.add_argument("target", help="target directory (with wcetfit.toml); run `wcetfit count` "
-                                   "first")
+                                   "(and for the groups `wcetfit time`) first")
     p.add_argument("--budget", type=float, default=30.0, metavar="S",
                    help="seconds of exploration per function (default 30)")
+    p.add_argument("--max-buffer", type=int, default=None, metavar="B",
+                   help="longest buffer explored, in bytes (default 64)")
+    p.add_argument("--no-keep", action="store_true",
+                   help="count and time the inputs found, but do not store them")
+    p.add_argument("--no-groups", action="store_true",
+                   help="only the unexecuted blocks, not the unseparated groups")
+    p.add_argument("--function", metavar="NAME", help="only this measured function")
+    p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' = stdout)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from wcetfit.errors import FitError, TargetError
-    from wcetfit.measurements import load_counts
+    from wcetfit.cli.common import check_output_path, write_json
+    from wcetfit.errors import TargetError
     from wcetfit.pipeline import open_session
-    from wcetfit.static.reach import reach_blocks
+    from wcetfit.search.reaching import run_reach
+    from wcetfit.search.witness import MAX_BUFFER
 
     if not args.budget > 0:
         raise TargetError(f"--budget must be positive, got {args.budget}")
+    max_buffer = MAX_BUFFER if args.max_buffer is None else args.max_buffer
+    if max_buffer < 1:
+        raise TargetError(f"--max-buffer must be at least 1, got {args.max_buffer}")
+    check_output_path(args.json)
     s = open_session(args.target)
-    out = sys.stdout
-    for root in s.target.functions:
-        counts = load_counts(s.store, root, s.target.measure.seed)
-        if counts is None:
-            raise FitError(f"{root}: no counts stored for seed {s.target.measure.seed}: run "
-                           f"`wcetfit count {s.target.directory}` first")
-        model = s.root_model(root)
-        fc = counts.of(model.name)
-        if len(counts.indices) == 0:
-            never = list(fc.blocks)
-        else:
-            total = fc.counts.sum(axis=0)
-            never = [b for b, c in zip(fc.blocks, total) if c == 0]
-        if not never:
-            out.write(f"{root}: every block executed by the {len(counts.indices)} stored "
-                      "inputs\n")
-            continue
-        template, why = _template(s, root, [int(i) for i in counts.indices])
-        if template is None:
-            out.write(f"{root}: {len(never)} block(s) never executed; not explored: {why}\n")
-            continue
-        out.write(f"{root}: {len(never)} block(s) never executed; exploring with "
-                  f"{template.describe()} for at most {args.budget:g} s\n")
-        for r in reach_blocks(s.target.binary, model.address, never, template, args.budget):
-            where = f"{model.name}+{r.address - model.address:#x} ({r.address:#x})"
-            if r.status == "reached":
-                out.write(f"  {where}: reached after {r.seconds:.2f} s by "
-                          f"{r.witness.describe()}\n")
-            elif r.status == "unreachable":
-                out.write(f"  {where}: proven unreachable from the entry ({r.note})\n")
-            else:
-                out.write(f"  {where}: not found within the budget ({r.note})\n")
+    roots = [args.function] if args.function else list(s.target.functions)
+    unknown = [r for r in roots if r not in s.target.functions]
+    if unknown:
+        raise TargetError(f"{unknown[0]} is not a measured function of {args.target} "
+                          f"(those are: {', '.join(s.target.functions)})")
+    out = sys.stdout if args.json != "-" else sys.stderr
+    reports = []
+    for root in roots:
+        rep = run_reach(s, root, args.budget, keep=not args.no_keep, max_buffer=max_buffer,
+                        groups=not args.no_groups)
+        _print(out, s, root, rep, kept=not args.no_keep)
+        reports.append(rep)
+    write_json(args.json, {"schema": "wcetfit.reach/1",
+                           "functions": [reach_json(r) for r in reports]})
     return 0
 
 
-def _template(s, root: str, indices: list[int]):  # type: ignore[no-untyped-def]
-    """The argument template: input 0's buffer sizes (contents symbolic), integers within the
-    range the stored inputs span.  (None, reason) when an argument has another kind."""
-    from wcetfit.static.reach import ArgTemplate, BufParam, IntParam
-    from wcetfit.target import generate_input, load_inputs_module
-    from wcetfit.timing.thunk import build_harness
+def _where(s: Any, fn: str, address: int) -> str:
+    model = s.model.function(fn)
+    return f"{fn}+{address - model.address:#x} ({address:#x})"
 
-    h = build_harness(s.target.prototype, s.target.cdef)
-    ffi = h.ffi
-    generate = load_inputs_module(s.target)
-    rows = [generate_input(generate, s.target, ffi, root, i) for i in (indices or [0])]
-    first = generate_input(generate, s.target, ffi, root, 0)
-    params = []
-    for k, a in enumerate(first):
-        if isinstance(a, bool) or isinstance(a, int):
-            vals = [int(r[k]) for r in rows]
-            params.append(IntParam(min(vals), max(vals)))
-        elif isinstance(a, ffi.CData):
-            t = ffi.typeof(a)
-            if t.kind == "array":
-                size = ffi.sizeof(a)
-            elif t.kind == "pointer" and t.item.kind != "void":
-                size = ffi.sizeof(t.item)
-            else:
-                return None, f"argument {k} is a {t.cname}, neither array nor typed pointer"
-            params.append(BufParam(size))
+
+def _print(out: Any, s: Any, root: str, rep: Any, *, kept: bool) -> None:
+    from wcetfit.timing.tsc import ticks_to_ns
+
+    never = len(rep.blocks)
+    if rep.skipped:
+        out.write(f"{root}: {never} block(s) never executed; {rep.skipped}\n")
+        return
+    if not never and not rep.groups:
+        out.write(f"{root}: every block executed by the stored inputs, no unseparated group\n")
+        return
+    out.write(f"{root}: {never} block(s) never executed, {len(rep.groups)} unseparated "
+              f"group(s); explored {rep.seconds:.1f} s with {rep.template}\n")
+    ticks = {int(k): t for k, t in zip(rep.kept, rep.ticks)}
+
+    def timed(k: int) -> str:
+        if k not in ticks or not any(t == t for t in ticks[k]):
+            return ""
+        import numpy as np
+        med = float(np.nanmedian(ticks[k]))
+        return f", {med:,.0f} ticks ({ticks_to_ns(med, rep.tsc_hz):,.0f} ns)"
+
+    for b in rep.blocks:
+        where = _where(s, b.function, b.address)
+        if b.status == "reached":
+            out.write(f"  {where}: reached by input {b.input}: {b.arguments} (the count run "
+                      f"executed it{timed(b.input)})\n")
+        elif b.status == "unreachable":
+            out.write(f"  {where}: proven unreachable from the entry ({b.note})\n")
+        elif b.status == "not found":
+            out.write(f"  {where}: not found within the budget ({b.note})\n")
         else:
-            return None, f"argument {k} is a {type(a).__name__} (only integers and buffers)"
-    return ArgTemplate(tuple(params)), ""
+            out.write(f"  {where}: {b.status}: input {b.input}: {b.note}\n")
+    for g in rep.groups:
+        blocks = ", ".join(f"{a:#x}" for a in g.blocks[:4]) + \
+            (f" and {len(g.blocks) - 4} more" if len(g.blocks) > 4 else "")
+        if g.status == "separated":
+            out.write(f"  group {g.group} ({blocks}): separated by input {g.input} (counts "
+                      f"{list(g.counts)} in the count run{timed(g.input)})\n")
+        elif g.status == "inseparable":
+            out.write(f"  group {g.group} ({blocks}): no input from the entry separates it "
+                      f"({g.note})\n")
+        else:
+            out.write(f"  group {g.group} ({blocks}): {g.status} ({g.note})\n")
+    summ = rep.summary()
+    if summ:
+        out.write("  summary: " + ", ".join(f"{n} {k}" for k, n in summ.items()) + "\n")
+    out.write(f"  blocks executed: {rep.executed_before} -> {rep.executed_after} of "
+              f"{rep.total_blocks}\n")
+    for n in rep.notes:
+        out.write(f"  note: {n}\n")
+    if len(rep.kept):
+        out.write(f"  {len(rep.kept)} input(s) {'kept in the store' if kept else 'not kept'}"
+                  "\n")
+
+
+def reach_json(rep: Any) -> dict[str, Any]:
+    def med(k: int) -> float | None:
+        import numpy as np
+        for kk, t in zip(rep.kept, rep.ticks):
+            if int(kk) == k and np.isfinite(t).any():
+                return float(np.nanmedian(t))
+        return None
+
+    return {"function": rep.function, "template": rep.template, "seconds": rep.seconds,
+            "skipped": rep.skipped or None,
+            "blocks": [{"function": b.function, "address": hex(b.address), "status": b.status,
+                        "input": b.input, "arguments": b.arguments or None,
+                        "note": b.note} for b in rep.blocks],
+            "groups": [{"group": g.group, "blocks": [hex(a) for a in g.blocks],
+                        "status": g.status, "input": g.input,
+                        "counts": list(g.counts) if g.counts else None, "note": g.note}
+                       for g in rep.groups],
+            "inputs": [{"index": int(k), "median_ticks": med(int(k))} for k in rep.kept],
+            "executed_before": rep.executed_before, "executed_after": rep.executed_after,
+            "total_blocks": rep.total_blocks, "notes": list(rep.notes)}

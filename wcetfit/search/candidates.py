@@ -88,9 +88,12 @@ def uncounted_callees(target: Target, model: Any, root: str) -> dict[str, list[s
 
 def count_candidates(target: Target, model: Any, root: str,
                      sequences: Mapping[int, ChoiceSequence],
-                     uncounted: Mapping[str, list[str]] | None = None
+                     uncounted: Mapping[str, list[str]] | None = None,
+                     inputs: Callable[..., tuple] | None = None
                      ) -> tuple[dict[int, dict[str, np.ndarray]], list[InputFailure]]:
-    """Block counts (function name → counts in its model's block order) per candidate."""
+    """Block counts (function name → counts in its model's block order) per candidate.
+    ``inputs`` builds a key's arguments (default: its choice sequence replayed; the keys
+    of ``sequences`` are what is counted)."""
     from wcetfit.count.run import _CountWorker
 
     if uncounted is None:
@@ -102,7 +105,7 @@ def count_candidates(target: Target, model: Any, root: str,
         counts = result[root][0]    # (counts, trace, indirect targets)
         out[key] = counts
 
-    replay = Replay(sequences)
+    replay = inputs or Replay(sequences)
     run = run_isolated(lambda: _CountWorker(target, model, [root], False, uncounted,
                                             inputs=replay),
                        sorted(sequences), timeout=3 * target.measure.timeout,
@@ -113,7 +116,8 @@ def count_candidates(target: Target, model: Any, root: str,
 
 
 def time_candidates(target: Target, root: str, address: int, method: str,
-                    sequences: Mapping[int, ChoiceSequence], repeats: int
+                    sequences: Mapping[int, ChoiceSequence], repeats: int,
+                    inputs: Callable[..., tuple] | None = None
                     ) -> tuple[np.ndarray, np.ndarray, list[InputFailure]]:
     """(keys, ticks[candidate, repeat], failures): timed in passes like the timing run
     (:func:`wcetfit.timing.run.run_times`), so a slow period of the machine hits single
@@ -125,7 +129,7 @@ def time_candidates(target: Target, root: str, address: int, method: str,
     ticks = np.full((len(keys), repeats), np.nan)
     failures: list[InputFailure] = []
     failed: set[int] = set()
-    replay = Replay(sequences)
+    replay = inputs or Replay(sequences)
     m = target.measure
     for r in range(repeats):
         def on_result(key: int, result: dict[str, tuple[np.ndarray, int]], r: int = r) -> None:

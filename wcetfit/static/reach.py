@@ -16,6 +16,14 @@ budget in seconds) -> tuple[BlockReach, ...], one per target, each
 * ``"not found"``: anything else (the budget ran out, a path was cut, the model was
   approximate); the note says which.
 
+:func:`explore` serves the same exploration to groups of blocks the measured inputs left
+unseparated (:class:`GroupGoal`: the group's blocks and the count rows measured on them):
+every path that returns from the function has exact counts of those blocks (each is a
+stop point of the lifter, so it starts a block of the path's history); a path whose
+count row lies outside the span of the measured rows ``"separated"`` the group, and its
+witness is the input that does it.  ``"inseparable"`` is the exhaustive verdict, under
+the same conditions as ``"unreachable"``.
+
 Addresses in and out are link-time addresses as objdump prints them (those of the static
 model); angr maps a shared object elsewhere and we translate by ``mapped_base - linked_base``
 rather than forcing a load at 0, where a null pointer would read the ELF header instead of
@@ -36,6 +44,8 @@ log = logging.getLogger(__name__)
 REACHED = "reached"
 UNREACHABLE = "unreachable"
 NOT_FOUND = "not found"
+SEPARATED = "separated"
+INSEPARABLE = "inseparable"
 
 # A path longer than this many executed blocks is cut (it keeps loops with a concrete but
 # large trip count, and loops bounded only by a symbolic value, from eating the budget on
@@ -106,6 +116,24 @@ class BlockReach:
     seconds: float = field(default=0.0, compare=False)   # wall time when decided
 
 
+@dataclass(frozen=True)
+class GroupGoal:
+    """Blocks the measured inputs left unseparated (a fit group), with the distinct count
+    rows those inputs gave on them (columns in ``blocks`` order)."""
+    blocks: tuple[int, ...]
+    measured: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class GroupReach:
+    blocks: tuple[int, ...]
+    status: str                     # SEPARATED, INSEPARABLE or NOT_FOUND
+    witness: Witness | None = None
+    path_counts: tuple[int, ...] | None = None   # angr's counts of ``blocks`` on that path
+    note: str = ""
+    seconds: float = field(default=0.0, compare=False)
+
+
 def _to_signed(v: int) -> int:
     return v - (1 << 64) if v >> 63 else v
 
@@ -114,6 +142,18 @@ def reach_blocks(binary_path: str, function_address: int, targets: Sequence[int]
                  template: ArgTemplate, budget_s: float) -> tuple[BlockReach, ...]:
     """Look for inputs of the function at ``function_address`` (link-time) reaching each of
     ``targets`` (link-time block starts) within ``budget_s`` seconds of exploration."""
+    return explore(binary_path, function_address, targets, (), template, budget_s)[0]
+
+
+def explore(binary_path: str, function_address: int, targets: Sequence[int],
+            groups: Sequence[GroupGoal], template: ArgTemplate, budget_s: float
+            ) -> tuple[tuple[BlockReach, ...], tuple[GroupReach, ...]]:
+    """One exploration from the entry serving both goals: a witness for each block of
+    ``targets``, and for each of ``groups`` a complete path whose counts on the group's
+    blocks the measured rows do not span (its input separates the group)."""
+    # angr runs without its native unicorn engine here and says so at ERROR when that
+    # module is imported; exploration does not use it
+    logging.getLogger("angr.state_plugins.unicorn_engine").setLevel(logging.CRITICAL)
     try:
         import angr
         import claripy
@@ -132,6 +172,10 @@ def reach_blocks(binary_path: str, function_address: int, targets: Sequence[int]
     if not obj.contains_addr(function_address + delta):
         raise BinaryError(f"{binary_path}: {function_address:#x} is not inside the binary")
     wanted = {int(t) + delta for t in targets}
+    open_groups = {k: RowSpace(g) for k, g in enumerate(groups)}
+    group_found: dict[int, GroupReach] = {}
+    # every block of a group starts a lifted block, so a path's history counts it exactly
+    group_points = {int(a) + delta for g in groups for a in g.blocks}
 
     # ---- arguments, shaped by the template
     state_opts = {angr.options.SYMBOL_FILL_UNCONSTRAINED_MEMORY,
@@ -189,6 +233,7 @@ def reach_blocks(binary_path: str, function_address: int, targets: Sequence[int]
     found: dict[int, BlockReach] = {}
     deadline = t0 + budget_s
     steps = 0
+    paths = [0]                       # complete paths (returned from the function)
 
     def _note_hits() -> None:
         for st in simgr.active:
@@ -198,18 +243,44 @@ def reach_blocks(binary_path: str, function_address: int, targets: Sequence[int]
                     f"path of {len(st.history.bbl_addrs)} blocks",
                     time.perf_counter() - t0)
                 wanted.discard(st.addr)
+        ended = simgr.stashes.get("deadended", [])
+        for st in ended:
+            paths[0] += 1
+            if not open_groups:
+                break
+            seen: dict[int, int] = {}
+            for a in st.history.bbl_addrs:
+                if a in group_points:
+                    seen[a - delta] = seen.get(a - delta, 0) + 1
+            for k, space in list(open_groups.items()):
+                row = tuple(seen.get(int(a), 0) for a in groups[k].blocks)
+                if space.separates(row):
+                    group_found[k] = GroupReach(
+                        tuple(groups[k].blocks), SEPARATED, _witness(st, template, variables),
+                        row, f"path of {len(st.history.bbl_addrs)} blocks",
+                        time.perf_counter() - t0)
+                    del open_groups[k]
+        if ended:                     # checked: keep no finished path in memory
+            simgr.drop(stash="deadended")
 
     _note_hits()
     timed_out = False
-    while wanted and (simgr.active or simgr.stashes.get("deferred")):
-        if time.perf_counter() > deadline:
-            timed_out = True
-            break
-        # stop lifting at the targets, so a target inside a straight run of code (entered by
-        # fall-through) is a state of its own
-        simgr.step(extra_stop_points=set(wanted))
-        steps += 1
-        _note_hits()
+    with _Deadline(deadline) as alarm:
+        while (wanted or open_groups) and (simgr.active or simgr.stashes.get("deferred")):
+            if time.perf_counter() > deadline:
+                timed_out = True
+                break
+            # stop lifting at the targets, so a target inside a straight run of code
+            # (entered by fall-through) is a state of its own
+            try:
+                simgr.step(extra_stop_points=set(wanted) | group_points)
+            except _BudgetSpent:
+                timed_out = True       # one step outran the budget (solver, symbolic reads)
+                break
+            steps += 1
+            _note_hits()
+    if alarm.fired:
+        timed_out = True
     elapsed = time.perf_counter() - t0
 
     left = {name: len(simgr.stashes.get(name, ())) for name in
@@ -218,8 +289,9 @@ def reach_blocks(binary_path: str, function_address: int, targets: Sequence[int]
     exhaustive = (not timed_out and left["active"] == 0 and left["deferred"] == 0
                   and left["cut"] == 0 and left["errored"] == 0 and left["unconstrained"] == 0
                   and concretised[0] == 0)
-    log.info("reach %s@%#x: %d step(s) in %.2f s, stashes %s, %d symbolic address(es) "
-             "concretised", binary_path, function_address, steps, elapsed, left, concretised[0])
+    log.info("reach %s@%#x: %d step(s), %d complete path(s) in %.2f s, stashes %s, %d "
+             "symbolic address(es) concretised", binary_path, function_address, steps,
+             paths[0], elapsed, left, concretised[0])
     why = []
     if timed_out:
         why.append(f"budget of {budget_s:g} s spent after {steps} step(s)")
@@ -231,20 +303,90 @@ def reach_blocks(binary_path: str, function_address: int, targets: Sequence[int]
         why.append(f"{left['unconstrained']} path(s) jumped to a symbolic address")
     if concretised[0]:
         why.append(f"{concretised[0]} symbolic address(es) concretised")
+    everything = (f"all paths from the entry explored in {elapsed:.2f} s ({steps} steps, "
+                  f"{paths[0]} complete) under the template {template.describe()}")
     out = []
     for t in targets:
         t = int(t)
         if t in found:
             out.append(found[t])
         elif exhaustive:
-            out.append(BlockReach(t, UNREACHABLE, None,
-                                  f"all paths from the entry explored in {elapsed:.2f} s "
-                                  f"({steps} steps) under the template {template.describe()}",
-                                  elapsed))
+            out.append(BlockReach(t, UNREACHABLE, None, everything, elapsed))
         else:
             out.append(BlockReach(t, NOT_FOUND, None, "; ".join(why) or "exploration incomplete",
                                   elapsed))
-    return tuple(out)
+    gout = []
+    for k, g in enumerate(groups):
+        if k in group_found:
+            gout.append(group_found[k])
+        elif exhaustive:
+            gout.append(GroupReach(tuple(g.blocks), INSEPARABLE, None, None,
+                                   f"no complete path's counts leave the measured rows' span; "
+                                   f"{everything}", elapsed))
+        else:
+            gout.append(GroupReach(tuple(g.blocks), NOT_FOUND, None, None,
+                                   "; ".join(why) or "exploration incomplete", elapsed))
+    return tuple(out), tuple(gout)
+
+
+class _BudgetSpent(Exception):
+    pass
+
+
+class _Deadline:
+    """Interrupts one long ``simgr.step`` at the deadline (the loop checks the clock only
+    between steps; a step on table lookups with symbolic indices took minutes on zlib's
+    crc32_z).  SIGALRM, so only in the main thread; elsewhere the loop's check is all."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.fired = False
+        self._old = None
+
+    def __enter__(self) -> "_Deadline":
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return self
+
+        def _ring(signum, frame):  # type: ignore[no-untyped-def]
+            self.fired = True
+            raise _BudgetSpent()
+        self._old = signal.signal(signal.SIGALRM, _ring)
+        signal.setitimer(signal.ITIMER_REAL, max(0.01, self.deadline - time.perf_counter()))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self._old is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old)
+
+
+class RowSpace:
+    """The span of a group's measured count rows: a path's row outside it separates."""
+
+    def __init__(self, goal: GroupGoal):
+        import numpy as np
+
+        rows = np.asarray(goal.measured, dtype=float).reshape(-1, len(goal.blocks))
+        if rows.size:
+            _u, sv, vt = np.linalg.svd(rows, full_matrices=False)
+            tol = max(rows.shape) * np.finfo(float).eps * (sv[0] if sv.size else 0.0)
+            self.basis = vt[sv > max(tol, 1e-9)]
+        else:
+            self.basis = np.zeros((0, len(goal.blocks)))
+
+    def separates(self, row: Sequence[int]) -> bool:
+        import numpy as np
+
+        v = np.asarray(row, dtype=float)
+        if not v.any():
+            return False
+        resid = v - self.basis.T @ (self.basis @ v)
+        return bool(np.linalg.norm(resid) > 1e-6 * max(1.0, float(np.linalg.norm(v))))
 
 
 def _witness(state, template: ArgTemplate, variables) -> Witness:

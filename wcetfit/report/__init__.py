@@ -46,6 +46,20 @@ GOAL_P95_REL = 0.05
 ESTIMABLE_TOL = 1e-6
 
 
+def input_label(number: int | None) -> str:
+    """An input as the user names it: "input 7" (generate's own numbering) or "search
+    input 41" (the worst-case search's candidates, stored from SEARCH_BASE on: the raw
+    number means nothing to a reader)."""
+    from wcetfit.search.candidates import SEARCH_BASE
+
+    if number is None:
+        return "no input"
+    number = int(number)
+    if number >= SEARCH_BASE:
+        return f"search input {number - SEARCH_BASE}"
+    return f"input {number}"
+
+
 def ticks_to_ns(ticks: float | None, tsc_hz: float | None) -> float | None:
     if ticks is None or tsc_hz is None or not tsc_hz or not math.isfinite(ticks):
         return None
@@ -184,6 +198,15 @@ class Report:
                                          # the fit's reference speed when it followed one
     predicted_ticks: tuple[float, ...]   # per input: Σ count · solution + overhead
     warnings: tuple[Finding, ...]
+    input_numbers: tuple[int, ...] = ()  # per row: the input's number (generate's, or
+                                         # SEARCH_BASE + k for a searched one)
+
+    def input_name(self, row: int | None) -> str:
+        """The input of row ``row`` as the user names it (:func:`input_label`)."""
+        if row is None:
+            return "no input"
+        numbers = self.input_numbers or range(self.n_inputs)
+        return input_label(numbers[int(row)] if 0 <= int(row) < len(numbers) else row)
 
     def function(self, name: str) -> FunctionReport:
         for f in self.functions:
@@ -348,7 +371,9 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
                   functions=tuple(reports),
                   measured_ticks=tuple(float(v) for v in at_reference),
                   predicted_ticks=tuple(float(v) for v in predicted),
-                  warnings=tuple(global_warn))
+                  warnings=tuple(global_warn),
+                  input_numbers=tuple(int(v) for v in (input_numbers if input_numbers
+                                                       is not None else range(n_inputs))))
 
 
 def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
@@ -567,5 +592,6 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
 
 
 __all__ = ["BlockRow", "FitBlock", "FitFunction", "FitGroup", "FunctionReport", "GroupRow",
+           "input_label",
            "Report", "TICKS_NOTE", "TICKS_UNIT", "Finding", "WcetSummary", "build_report",
            "describe_block", "read_fit", "ticks_to_ns"]

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.text import Text
 
 from wcetfit.report import (GOAL_MEDIAN_REL, GOAL_P95_REL, TICKS_NOTE, Finding,
-                            FunctionReport, Report, _num)
+                            FunctionReport, Report, _num, input_label)
 from wcetfit.report import _format as F
 from wcetfit.wcet.result import SOURCE_OBSERVED
 
@@ -125,9 +125,7 @@ def _root_compact(report: Report, console: Console, *, skip: set) -> None:
     med, p95 = _num(v.get("median_rel_error")), _num(v.get("p95_rel_error"))
     errors = (f" ({F.num(100 * med)} % median, {F.num(100 * p95)} % p95 error)"
               if med is not None and p95 is not None else "")
-    slowest = (f"slowest measured input #"
-               f"{w.slowest_number if w.slowest_number is not None else w.max_observed_input}"
-               f"{' (searched)' if w.slowest_searched else ''}: "
+    slowest = (f"slowest measured: {_slowest_name(report, w)}: "
                f"{F.both(w.max_observed_ticks, hz)}; " if w.max_observed_ticks is not None
                else "")
     _line(console, f"{slowest}fit {fit_in_words(fr).split(' —', 1)[0]}{errors}",
@@ -187,9 +185,8 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
     if w.max_observed_ticks is not None:
         ratio = (f"; bound / slowest = {w.ipet_ticks / w.max_observed_ticks:.2f}"
                  if w.ipet_ticks and w.max_observed_ticks > 0 else "")
-        number = w.slowest_number if w.slowest_number is not None else w.max_observed_input
         found = " (found by the worst-case search)" if w.slowest_searched else ""
-        _line(console, f"Slowest measured input: #{number}{found}, "
+        _line(console, f"Slowest measured input: {_slowest_name(report, w)}{found}, "
                        f"{F.both(w.max_observed_ticks, hz)} (median of its calls){ratio}",
               indent="  ")
         if w.slowest_arguments:
@@ -199,7 +196,7 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
             for b in w.beyond[:4]:
                 _line(console, f"- {b.kind} {b.name}: {F.num(b.path_count)}× per call on the "
                                f"worst path, at most {F.num(b.max_observed)}× in an input "
-                               f"(#{b.input_index})", indent="    ", max_lines=1)
+                               f"({input_label(b.input_index)})", indent="    ", max_lines=1)
             if len(w.beyond) > 4:
                 _line(console, f"- … and {len(w.beyond) - 4} more (--full)", indent="    ")
     rests = _rests_on(report, fr)
@@ -224,6 +221,13 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
         if len(warns) > max_warn:
             _line(console, f"… {len(warns) - max_warn} more: wcetfit report --function "
                            f"{fr.name}", indent="    ", style="dim")
+
+
+def _slowest_name(report: Report, w) -> str:  # type: ignore[no-untyped-def]
+    """The slowest input by its number ("input 7", "search input 41")."""
+    if w.slowest_number is not None:
+        return input_label(w.slowest_number)
+    return report.input_name(w.max_observed_input)
 
 
 def _warnings(console: Console, warns: Sequence[Finding], limit: int, indent: str) -> None:

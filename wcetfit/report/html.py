@@ -218,8 +218,11 @@ def _warnings_html(warns) -> str:
 def _quality_html(report: Report, fr: FunctionReport) -> str:
     v = fr.validation
     items = []
-    items.append(f"<tr><th>in words</th><td>{E(fit_in_words(fr))}</td></tr>")
+    items.append(f"<tr><th>in words</th><td>{E(fit_in_words(fr, report.tsc_hz))}</td></tr>")
+    for label, val in F.activation_rows(fr.fit_extra, report.tsc_hz):
+        items.append(f"<tr><th>{E(label)}</th><td class=n>{E(val)}</td></tr>")
     for label, val in F.validation_rows(v):
+        label = F.whole_call_label(label, fr.fit_extra)
         items.append(f"<tr><th>{E(label)}</th><td class=n>{E(val)}</td></tr>")
     worst = v.get("worst")
     if isinstance(worst, list) and worst:
@@ -316,7 +319,7 @@ def _index(reports: Sequence[Report]) -> str:
                           else "not computed", w.ipet_ticks, True)
                     + _td(F.both(w.max_observed_ticks, report.tsc_hz), w.max_observed_ticks,
                           True)
-                    + _td(fit_in_words(fr).split(":", 1)[0])
+                    + _td(fit_in_words(fr, report.tsc_hz).split(":", 1)[0])
                     + _td(str(n_warn), n_warn, True) + f"<td>{callees}</td></tr>")
     return ('<h2>Functions</h2><table class="sortable"><thead><tr><th>function</th>'
             '<th>WCET bound</th><th>slowest measured input (median)</th><th>fit</th>'

@@ -221,7 +221,7 @@ def _quality(report: Report, fr: FunctionReport) -> Table:
     t.add_column("value", justify="right")
     v = fr.validation
     for label, val in F.validation_rows(v):
-        t.add_row(_escape(label), _escape(val))
+        t.add_row(_escape(F.whole_call_label(label, fr.fit_extra)), _escape(val))
     worst = v.get("worst")
     if isinstance(worst, list) and worst:
         t.add_row("held-out worst inputs", ", ".join(
@@ -229,7 +229,7 @@ def _quality(report: Report, fr: FunctionReport) -> Table:
             f"({100 * float(w.get('rel_error') or 0):.1f} %)"
             for w in worst[:5] if isinstance(w, dict)))
     extra = fr.fit_extra
-    for label, val in F.activation_rows(extra):
+    for label, val in F.activation_rows(extra, report.tsc_hz):
         t.add_row(_escape(label), _escape(val))
     speed = F.machine_speed(extra)
     if speed:

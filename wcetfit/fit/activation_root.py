@@ -104,15 +104,26 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
     ticks); ``whole_fit``: its whole-call FitResult (costs of uncovered columns)."""
     if quantum is None:
         quantum = getattr(whole_fit, "quantum_ticks", None)
-    fits = {name: fit_activations(r, quantum=quantum, folds=folds, seed=seed)
-            for name, r in rows.items()}
+    from wcetfit.errors import FitError
+
+    fits = {}
+    skipped: list[str] = []
+    for name, r in rows.items():
+        try:
+            fits[name] = fit_activations(r, quantum=quantum, folds=folds, seed=seed)
+        except FitError as exc:
+            # e.g. every activation discarded: its blocks keep the whole-call fit's costs
+            log.warning("%s: no activation fit of %s: %s", system.root, name, exc)
+            skipped.append(f"{name}: no activation fit ({exc}); its blocks keep the "
+                           "whole-call fit's costs")
+    rows = {n: r for n, r in rows.items() if n in fits}
     columns = tuple(system.columns)
     col_index = {c: j for j, c in enumerate(columns)}
     nc = len(columns)
     whole_sol = np.asarray(getattr(whole_fit, "solution", np.full(nc, np.nan)), dtype=float)
     base, source = _assemble(fits, col_index, whole_sol)
     uncovered = np.array([src is None for src in source], dtype=bool)
-    notes: list[str] = []
+    notes: list[str] = list(skipped)
     n_whole = int(np.sum(uncovered & np.isfinite(whole_sol)))
     if n_whole:
         notes.append(f"{n_whole} block(s) that no timed activation executed keep the "

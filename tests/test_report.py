@@ -416,7 +416,7 @@ def test_summary_fits_one_screen_and_says_what_the_bound_rests_on(built):
     assert "WCET bound: " in text and "ticks" in text and " ns)" in text
     w = report.function("f").wcet
     assert f"{w.ipet_ticks:,.0f} ticks" in text                 # the bound itself
-    assert f"#{w.max_observed_input}," in text                   # the slowest measured input
+    assert f"input {w.max_observed_input}," in text              # the slowest measured input
     # the sample gives no [loops]: its loop is bounded by what the inputs reached, and the
     # summary names the table where a real bound goes
     assert "loop f+0x10" in text and "[loops]" in text

@@ -187,6 +187,72 @@ def activation_rows(session: Session, root: str) -> dict[str, Any] | None:
     return load_activation_rows(session.store, root, m.seed, method, m.repeats)
 
 
+def wants_activations(session: Session, root: str) -> str | None:
+    """Why ``analyze`` takes per-activation rows of ``root`` ([timing] activations), or None
+    when it does not: "auto" takes them when the root reaches own functions that can be
+    timed (a root alone has nothing the whole calls do not already give), "on" always."""
+    mode = session.target.activations
+    if mode == "off":
+        return None
+    if mode == "on":
+        return "[timing] activations = true"
+    if len(session.functions_of(root)) < 2:
+        return None
+    from wcetfit.errors import WcetfitError
+    from wcetfit.split.activation_run import closure_of
+
+    try:
+        cl = closure_of(session.target, session.model, root)
+    except WcetfitError as exc:
+        log.warning("%s: per-activation probes cannot be placed (%s): whole calls only",
+                    root, exc)
+        return None
+    fname = session.root_model(root).name
+    others = [n for n in cl.regions if n != fname]
+    if not others:
+        log.info("%s: no callee can be timed per activation (%s): whole calls only", root,
+                 "; ".join(f"{n}: {why}" for n, why in cl.untimed.items()) or "none")
+        return None
+    return f"{len(others)} own callee(s) can be timed per activation"
+
+
+def activation_step(session: Session, root: str, progress: Progress | None = None,
+                    *, required: bool = False) -> str | None:
+    """Take ``root``'s per-activation rows unless the store holds them for every input the
+    count run traced.  The counts must have been taken with a trace (``run_counts(…,
+    trace=True)``).  Errors are raised when ``required`` ([timing] activations = true);
+    otherwise the reason is returned, for the report (the fit is then the whole-call one),
+    and None when the rows are there."""
+    from wcetfit.errors import WcetfitError
+    from wcetfit.measurements import load_counts
+    from wcetfit.split.activation_run import run_activations
+    from wcetfit.timing.activations import load_activations
+    from wcetfit.timing.run import resolve_method
+
+    m = session.target.measure
+    try:
+        method, _ = resolve_method(session.target)
+        counts = load_counts(session.store, root, m.seed)
+        traced = set((counts.trace or {}) if counts is not None else ())
+        old = load_activations(session.store, root, m.seed, method, m.repeats)
+        if old is not None:
+            done = {int(i) for i in old.indices} | {f.index for f in old.failures}
+            if traced <= done:
+                return None
+        from wcetfit.split.install import native_lib
+        native_lib()
+        run_activations(session.target, session.store, session.model, root,
+                        progress=(lambda d, t: progress("activations", d, t))
+                        if progress else None)
+        return None
+    except WcetfitError as exc:
+        if required:
+            raise
+        log.warning("%s: per-activation timing failed, the fit uses whole calls only: %s",
+                    root, exc)
+        return (f"per-activation timing failed ({exc}); the fit uses whole calls only")
+
+
 def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     """The IPET bound, or the WcetError that prevented it (shown in the report)."""
     from wcetfit.errors import WcetError
@@ -323,8 +389,13 @@ def gumbel_quantile(values: Any, block: int = 50,
     return mu - beta * math.log(-math.log1p(-p_block))
 
 
-def analyze_stage(session: Session, root: str, counts: Any, times: Any) -> Analysis:
-    """Fit, WCET and report of one measured function from its stored measurements."""
+def analyze_stage(session: Session, root: str, counts: Any, times: Any,
+                  notes: tuple[Any, ...] = ()) -> Analysis:
+    """Fit, WCET and report of one measured function from its stored measurements.
+    ``notes``: findings of the measuring steps (e.g. why per-activation timing failed),
+    added to the root's warnings."""
+    from dataclasses import replace
+
     from wcetfit.report import build_report
 
     system, fit = fit_stage(session, root, counts, times)
@@ -350,6 +421,10 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any) -> Analy
                           describe_input=describe)
     report = _with_load_warning(report, times)
     report = _with_reach_verdicts(report, reached)
+    if notes:
+        from wcetfit.report import Finding
+        report = replace(report, warnings=tuple(report.warnings)
+                         + tuple(Finding.of(n) for n in notes))
     return Analysis(root, functions, system, fit, wcet, report)
 
 

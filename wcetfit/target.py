@@ -77,6 +77,10 @@ class Target:
     # [flow]: name -> linear constraint over block counts per call, e.g.
     # "16*N(adler32_z+0x80) + N(adler32_z+0x417) <= 6000" (wcetfit.wcet.flowfacts)
     flow: Mapping[str, str] = field(default_factory=dict)
+    # [timing] activations: take per-activation rows in `analyze` (wcetfit.pipeline
+    # activation_step): "auto" when the root reaches own functions that can be timed,
+    # "on" always (an error if they cannot be taken), "off" never
+    activations: str = "auto"
 
     @property
     def store_dir(self) -> str:
@@ -86,7 +90,7 @@ class Target:
 _TOP_KEYS: dict[str, tuple[type, ...]] = {
     "binary": (str,), "functions": (list,), "prototype": (str,), "cdef": (str,),
     "inputs": (str,), "measure": (dict,), "loops": (dict,), "recursion": (dict,),
-    "wcet": (dict,), "fit": (dict,), "search": (dict,), "flow": (dict,),
+    "wcet": (dict,), "fit": (dict,), "search": (dict,), "flow": (dict,), "timing": (dict,),
 }
 _REQUIRED = ("binary", "functions", "prototype", "inputs")
 _WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int), "observed_paths": (bool,),
@@ -94,6 +98,7 @@ _WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int), "observed
 UNREACHED_POLICIES = ("observed", "require")
 _FIT_KEYS: dict[str, tuple[type, ...]] = {"follow_speed": (bool,)}
 _SEARCH_KEYS: dict[str, tuple[type, ...]] = {"budget": (int,), "timed": (int,)}
+_TIMING_KEYS: dict[str, tuple[type, ...]] = {"activations": (str, bool)}
 _MEASURE_KEYS: dict[str, tuple[type, ...]] = {
     "inputs": (int,), "repeats": (int,), "seed": (int,), "warmup": (int,),
     "timeout": (int, float), "method": (str,), "trace_cap": (int,),
@@ -271,6 +276,18 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         if value < 0:
             raise TargetError(f"{path}: [search] '{key}' must be >= 0, found {value}")
 
+    timing = raw.get("timing", {})
+    for key, value in timing.items():
+        if key not in _TIMING_KEYS:
+            raise _unknown_key(f"{path}: [timing]", key, _TIMING_KEYS)
+        _check_type(f"{path}: [timing] '{key}'", value, _TIMING_KEYS[key])
+    acts = timing.get("activations", "auto")
+    if acts not in ("auto", True, False):
+        raise TargetError(f"{path}: [timing] 'activations' is \"auto\" (per-activation rows "
+                          "when the root reaches own functions that can be timed), true or "
+                          f"false, found {acts!r}")
+    activations = "auto" if acts == "auto" else "on" if acts is True else "off"
+
     return Target(directory=directory, path=path, binary=os.path.abspath(binary),
                   functions=tuple(functions), prototype=raw["prototype"],
                   cdef=raw.get("cdef", ""), inputs_module=inputs_module, measure=measure,
@@ -278,7 +295,8 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
                   follow_speed=bool(fit.get("follow_speed", True)),
                   observed_paths=bool(wcet.get("observed_paths", True)),
                   unreached=unreached, search_budget=int(search.get("budget", 300)),
-                  search_timed=int(search.get("timed", 10)), flow=dict(flow))
+                  search_timed=int(search.get("timed", 10)), flow=dict(flow),
+                  activations=activations)
 
 
 # --- the inputs module ---------------------------------------------------------------

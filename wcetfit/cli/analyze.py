@@ -10,11 +10,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from wcetfit.cli.report import add_output_args
 
     p = subparsers.add_parser(
-        "analyze", help="static model → count run → timing run → fit → WCET → report",
+        "analyze", help="static model → count run → timing run → per-activation timing → "
+                        "fit → WCET → report",
         description="Run every stage on TARGET_DIR and print the per-function report.  "
                     "Measurements are kept in TARGET_DIR/.wcetfit/; an interrupted run "
                     "(Ctrl-C, crash) continues where it stopped, and a second run reuses "
-                    "what is stored.  The TSC method is calibrated once per boot.")
+                    "what is stored.  The TSC method is calibrated once per boot.  Where "
+                    "the function reaches own functions that can be timed, every "
+                    "activation is timed too and each function fitted from its own "
+                    "activations ([timing] activations = \"auto\" | true | false).")
     add_measure_args(p, json=False)   # --json (the report's) comes with the output options
     add_output_args(p)
     from wcetfit.locks import add_wait_option
@@ -27,20 +31,29 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.progress import progress_bars
     from wcetfit.cli.report import check_outputs, emit
     from wcetfit.timing.run import run_times
-    from wcetfit.pipeline import (analyze_stage, count_following_indirect, open_session,
-                                  stored_measurements)
+    from wcetfit.pipeline import (activation_step, analyze_stage, count_following_indirect,
+                                  open_session, stored_measurements, wants_activations)
 
     check_outputs(args)
     from wcetfit.locks import lock_target_store
     _lock = lock_target_store(args.target, wait=not args.no_wait)  # held to the end
     s = open_session(args.target, fresh=args.fresh, **measure_overrides(args))
     roots = list(s.target.functions)
+    # per-activation rows ([timing] activations) need the count run's block trace
+    per_activation = [root for root in roots if wants_activations(s, root)]
+    notes: dict[str, tuple[str, ...]] = {}
     with progress_bars() as update:
-        s = count_following_indirect(s, roots, progress=lambda d, t: update("count", d, t))
+        s = count_following_indirect(s, roots, trace=bool(per_activation),
+                                     progress=lambda d, t: update("count", d, t))
         run_times(s.target, s.store, s.roots, wait=not args.no_wait,
                   progress=lambda d, t: update("time", d, t))
+        for root in per_activation:
+            why = activation_step(s, root, update, required=s.target.activations == "on")
+            if why:
+                notes[root] = (why,)
         _search(s, roots, update)
-    analyses = [analyze_stage(s, root, *stored_measurements(s, root)) for root in roots]
+    analyses = [analyze_stage(s, root, *stored_measurements(s, root), notes=notes.get(root, ()))
+                for root in roots]
     emit(analyses, args)
     return 0
 

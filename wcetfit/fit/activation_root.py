@@ -43,8 +43,8 @@ import numpy as np
 from scipy import stats
 
 from wcetfit.fit import robust
-from wcetfit.fit.activations import DELTA, ActivationFit, fit_activations
-from wcetfit.fit.result import WARN_OVERHEAD, BlockFit, FitWarning
+from wcetfit.fit.activations import DELTA, ActivationFit, column_label, fit_activations
+from wcetfit.fit.result import WARN_OVERHEAD, BlockFit, Combination, FitWarning, Group
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,11 @@ class RootCheck:
     median_rel_error: float              # after −κ·A(i) + c
     p95_rel_error: float
     columns_from_whole_call: int
+    # k folds over inputs: the root's calls predicted from activation fits and (κ, c)
+    # fitted without the fold's inputs (_root_heldout); None: too few inputs
+    heldout_median_rel_error: float | None = None
+    heldout_p95_rel_error: float | None = None
+    heldout_inputs: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -99,27 +104,26 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
     ticks); ``whole_fit``: its whole-call FitResult (costs of uncovered columns)."""
     if quantum is None:
         quantum = getattr(whole_fit, "quantum_ticks", None)
-    fits = {name: fit_activations(r, quantum=quantum, folds=folds, seed=seed)
-            for name, r in rows.items()}
+    from wcetfit.errors import FitError
+
+    fits = {}
+    skipped: list[str] = []
+    for name, r in rows.items():
+        try:
+            fits[name] = fit_activations(r, quantum=quantum, folds=folds, seed=seed)
+        except FitError as exc:
+            # e.g. every activation discarded: its blocks keep the whole-call fit's costs
+            log.warning("%s: no activation fit of %s: %s", system.root, name, exc)
+            skipped.append(f"{name}: no activation fit ({exc}); its blocks keep the "
+                           "whole-call fit's costs")
+    rows = {n: r for n, r in rows.items() if n in fits}
     columns = tuple(system.columns)
     col_index = {c: j for j, c in enumerate(columns)}
     nc = len(columns)
-    tprime = np.full(nc, np.nan)
-    source: list[str | None] = [None] * nc
-    best = np.full(nc, -1)
-    for name, f in fits.items():
-        for c in f.costs:
-            j = col_index.get((c.function, c.address))
-            if j is None or c.solution_ticks is None:
-                continue
-            own = c.function == name
-            rank = (2 ** 62 if own else 0) + c.executions
-            if rank > best[j]:
-                best[j], tprime[j], source[j] = rank, c.solution_ticks, name
-    uncovered = np.isnan(tprime)
     whole_sol = np.asarray(getattr(whole_fit, "solution", np.full(nc, np.nan)), dtype=float)
-    base = np.where(uncovered, whole_sol, tprime)
-    notes: list[str] = []
+    base, source = _assemble(fits, col_index, whole_sol)
+    uncovered = np.array([src is None for src in source], dtype=bool)
+    notes: list[str] = list(skipped)
     n_whole = int(np.sum(uncovered & np.isfinite(whole_sol)))
     if n_whole:
         notes.append(f"{n_whole} block(s) that no timed activation executed keep the "
@@ -152,6 +156,11 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
         cov_t[np.ix_(js, js)] = fits[src].covariance[np.ix_(fi, fi)]
     check, warnings = _root_check(system.root, y, pred_raw, A, quantum or 0.0, n_whole,
                                   counts, cov_t)
+    if check is not None:
+        med, p95, n_held = _root_heldout(system, rows, whole_sol, col_index, entry_cols, y,
+                                         quantum, folds, seed)
+        check = replace(check, heldout_median_rel_error=med, heldout_p95_rel_error=p95,
+                        heldout_inputs=n_held)
     costs = base.copy()
     if check is not None and check.kappa_ticks is not None:
         entries = {(name, f.address) for name, f in fits.items()}
@@ -163,6 +172,86 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
         notes.extend(f.notes)
     return ActivationAnalysis(system.root, fits, check, columns, costs, tuple(source), allw,
                               tuple(notes))
+
+
+def _assemble(fits: Mapping[str, ActivationFit], col_index: Mapping[tuple[str, int], int],
+              whole_sol: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
+    """(cost per column, the fit it comes from or None): a function's own blocks from its
+    own fit, an untimed callee's from the fit that saw them execute most, the rest from the
+    whole-call fit's solution (module docstring)."""
+    nc = len(whole_sol)
+    tprime = np.full(nc, np.nan)
+    source: list[str | None] = [None] * nc
+    best = np.full(nc, -1)
+    for name, f in fits.items():
+        for c in f.costs:
+            j = col_index.get((c.function, c.address))
+            if j is None or c.solution_ticks is None:
+                continue
+            own = c.function == name
+            rank = (2 ** 62 if own else 0) + c.executions
+            if rank > best[j]:
+                best[j], tprime[j], source[j] = rank, c.solution_ticks, name
+    return np.where(np.isnan(tprime), whole_sol, tprime), source
+
+
+def _rows_of_inputs(r: Any, keep: np.ndarray) -> Any:
+    """``r`` (ActivationRows) restricted to the activations of the inputs in ``keep``."""
+    mask = np.isin(np.asarray(r.input_index), keep)
+    return replace(r, counts=r.counts[mask], ticks=np.asarray(r.ticks)[mask],
+                   children=np.asarray(r.children)[mask],
+                   input_index=np.asarray(r.input_index)[mask],
+                   call_site=np.asarray(r.call_site)[mask])
+
+
+def _root_heldout(system: Any, rows: Mapping[str, Any], whole_sol: np.ndarray,
+                  col_index: Mapping[tuple[str, int], int], entry_cols: list[int],
+                  y: np.ndarray, quantum: float | None, folds: int, seed: int
+                  ) -> tuple[float | None, float | None, int]:
+    """Held-out relative error of the root's whole calls predicted from activation costs:
+    k folds over inputs; each fold's calls are predicted by activation fits and a (κ, c)
+    regression that never saw that fold's inputs (neither their activations nor their
+    whole calls).  Columns no activation covers keep the whole-call fit's solution (fitted
+    on every input: counted in ``columns_from_whole_call``)."""
+    indices = np.asarray(system.indices)
+    uniq = np.unique(indices)
+    if folds < 2 or uniq.size < 2 * folds:
+        return None, None, 0
+    perm = np.random.default_rng(seed).permutation(uniq.size)
+    fold_of = dict(zip(uniq[perm].tolist(), (np.arange(uniq.size) % folds).tolist()))
+    fold = np.array([fold_of[int(i)] for i in indices])
+    counts = np.asarray(system.counts, dtype=float)
+    A = counts[:, entry_cols].sum(axis=1)
+    floor = max(quantum or 0.0, 1.0)
+    errs: list[np.ndarray] = []
+    for k in range(folds):
+        train = uniq[np.array([fold_of[int(i)] != k for i in uniq])]
+        fits = {}
+        for name, r in rows.items():
+            sub = _rows_of_inputs(r, train)
+            if sub.counts.shape[0] == 0:
+                continue
+            try:
+                fits[name] = fit_activations(sub, quantum=quantum, folds=0, seed=seed)
+            except Exception as exc:  # noqa: BLE001 - a fold too small to fit: skip it
+                log.info("held-out root check, fold %d, %s: %s", k, name, exc)
+        base, _src = _assemble(fits, col_index, whole_sol)
+        pred_raw = counts @ np.nan_to_num(base)
+        tr = (fold != k) & np.isfinite(y) & np.isfinite(pred_raw)
+        te = (fold == k) & np.isfinite(y) & np.isfinite(pred_raw)
+        if tr.sum() < 3 or not te.any():
+            continue
+        X = (np.column_stack([np.ones(tr.sum()), -A[tr]]) if np.ptp(A[tr]) > 0
+             else np.ones((tr.sum(), 1)))
+        beta, *_ = np.linalg.lstsq(X, y[tr] - pred_raw[tr], rcond=None)
+        Xt = (np.column_stack([np.ones(te.sum()), -A[te]]) if X.shape[1] == 2
+              else np.ones((te.sum(), 1)))
+        pred = pred_raw[te] + Xt @ beta
+        errs.append(np.abs(pred - y[te]) / np.maximum(np.abs(y[te]), floor))
+    if not errs:
+        return None, None, 0
+    e = np.concatenate(errs)
+    return float(np.median(e)), float(np.percentile(e, 95)), int(e.size)
 
 
 def _root_check(root: str, y: np.ndarray, pred_raw: np.ndarray, A: np.ndarray,
@@ -247,7 +336,7 @@ def apply_activation_fits(fit: Any, analysis: ActivationAnalysis) -> Any:
         cost = s if est_alone else None
         ci = c.ci95_ticks if est_alone else None
         blocks[j] = BlockFit(blocks[j].address, est_alone, cost, ci, None, s,
-                             blocks[j].executions, ns(cost), ns(ci), ns(s))
+                             c.executions, ns(cost), ns(ci), ns(s))
     for src, js in by_source.items():
         f = analysis.fits[src]
         fi = [f.columns.index(analysis.columns[j]) for j in js]
@@ -260,11 +349,95 @@ def apply_activation_fits(fit: Any, analysis: ActivationAnalysis) -> Any:
         overhead_ticks[0] = analysis.check.intercept_ticks
         z = float(fit.residuals.get("t95", 1.96)) or 1.96
         cov[nb + k, nb + k] = (analysis.check.intercept_ci95_ticks / z) ** 2
+    groups, blocks = _regroup(fit, analysis, blocks, covered, ns)
+    # where each column's cost comes from is information (the report's fit line and the
+    # JSON's "activations"), not a warning
     warn_text = tuple(w.message for w in analysis.warnings)
-    note = (f"block costs of {sum(covered)} column(s) come from per-activation fits of "
-            f"{len(analysis.fits)} function(s)",)
-    return replace(fit, blocks=tuple(blocks), solution=sol, overhead_solution=ov_sol,
-                   overhead_ticks=overhead_ticks, covariance=cov,
-                   warnings=tuple(fit.warnings) + note + warn_text,
+    return replace(fit, blocks=tuple(blocks), groups=groups, solution=sol,
+                   overhead_solution=ov_sol, overhead_ticks=overhead_ticks, covariance=cov,
+                   warnings=tuple(fit.warnings) + warn_text,
                    fit_warnings=tuple(fit.fit_warnings) + tuple(analysis.warnings),
                    activations=analysis)
+
+
+KIND_ACTIVATIONS = "activations"     # blocks one function's own activations do not separate
+
+
+def _regroup(fit: Any, analysis: ActivationAnalysis, blocks: list, covered: np.ndarray,
+             ns: Any) -> tuple[tuple[Group, ...], list]:
+    """The groups of the fit as it now predicts: the whole-call fit's groups keep only the
+    blocks no activation fit costs (their combinations hold for the whole-call solution of
+    all their blocks, so a group that lost blocks keeps none); every activation-costed block
+    that is not estimable alone is in a group of the function whose activations cost it,
+    with that fit's combinations.  Groups are renumbered 0, 1, … (an id is an index)."""
+    addr_of = [c[1] for c in analysis.columns]
+    covered_addr = {addr_of[j] for j in np.flatnonzero(covered)}
+    out: list[Group] = []
+    new_id: dict[int, int] = {}
+    for g in fit.groups:
+        rest = tuple(a for a in g.blocks if a not in covered_addr)
+        if not rest:
+            continue
+        new_id[g.id] = len(out)
+        if len(rest) == len(g.blocks):
+            out.append(replace(g, id=len(out)))
+        else:
+            out.append(replace(
+                g, id=len(out), blocks=rest, combinations=(), relations=(),
+                advice=(f"the other {len(g.blocks) - len(rest)} block(s) of this whole-call "
+                        "group are costed from per-activation fits; these keep the whole-call "
+                        "fit's particular solution")))
+    blocks = [replace(b, group=new_id.get(b.group)) if b.group is not None and not covered[j]
+              else b for j, b in enumerate(blocks)]
+    # per source fit: its covered blocks not estimable alone, joined when one of its
+    # inseparable sets or combinations names both (a union-find over columns)
+    parent: dict[tuple[str, int], tuple[str, int]] = {}
+
+    def find(c: tuple[str, int]) -> tuple[str, int]:
+        while parent[c] != c:
+            parent[c] = parent[parent[c]]
+            c = parent[c]
+        return c
+
+    col_j = {c: j for j, c in enumerate(analysis.columns)}
+    by_src: dict[str, list[tuple[str, int]]] = {}
+    for j, (col, src) in enumerate(zip(analysis.columns, analysis.source)):
+        if src is not None and not blocks[j].estimable:
+            parent[col] = col
+            by_src.setdefault(src, []).append(col)
+    for src, cols in by_src.items():
+        f = analysis.fits[src]
+        label_col = {column_label(c): c for c in cols}
+        linked = [list(g) for g in f.inseparable] + [
+            [label_col[t] for t, _v in c.terms if t in label_col] for c in f.combinations]
+        for g in linked:
+            g = [c for c in g if c in parent and analysis.source[col_j[c]] == src]
+            for c in g[1:]:
+                parent[find(c)] = find(g[0])
+        comps: dict[tuple[str, int], list[tuple[str, int]]] = {}
+        for c in cols:
+            comps.setdefault(find(c), []).append(c)
+        for comp in comps.values():
+            labels = {column_label(c) for c in comp}
+            combos = []
+            for c in f.combinations:
+                named = {t for t, _v in c.terms if ":" in t}
+                if named and named <= labels:
+                    combos.append(Combination(
+                        tuple((col[1], v) for t, v in c.terms
+                              for col in [label_col.get(t)] if col is not None), (),
+                        c.value_ticks, c.ci95_ticks, f"{c.text} (in {src}'s activations)",
+                        ns(c.value_ticks), ns(c.ci95_ticks)))
+            gid = len(out)
+            entry = any(col == (src, f.address) for col in comp)
+            out.append(Group(
+                gid, tuple(col[1] for col in comp), KIND_ACTIVATIONS, tuple(combos),
+                advice=(f"known only together in {src}'s own activations"
+                        + ("; the entry block also carries the probe pair (ε), removed with "
+                           "κ per activation" if entry else "")
+                        + ": vary how often these blocks run relative to each other per "
+                          "activation")))
+            for col in comp:
+                j = col_j[col]
+                blocks[j] = replace(blocks[j], group=gid)
+    return tuple(out), blocks

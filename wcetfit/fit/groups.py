@@ -112,7 +112,8 @@ def combination(fx: Any, comp: np.ndarray, coef: np.ndarray) -> Combination:
     terms.sort(key=lambda t: t[0])
     text = linear_text([(n, v, f) for _, n, v, f in terms])
     text += f" = {fmt(value)} ± {fmt(ci)} ticks"
-    if fx.tsc_hz is not None:
+    if fx.tsc_hz is not None and fx._ns(value) is not None and fx._ns(ci) is not None:
+        # (a non-finite interval — too few rows — has no ns form; the ticks say it)
         text += f" ({fmt(fx._ns(value))} ± {fmt(fx._ns(ci))} ns)"
     blocks.sort()
     return Combination(tuple(blocks), tuple(sorted(overheads)), value, ci, text,

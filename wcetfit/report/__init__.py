@@ -46,6 +46,20 @@ GOAL_P95_REL = 0.05
 ESTIMABLE_TOL = 1e-6
 
 
+def input_label(number: int | None) -> str:
+    """An input as the user names it: "input 7" (generate's own numbering) or "search
+    input 41" (the worst-case search's candidates, stored from SEARCH_BASE on: the raw
+    number means nothing to a reader)."""
+    from wcetfit.search.candidates import SEARCH_BASE
+
+    if number is None:
+        return "no input"
+    number = int(number)
+    if number >= SEARCH_BASE:
+        return f"search input {number - SEARCH_BASE}"
+    return f"input {number}"
+
+
 def ticks_to_ns(ticks: float | None, tsc_hz: float | None) -> float | None:
     if ticks is None or tsc_hz is None or not tsc_hz or not math.isfinite(ticks):
         return None
@@ -184,6 +198,15 @@ class Report:
                                          # the fit's reference speed when it followed one
     predicted_ticks: tuple[float, ...]   # per input: Σ count · solution + overhead
     warnings: tuple[Finding, ...]
+    input_numbers: tuple[int, ...] = ()  # per row: the input's number (generate's, or
+                                         # SEARCH_BASE + k for a searched one)
+
+    def input_name(self, row: int | None) -> str:
+        """The input of row ``row`` as the user names it (:func:`input_label`)."""
+        if row is None:
+            return "no input"
+        numbers = self.input_numbers or range(self.n_inputs)
+        return input_label(numbers[int(row)] if 0 <= int(row) < len(numbers) else row)
 
     def function(self, name: str) -> FunctionReport:
         for f in self.functions:
@@ -197,6 +220,28 @@ class Report:
     @property
     def residuals_ticks(self) -> np.ndarray:
         return np.asarray(self.measured_ticks) - np.asarray(self.predicted_ticks)
+
+
+def activations_of(extra: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The per-activation fit's JSON (``ActivationAnalysis.to_json``) when the fit's costs
+    come from per-function activation fits, else None."""
+    act = extra.get("activations") if isinstance(extra, Mapping) else None
+    return act if isinstance(act, Mapping) else None
+
+
+def heldout_errors(validation: Mapping[str, Any], extra: Mapping[str, Any] | None
+                   ) -> tuple[float | None, float | None, str]:
+    """(median, p95 held-out relative error of root calls, what they are of): with
+    per-activation fits, the root's calls predicted from the activation costs with the
+    activation fits and κ refitted without each fold's inputs (the whole-call fit's own
+    figures are of a fit no longer predicted with); else the whole-call fit's."""
+    act = activations_of(extra)
+    check = act.get("root_check") if act else None
+    if isinstance(check, Mapping):
+        return (_num(check.get("heldout_median_rel_error")),
+                _num(check.get("heldout_p95_rel_error")),
+                "root calls predicted from activation costs: ")
+    return _num(validation.get("median_rel_error")), _num(validation.get("p95_rel_error")), ""
 
 
 # --- building ---------------------------------------------------------------------------------
@@ -348,7 +393,9 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
                   functions=tuple(reports),
                   measured_ticks=tuple(float(v) for v in at_reference),
                   predicted_ticks=tuple(float(v) for v in predicted),
-                  warnings=tuple(global_warn))
+                  warnings=tuple(global_warn),
+                  input_numbers=tuple(int(v) for v in (input_numbers if input_numbers
+                                                       is not None else range(n_inputs))))
 
 
 def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
@@ -398,6 +445,10 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
     groups = []
     for g in (ff.groups if ff else ()):
         js = [col_of[(name, a)] for a in g.blocks if (name, a) in col_of]
+        if g.kind == "activations":
+            # one function's activation group can hold an untimed callee's blocks: its
+            # share is of all its blocks, wherever shown
+            js = [j for (f, a), j in col_of.items() if a in set(g.blocks)]
         share, est = None, False
         if js and n_inputs and mean_pred:
             share = float(contrib[:, js].sum(axis=1).mean() / mean_pred)
@@ -559,13 +610,13 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                 "many rejections point to preemption (pin the core, quiet the machine) or to "
                 "costs that depend on data"))
     if is_root:
-        med, p95 = _num(val.get("median_rel_error")), _num(val.get("p95_rel_error"))
+        med, p95, what = heldout_errors(val, ff.extra if ff else {})
         if med is not None and med > GOAL_MEDIAN_REL:
-            warns.append(Finding(f"held-out median relative error {med:.2%} is above the "
+            warns.append(Finding(f"{what}held-out median relative error {med:.2%} is above the "
                                   f"{GOAL_MEDIAN_REL:.0%} goal",
                                   "costs may depend on data; split blocks or add inputs"))
         if p95 is not None and p95 > GOAL_P95_REL:
-            warns.append(Finding(f"held-out p95 relative error {p95:.2%} is above the "
+            warns.append(Finding(f"{what}held-out p95 relative error {p95:.2%} is above the "
                                   f"{GOAL_P95_REL:.0%} goal",
                                   "look at the worst-predicted inputs for preemption or "
                                   "data-dependent blocks"))
@@ -580,6 +631,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
 
 
 __all__ = ["BlockRow", "FitBlock", "FitFunction", "FitGroup", "FunctionReport", "GroupRow",
+           "input_label",
            "Report", "TICKS_NOTE", "TICKS_UNIT", "Finding", "WcetSummary", "build_report",
            "describe_block", "read_fit", "ticks_to_ns"]
 

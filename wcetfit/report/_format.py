@@ -153,9 +153,29 @@ def validation_rows(v) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     return out
 
 
-def activation_rows(extra) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+def whole_call_label(label: str, extra) -> str:  # type: ignore[no-untyped-def]
+    """A validation label of the whole-call fit; with per-activation fits it names the fit
+    it is of (their costs replaced its costs: it is not the fit predictions are made with)."""
+    act = extra.get("activations") if hasattr(extra, "get") else None
+    return f"whole-call fit (before activations): {label}" if isinstance(act, dict) else label
+
+
+def pm_both(v, ci, tsc_hz) -> str:  # type: ignore[no-untyped-def]
+    """'145.2 ± 12.0 ticks (59.4 ± 4.9 ns)'; '—' for nothing."""
+    if v is None:
+        return "—"
+    t = num(v) + ("" if ci is None else f" ± {num(ci)}") + " ticks"
+    n = ticks_to_ns(v, tsc_hz)
+    if n is None:
+        return t
+    nci = None if ci is None else ticks_to_ns(ci, tsc_hz)
+    return t + f" ({num(n)}" + ("" if nci is None else f" ± {num(nci)}") + " ns)"
+
+
+def activation_rows(extra, tsc_hz=None) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     """(label, value) of the per-activation fit (the fit's ``activations`` field, issue #15):
-    per function its held-out errors per activation, then the root check."""
+    per function its held-out errors per activation and its probe terms ε and δ, then the
+    root check (held out and in sample), κ and the whole call's overhead."""
     act = extra.get("activations") if isinstance(extra, dict) else None
     if not isinstance(act, dict):
         return []
@@ -169,8 +189,18 @@ def activation_rows(extra) -> list[tuple[str, str]]:  # type: ignore[no-untyped-
         out.append((f"held-out error per activation, {name} "
                     f"({f.get('activations')} activations, rank {f.get('rank')}/"
                     f"{f.get('unknowns')})", val))
+        for o in f.get("overheads") or []:
+            out.append((f"  {name}: probe term {o.get('term')}",
+                        pm_both(o.get("value_ticks"), o.get("ci95_ticks"), tsc_hz)
+                        if o.get("estimable") else
+                        "confounded with blocks that run with it (kept in their costs)"))
     ch = act.get("root_check")
     if isinstance(ch, dict):
+        if ch.get("heldout_median_rel_error") is not None:
+            out.append(("root calls from activation costs, held out "
+                        f"({ch.get('heldout_inputs')} calls' inputs over folds)",
+                        f"median {num(100 * float(ch['heldout_median_rel_error']), 2)} %, p95 "
+                        f"{num(100 * float(ch['heldout_p95_rel_error']), 2)} %"))
         out.append(("root calls from activation costs, probes included",
                     f"median {num(100 * float(ch['raw_median_rel_error']), 2)} %, p95 "
                     f"{num(100 * float(ch['raw_p95_rel_error']), 2)} %"))
@@ -178,7 +208,12 @@ def activation_rows(extra) -> list[tuple[str, str]]:  # type: ignore[no-untyped-
                     f"median {num(100 * float(ch['median_rel_error']), 2)} %, p95 "
                     f"{num(100 * float(ch['p95_rel_error']), 2)} %"))
         k = ch.get("kappa_ticks")
-        out.append(("probe overhead per activation (ε + δ)",
+        out.append(("probe overhead per activation κ = ε + δ",
                     "not separable from the whole call's" if k is None else
-                    f"{float(k):.1f} ± {float(ch['kappa_ci95_ticks']):.1f} ticks"))
+                    pm_both(float(k), ch.get("kappa_ci95_ticks"), tsc_hz)))
+        out.append(("whole call's overhead c (ε of the timing run + the root's δ)",
+                    pm_both(ch.get("intercept_ticks"), ch.get("intercept_ci95_ticks"), tsc_hz)))
+        if ch.get("columns_from_whole_call"):
+            out.append(("blocks costed from the whole-call fit (no activation ran them)",
+                        str(ch["columns_from_whole_call"])))
     return out

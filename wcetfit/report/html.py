@@ -88,10 +88,10 @@ def _wcet_table(report: Report, fr: FunctionReport) -> str:
             row("call dispersion", w.dispersion_ticks, F.dispersion_note(w))
     if fr.is_root:
         row("max observed", w.max_observed_ticks,
-            f"median of the repeats of input {w.max_observed_input}")
+            f"median of the repeats of {report.input_name(w.max_observed_input)}")
         row("slowest single call", w.max_observed_raw_ticks, "may include preemption")
         row("max predicted", w.max_predicted_ticks,
-            f"Σ count · cost + overhead, input {w.max_predicted_input}")
+            f"Σ count · cost + overhead, {report.input_name(w.max_predicted_input)}")
         if fr.overhead_ticks is not None:
             row("overhead ε", fr.overhead_ticks,
                 "timing probes; confounded with the always-once blocks")
@@ -101,7 +101,8 @@ def _wcet_table(report: Report, fr: FunctionReport) -> str:
         if w.closest_input is not None:
             dist = ("" if w.closest_distance is None else
                     f"; its counts differ from the path's by {w.closest_distance:.0%}")
-            rows.append(f"<tr><th>closest input</th><td class=n colspan=2>{w.closest_input}"
+            rows.append(f"<tr><th>closest input</th><td class=n colspan=2>"
+                        f"{E(report.input_name(w.closest_input))}"
                         f"</td><td>the input predicted slowest{E(dist)}</td></tr>")
     else:
         rows.append("<tr><th>max observed</th><td colspan=3>callees are not timed on their "
@@ -217,13 +218,17 @@ def _warnings_html(warns) -> str:
 def _quality_html(report: Report, fr: FunctionReport) -> str:
     v = fr.validation
     items = []
-    items.append(f"<tr><th>in words</th><td>{E(fit_in_words(fr))}</td></tr>")
+    items.append(f"<tr><th>in words</th><td>{E(fit_in_words(fr, report.tsc_hz))}</td></tr>")
+    for label, val in F.activation_rows(fr.fit_extra, report.tsc_hz):
+        items.append(f"<tr><th>{E(label)}</th><td class=n>{E(val)}</td></tr>")
     for label, val in F.validation_rows(v):
+        label = F.whole_call_label(label, fr.fit_extra)
         items.append(f"<tr><th>{E(label)}</th><td class=n>{E(val)}</td></tr>")
     worst = v.get("worst")
     if isinstance(worst, list) and worst:
         items.append("<tr><th>held-out worst inputs</th><td>" + E(", ".join(
-            f"{w.get('input')} ({100 * float(w.get('rel_error') or 0):.1f} %)"
+            f"{report.input_name(w.get('input'))} "
+            f"({100 * float(w.get('rel_error') or 0):.1f} %)"
             for w in worst[:5] if isinstance(w, dict))) + "</td></tr>")
     extra = fr.fit_extra
     speed = F.machine_speed(extra)
@@ -314,7 +319,7 @@ def _index(reports: Sequence[Report]) -> str:
                           else "not computed", w.ipet_ticks, True)
                     + _td(F.both(w.max_observed_ticks, report.tsc_hz), w.max_observed_ticks,
                           True)
-                    + _td(fit_in_words(fr).split(":", 1)[0])
+                    + _td(fit_in_words(fr, report.tsc_hz).split(":", 1)[0])
                     + _td(str(n_warn), n_warn, True) + f"<td>{callees}</td></tr>")
     return ('<h2>Functions</h2><table class="sortable"><thead><tr><th>function</th>'
             '<th>WCET bound</th><th>slowest measured input (median)</th><th>fit</th>'

@@ -60,7 +60,7 @@ import math
 from typing import Any
 
 from wcetfit.model import hexaddr
-from wcetfit.report import FunctionReport, Report, ticks_to_ns
+from wcetfit.report import FunctionReport, Report, input_label, ticks_to_ns
 
 SCHEMA_REPORT = "wcetfit.report/2"
 
@@ -148,7 +148,10 @@ def _function(fr: FunctionReport, hz: float | None) -> dict[str, Any]:
         "max_observed_input": w.max_observed_input,
         # the bracket: the slowest input by its number, its arguments, whether the search
         # found it, and where the worst path goes beyond every input
-        "slowest_input": {"number": w.slowest_number, "arguments": w.slowest_arguments,
+        "slowest_input": {"number": w.slowest_number,
+                          "label": (input_label(w.slowest_number)
+                                    if w.slowest_number is not None else None),
+                          "arguments": w.slowest_arguments,
                           "found_by_search": w.slowest_searched},
         "beyond_inputs": [{"name": b.name, "kind": b.kind, "path_count": b.path_count,
                            "max_observed": b.max_observed, "input": b.input_index}

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.text import Text
 
 from wcetfit.report import (GOAL_MEDIAN_REL, GOAL_P95_REL, TICKS_NOTE, Finding,
-                            FunctionReport, Report, _num)
+                            FunctionReport, Report, _num, input_label)
 from wcetfit.report import _format as F
 from wcetfit.wcet.result import SOURCE_OBSERVED
 
@@ -121,13 +121,11 @@ def _root_compact(report: Report, console: Console, *, skip: set) -> None:
                  if w.max_observed_ticks else "")
         _line(console, f"{fr.name}: WCET bound {F.both(w.ipet_ticks, hz)}{ratio}",
               style="bold", max_lines=1)
-    v = fr.validation
-    med, p95 = _num(v.get("median_rel_error")), _num(v.get("p95_rel_error"))
+    from wcetfit.report import heldout_errors
+    med, p95, _what = heldout_errors(fr.validation, fr.fit_extra)
     errors = (f" ({F.num(100 * med)} % median, {F.num(100 * p95)} % p95 error)"
               if med is not None and p95 is not None else "")
-    slowest = (f"slowest measured input #"
-               f"{w.slowest_number if w.slowest_number is not None else w.max_observed_input}"
-               f"{' (searched)' if w.slowest_searched else ''}: "
+    slowest = (f"slowest measured: {_slowest_name(report, w)}: "
                f"{F.both(w.max_observed_ticks, hz)}; " if w.max_observed_ticks is not None
                else "")
     _line(console, f"{slowest}fit {fit_in_words(fr).split(' —', 1)[0]}{errors}",
@@ -187,9 +185,8 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
     if w.max_observed_ticks is not None:
         ratio = (f"; bound / slowest = {w.ipet_ticks / w.max_observed_ticks:.2f}"
                  if w.ipet_ticks and w.max_observed_ticks > 0 else "")
-        number = w.slowest_number if w.slowest_number is not None else w.max_observed_input
         found = " (found by the worst-case search)" if w.slowest_searched else ""
-        _line(console, f"Slowest measured input: #{number}{found}, "
+        _line(console, f"Slowest measured input: {_slowest_name(report, w)}{found}, "
                        f"{F.both(w.max_observed_ticks, hz)} (median of its calls){ratio}",
               indent="  ")
         if w.slowest_arguments:
@@ -199,7 +196,7 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
             for b in w.beyond[:4]:
                 _line(console, f"- {b.kind} {b.name}: {F.num(b.path_count)}× per call on the "
                                f"worst path, at most {F.num(b.max_observed)}× in an input "
-                               f"(#{b.input_index})", indent="    ", max_lines=1)
+                               f"({input_label(b.input_index)})", indent="    ", max_lines=1)
             if len(w.beyond) > 4:
                 _line(console, f"- … and {len(w.beyond) - 4} more (--full)", indent="    ")
     rests = _rests_on(report, fr)
@@ -207,7 +204,7 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
         _line(console, "The bound rests on:", indent="  ")
         for text in rests:
             _line(console, "- " + text, indent="    ")
-    _line(console, "Fit: " + fit_in_words(fr), indent="  ")
+    _line(console, "Fit: " + fit_in_words(fr, hz), indent="  ")
     speed = _speed(fr)
     if speed:
         _line(console, speed, indent="  ")
@@ -224,6 +221,13 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
         if len(warns) > max_warn:
             _line(console, f"… {len(warns) - max_warn} more: wcetfit report --function "
                            f"{fr.name}", indent="    ", style="dim")
+
+
+def _slowest_name(report: Report, w) -> str:  # type: ignore[no-untyped-def]
+    """The slowest input by its number ("input 7", "search input 41")."""
+    if w.slowest_number is not None:
+        return input_label(w.slowest_number)
+    return report.input_name(w.max_observed_input)
 
 
 def _warnings(console: Console, warns: Sequence[Finding], limit: int, indent: str) -> None:
@@ -273,15 +277,75 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
     return out
 
 
-def fit_in_words(fr: FunctionReport) -> str:
+def _word(med: float, p95: float | None) -> str:
+    return ("good" if med <= GOAL_MEDIAN_REL and (p95 is None or p95 <= GOAL_P95_REL) else
+            "fair" if med <= 5 * GOAL_MEDIAN_REL and (p95 is None or p95 <= 4 * GOAL_P95_REL)
+            else "poor")
+
+
+def activation_fit_in_words(act, hz: float | None) -> str:  # type: ignore[no-untyped-def]
+    """The fit when its costs come from per-function activation fits: per function the
+    held-out error of its activations, the root's calls predicted from those costs (held
+    out), and the probe overhead taken out, in ticks and ns."""
+    fns = act.get("functions") or {}
+    ch = act.get("root_check") or {}
+    med, p95 = _num(ch.get("heldout_median_rel_error")), _num(ch.get("heldout_p95_rel_error"))
+    if med is None:
+        med, p95 = _num(ch.get("median_rel_error")), _num(ch.get("p95_rel_error"))
+        how = "in sample (too few inputs to hold some out)"
+    else:
+        how = "held out"
+    head = (f"{_word(med, p95)} — " if med is not None else "") + \
+        f"each of {len(fns)} function(s) fitted from its own activations"
+    root = ("" if med is None else
+            f"; root calls predicted from these costs within {F.num(100 * med)} % (median) "
+            f"and {F.num(100 * (p95 or 0))} % (95th percentile), {how}; the goals are "
+            f"{GOAL_MEDIAN_REL:.0%} and {GOAL_P95_REL:.0%}")
+    per = []
+    for name, f in fns.items():
+        h = f.get("heldout") or {}
+        m, p = _num(h.get("median_rel_error")), _num(h.get("p95_rel_error"))
+        per.append(f"{name} {F.num(100 * m)} / {F.num(100 * p)} %" if m is not None and
+                   p is not None else f"{name} — (too few inputs)")
+    acts = "; held-out activations (median / p95): " + ", ".join(per) if per else ""
+    k = _num(ch.get("kappa_ticks"))
+    kappa = ("; probe overhead κ = ε + δ per activation not separable from the whole "
+             "call's (kept in the costs)" if k is None else
+             f"; probe overhead κ = ε + δ = {_pm(k, _num(ch.get('kappa_ci95_ticks')), hz)} "
+             f"per activation, taken out")
+    c = _num(ch.get("intercept_ticks"))
+    whole = ("" if c is None else
+             f"; whole call's overhead {_pm(c, _num(ch.get('intercept_ci95_ticks')), hz)}")
+    n_whole = int(ch.get("columns_from_whole_call") or 0)
+    rest = (f"; {n_whole} block(s) no activation ran keep the whole-call fit's cost"
+            if n_whole else "")
+    return head + root + acts + kappa + whole + rest
+
+
+def _pm(v: float, ci: float | None, hz: float | None) -> str:
+    """'145.2 ± 12.0 ticks (59.4 ± 4.9 ns)'."""
+    from wcetfit.report import ticks_to_ns
+
+    t = f"{F.num(v)}" + ("" if ci is None else f" ± {F.num(ci)}") + " ticks"
+    n = ticks_to_ns(v, hz)
+    if n is None:
+        return t
+    nci = ticks_to_ns(ci, hz) if ci is not None else None
+    return t + f" ({F.num(n)}" + ("" if nci is None else f" ± {F.num(nci)}") + " ns)"
+
+
+def fit_in_words(fr: FunctionReport, hz: float | None = None) -> str:
     """How well the fit predicts held-out calls, in words and the two figures behind them."""
+    from wcetfit.report import activations_of
+
+    act = activations_of(fr.fit_extra)
+    if act is not None:
+        return activation_fit_in_words(act, hz)
     v = fr.validation
     med, p95 = _num(v.get("median_rel_error")), _num(v.get("p95_rel_error"))
     if med is None:
         return "no held-out validation (too few inputs to hold some out)"
-    word = ("good" if med <= GOAL_MEDIAN_REL and (p95 is None or p95 <= GOAL_P95_REL) else
-            "fair" if med <= 5 * GOAL_MEDIAN_REL and (p95 is None or p95 <= 4 * GOAL_P95_REL)
-            else "poor")
+    word = _word(med, p95)
     text = (f"{word} — a held-out call's time is predicted within {F.num(100 * med)} % "
             f"(median)")
     if p95 is not None:
@@ -312,6 +376,7 @@ def _top(report: Report, *, short: bool = False) -> list[str]:
     cost is not measured); a group whose share the inputs do not determine is shown only
     when its approximate share is large.  ``short``: name and share only."""
     items: list[tuple[float, str, str]] = []
+    seen_groups: set = set()
     for fr in report.functions:
         for r in fr.blocks:
             if r.estimable and r.share is not None and r.cost_ticks is not None \
@@ -326,11 +391,16 @@ def _top(report: Report, *, short: bool = False) -> list[str]:
             if g.share is None or g.share < MIN_SHARE or (
                     not g.share_estimable and not 0.05 <= g.share <= 1.0):
                 continue
+            if (g.id, g.blocks) in seen_groups:
+                continue       # a group across functions (an untimed callee's blocks)
+            seen_groups.add((g.id, g.blocks))
             share = F.pct(g.share) if g.share_estimable else "≈" + F.pct(g.share)
             where = f" of {fr.name}" if len(report.functions) > 1 else ""
             approx = "" if g.share_estimable else "; its share is approximate"
+            who = (f"{fr.name}'s own activations do not separate" if g.kind == "activations"
+                   else "the inputs do not separate")
             items.append((g.share, f"{share:>8}  group {g.id}{where}: {len(g.blocks)} "
-                                   f"block(s) the inputs do not separate (only sums of "
+                                   f"block(s) {who} (only sums of "
                                    f"their costs are measured{approx})",
                           f"group {g.id} of {fr.name} ({len(g.blocks)} blocks) {share}"))
     items.sort(key=lambda it: -it[0])

@@ -107,19 +107,19 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
             t.add_row("  recursion depth", str(w.recursion_depth), "", _escape("from [recursion]"))
     if fr.is_root:
         t.add_row("max observed", F.num(w.max_observed_ticks), F.num(report.ns(w.max_observed_ticks)),
-                  f"median of repeats, input {w.max_observed_input}"
+                  f"median of repeats, {report.input_name(w.max_observed_input)}"
                   if w.max_observed_input is not None else "no times")
         t.add_row("  slowest single call", F.num(w.max_observed_raw_ticks),
                   F.num(report.ns(w.max_observed_raw_ticks)), "may include preemption")
         t.add_row("max predicted", F.num(w.max_predicted_ticks),
                   F.num(report.ns(w.max_predicted_ticks)),
-                  f"Σ count · cost + overhead, input {w.max_predicted_input}")
+                  f"Σ count · cost + overhead, {report.input_name(w.max_predicted_input)}")
         if w.ipet_ticks and w.max_observed_ticks:
             t.add_row("bound / max observed", f"{w.ipet_ticks / w.max_observed_ticks:.3f}", "", "")
         if w.closest_input is not None:
             dist = ("" if w.closest_distance is None
                     else f"; counts differ from the path by {w.closest_distance:.0%}")
-            t.add_row("closest input", str(w.closest_input), "",
+            t.add_row("closest input", report.input_name(w.closest_input), "",
                       f"the input predicted slowest{dist}")
         if fr.overhead_ticks is not None:
             t.add_row("overhead ε", F.num(fr.overhead_ticks), F.num(report.ns(fr.overhead_ticks)),
@@ -221,14 +221,15 @@ def _quality(report: Report, fr: FunctionReport) -> Table:
     t.add_column("value", justify="right")
     v = fr.validation
     for label, val in F.validation_rows(v):
-        t.add_row(_escape(label), _escape(val))
+        t.add_row(_escape(F.whole_call_label(label, fr.fit_extra)), _escape(val))
     worst = v.get("worst")
     if isinstance(worst, list) and worst:
         t.add_row("held-out worst inputs", ", ".join(
-            f"{w.get('input')} ({100 * float(w.get('rel_error') or 0):.1f} %)"
+            f"{report.input_name(w.get('input'))} "
+            f"({100 * float(w.get('rel_error') or 0):.1f} %)"
             for w in worst[:5] if isinstance(w, dict)))
     extra = fr.fit_extra
-    for label, val in F.activation_rows(extra):
+    for label, val in F.activation_rows(extra, report.tsc_hz):
         t.add_row(_escape(label), _escape(val))
     speed = F.machine_speed(extra)
     if speed:
@@ -249,7 +250,8 @@ def _quality(report: Report, fr: FunctionReport) -> Table:
         t.add_row("in-sample median rel. error", f"{100 * float(np.median(rel)):.2f} %")
         worst = np.argsort(-np.abs(np.where(ok, res, 0)))[:3]
         t.add_row("worst-predicted inputs",
-                  ", ".join(f"{int(i)} ({F.num(float(res[i]))} ticks)" for i in worst))
+                  ", ".join(f"{report.input_name(int(i))} ({F.num(float(res[i]))} ticks)"
+                            for i in worst))
     return t
 
 

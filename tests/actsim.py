@@ -10,7 +10,8 @@ per-activation rows a timing run with entry/exit probes would give (for the fit 
 
 A timed activation's exclusive row holds its own blocks, the blocks of untimed callees
 (tiny; and leaf when ``short_leaf`` says leaf(1) is too short to time), ε (the part of its
-own probe pair inside the interval) and δ per timed child.  The whole call (the root's
+own probe pair inside the interval) and δ per timed child (``child_calls``: which block
+made each timed call; a call site is the calling block's address here).  The whole call (the root's
 ordinary timing run, no activation probes) is Σ blocks + ε_call.  Noise: Gaussian, then
 quantized to the TSC step from a random phase.
 """
@@ -28,6 +29,7 @@ QUANTUM = 26.0
 ADDR = {"main": 0x1000, "leaf": 0x2000, "rec": 0x3000, "tiny": 0x4000}
 BLOCKS = {"main": 7, "leaf": 3, "rec": 4, "tiny": 2}
 CALL_A, CALL_B, CALL_REC = 0x1000 + 0x20, 0x1000 + 0x40, 0x1000 + 0x50
+CALL_REC_REC = 0x3000 + 0x20          # rec's block 2 calls rec (and the untimed tiny)
 
 
 def block(fn: str, k: int) -> tuple[str, int]:
@@ -63,6 +65,7 @@ class _Act:
         self.fn, self.inp, self.site, self.timed = fn, inp, site, timed
         self.counts: dict[tuple[str, int], int] = {}
         self.children = 0
+        self.child_at: dict[int, int] = {}       # calling block address -> timed children
 
 
 def simulate(n_inputs: int, seed: int, *, repeats: int = 5, sigma: float = 3.0,
@@ -83,6 +86,7 @@ def simulate(n_inputs: int, seed: int, *, repeats: int = 5, sigma: float = 3.0,
             acts.append(me)
             if parent is not None:
                 parent.children += 1
+                parent.child_at[site] = parent.child_at.get(site, 0) + 1
 
         def hit(b: int, times: int = 1) -> None:
             key = block(fn, b)
@@ -112,7 +116,7 @@ def simulate(n_inputs: int, seed: int, *, repeats: int = 5, sigma: float = 3.0,
                 hit(1)
             else:
                 hit(2)
-                run("rec", inp, CALL_REC + 0x1000, me, arg - 1)
+                run("rec", inp, CALL_REC_REC, me, arg - 1)
                 run("tiny", inp, 0, me, int(rng.integers(0, 7)))
             hit(3)
         elif fn == "tiny":
@@ -141,10 +145,15 @@ def simulate(n_inputs: int, seed: int, *, repeats: int = 5, sigma: float = 3.0,
         X = sp.csr_matrix((v, (r, c)), shape=(len(mine), len(cols)), dtype=np.int64)
         cost = np.array([tr.costs[k] for k in cols])
         ch = np.array([a.children for a in mine], dtype=np.int32)
+        cr, cc, cv = [], [], []
+        for k, a in enumerate(mine):
+            for site, n in a.child_at.items():
+                cr.append(k); cc.append(ci[(fn, site)]); cv.append(n)
+        calls = sp.csr_matrix((cv, (cr, cc)), shape=X.shape, dtype=np.float64)
         true = X @ cost + tr.eps + ch * tr.delta
         rows[fn] = ActivationRows(fn, ADDR[fn], tuple(cols), X, noisy(true), ch,
                                   np.array([a.inp for a in mine], dtype=np.int64),
-                                  np.array([a.site for a in mine], dtype=np.uint64))
+                                  np.array([a.site for a in mine], dtype=np.uint64), calls)
     cols = [block(fn, k) for fn in ("main", "leaf", "rec", "tiny") for k in range(BLOCKS[fn])]
     W = np.array([[t.get(c, 0) for c in cols] for t in whole], dtype=np.int64)
     cost = np.array([tr.costs[c] for c in cols])

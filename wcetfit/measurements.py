@@ -105,6 +105,9 @@ class ActivationRows:
     children: np.ndarray          # int32 [rows]: timed child activations subtracted
     input_index: np.ndarray       # int64 [rows]: the input whose call made the activation
     call_site: np.ndarray         # uint64 [rows]: link-time address of the call (0: root call)
+    # csr [rows, columns]: timed child activations called from each column's block (where
+    # each child's δ sits); None when not known
+    child_calls: Any = None
 
 
 def _failures_to_json(failures: Sequence[InputFailure]) -> list[dict[str, Any]]:

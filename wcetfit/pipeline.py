@@ -164,13 +164,14 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
     fit = fit_function(system.counts, system.ticks, system.addresses,
                        structural_basis=system.structural_basis, tsc_hz=system.tsc_hz,
                        speed=speed, options=options)
-    rows = activation_rows(session, root)
+    rows, calibration = activation_data(session, root)
     if rows:
         # per-function fits from the functions' own activations cost the blocks they
         # cover; the whole calls check their sum (wcetfit.fit.activation_root)
         from wcetfit.fit.activation_root import apply_activation_fits, fit_root_activations
         analysis = fit_root_activations(system, fit, rows, quantum=fit.quantum_ticks,
-                                        folds=options.folds, seed=options.seed)
+                                        folds=options.folds, seed=options.seed,
+                                        calibration=calibration)
         fit = apply_activation_fits(fit, analysis)
     return system, fit
 
@@ -178,13 +179,19 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
 def activation_rows(session: Session, root: str) -> dict[str, Any] | None:
     """The per-activation rows (wcetfit.measurements.ActivationRows per timed function) the
     store holds for ``root``, or None: then the fit is the whole-call one alone."""
-    from wcetfit.timing.activations import load_activation_rows
+    return activation_data(session, root)[0]
+
+
+def activation_data(session: Session, root: str) -> tuple[dict[str, Any] | None, Any]:
+    """(rows as :func:`activation_rows`, the probes' ε/δ calibration stored with them)."""
+    from wcetfit.timing.activations import load_activations
     from wcetfit.timing.run import resolve_method
 
     # the same seed, method and repeats as the whole-call times they are checked against
     method, _ = resolve_method(session.target)
     m = session.target.measure
-    return load_activation_rows(session.store, root, m.seed, method, m.repeats)
+    s = load_activations(session.store, root, m.seed, method, m.repeats)
+    return (None, None) if s is None else (s.rows(), s.calibration)
 
 
 def wants_activations(session: Session, root: str) -> str | None:

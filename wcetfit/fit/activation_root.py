@@ -44,7 +44,9 @@ from scipy import stats
 
 from wcetfit.fit import robust
 from wcetfit.fit.activations import DELTA, ActivationFit, column_label, fit_activations
-from wcetfit.fit.result import WARN_OVERHEAD, BlockFit, Combination, FitWarning, Group
+from wcetfit.fit.result import (WARN_NEGATIVE_COST, WARN_OVERHEAD, BlockFit, Combination,
+                                FitWarning, Group)
+from wcetfit.model import hexaddr
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,23 @@ class RootCheck:
     heldout_median_rel_error: float | None = None
     heldout_p95_rel_error: float | None = None
     heldout_inputs: int = 0
+    # the probes' ε and δ measured by the calibration in the measuring child
+    # (wcetfit.split.actcalib), their sum, and what the costs had removed: "calibration"
+    # (ε from entry blocks, δ from the calling blocks) or "kappa" (κ from entry blocks:
+    # no calibration); None: nothing removed
+    epsilon_ticks: float | None = None
+    epsilon_ci95_ticks: float | None = None
+    delta_ticks: float | None = None
+    delta_ci95_ticks: float | None = None
+    calibrated_kappa_ticks: float | None = None
+    calibrated_kappa_ci95_ticks: float | None = None
+    removal: str | None = None
+    # the prediction as it is made: probe-free costs and the whole call's overhead
+    # fitted with them (the configuration-0 overhead of the applied fit)
+    applied_intercept_ticks: float | None = None
+    applied_intercept_ci95_ticks: float | None = None
+    applied_median_rel_error: float | None = None
+    applied_p95_rel_error: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -83,6 +102,10 @@ class ActivationAnalysis:
     source: tuple[str | None, ...] = ()          # the fit each column's cost comes from
     warnings: tuple[FitWarning, ...] = ()
     notes: tuple[str, ...] = ()
+    # probe overhead taken out of each column's activation-fitted cost, and its 95 %
+    # half-width (ε's and δ's intervals added linearly: conservative)
+    removed: np.ndarray | None = field(repr=False, compare=False, default=None)
+    removed_ci95: np.ndarray | None = field(repr=False, compare=False, default=None)
 
     def to_json(self) -> dict[str, Any]:
         return {"root": self.root,
@@ -98,10 +121,13 @@ class ActivationAnalysis:
 
 def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *,
                          quantum: float | None = None, folds: int = 5,
-                         seed: int = 0) -> ActivationAnalysis:
+                         seed: int = 0, calibration: Mapping[str, Any] | None = None
+                         ) -> ActivationAnalysis:
     """Fit every function's activation rows and check them against the root's whole calls
     (module docstring).  ``system``: the root's LinearSystem (columns, counts, indices,
-    ticks); ``whole_fit``: its whole-call FitResult (costs of uncovered columns)."""
+    ticks); ``whole_fit``: its whole-call FitResult (costs of uncovered columns);
+    ``calibration``: the probes' ε and δ measured with the rows
+    (:func:`wcetfit.split.actcalib.calibrate`), or None (κ then comes out of entry blocks)."""
     if quantum is None:
         quantum = getattr(whole_fit, "quantum_ticks", None)
     from wcetfit.errors import FitError
@@ -156,22 +182,147 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
         cov_t[np.ix_(js, js)] = fits[src].covariance[np.ix_(fi, fi)]
     check, warnings = _root_check(system.root, y, pred_raw, A, quantum or 0.0, n_whole,
                                   counts, cov_t)
+    cal = _calibration(calibration)
     if check is not None:
         med, p95, n_held = _root_heldout(system, rows, whole_sol, col_index, entry_cols, y,
-                                         quantum, folds, seed)
+                                         quantum, folds, seed, cal)
         check = replace(check, heldout_median_rel_error=med, heldout_p95_rel_error=p95,
                         heldout_inputs=n_held)
     costs = base.copy()
-    if check is not None and check.kappa_ticks is not None:
+    removed = np.zeros(nc)
+    if cal is not None:
+        removed = _removal(columns, source, fits, rows, cal[0], cal[2])
+        costs = base - removed
+        if check is not None:
+            check = _apply_check(check, cal, y, counts @ np.nan_to_num(costs), quantum or 0.0)
+            warnings.extend(_kappa_agreement(system.root, check))
+    elif check is not None and check.kappa_ticks is not None:
         entries = {(name, f.address) for name, f in fits.items()}
         for c, j in col_index.items():
             if c in entries and not uncovered[j]:
-                costs[j] -= check.kappa_ticks
+                removed[j] = check.kappa_ticks
+        costs = base - removed
+        check = replace(check, removal="kappa", applied_intercept_ticks=check.intercept_ticks,
+                        applied_intercept_ci95_ticks=check.intercept_ci95_ticks,
+                        applied_median_rel_error=check.median_rel_error,
+                        applied_p95_rel_error=check.p95_rel_error)
+        notes.append("the probes' ε and δ were not measured (no calibration stored with the "
+                     "activations: time them again): κ = ε + δ of the root check comes out "
+                     "of each timed function's entry block, although δ sits in its callers' "
+                     "call blocks")
+    if check is not None and calibration and "error" in calibration:
+        notes.append(f"probe calibration failed: {calibration['error']}")
+    warnings.extend(_negative_after_removal(system.root, columns, source, base, removed,
+                                            costs, cal, check))
     allw = tuple(w for f in fits.values() for w in f.warnings) + tuple(warnings)
     for f in fits.values():
         notes.extend(f.notes)
+    removed_ci = np.zeros(nc)
+    if cal is not None:
+        removed_ci = _removal(columns, source, fits, rows, cal[1], cal[3], absolute=True)
+    elif check is not None and check.kappa_ci95_ticks is not None:
+        removed_ci = np.where(removed > 0, check.kappa_ci95_ticks, 0.0)
     return ActivationAnalysis(system.root, fits, check, columns, costs, tuple(source), allw,
-                              tuple(notes))
+                              tuple(notes), removed, removed_ci)
+
+
+def _calibration(c: Mapping[str, Any] | None) -> tuple[float, float, float, float,
+                                                        float, float] | None:
+    """(ε, ±, δ, ±, ε + δ, ±) in ticks from a stored calibration, or None."""
+    if not c or "epsilon" not in c or "delta" not in c:
+        return None
+    e, d, k = c["epsilon"], c["delta"], c.get("kappa") or {}
+    kv = k.get("value_ticks", e["value_ticks"] + d["value_ticks"])
+    kc = k.get("ci95_ticks", math.hypot(e["ci95_ticks"], d["ci95_ticks"]))
+    return (float(e["value_ticks"]), float(e["ci95_ticks"]), float(d["value_ticks"]),
+            float(d["ci95_ticks"]), float(kv), float(kc))
+
+
+def _removal(columns: tuple[tuple[str, int], ...], source: list[str | None],
+             fits: Mapping[str, ActivationFit], rows: Mapping[str, Any], eps: float,
+             delta: float, absolute: bool = False) -> np.ndarray:
+    """Ticks of probe overhead each column's activation-fitted cost holds, taken out where
+    the fit put it: a confounded ε[c] or δ is 0 in the particular solution and its value
+    went into the blocks it is confounded with — ε into the entry block (or the set of
+    once-per-activation blocks it cannot be told from), δ into each block whose calls
+    are timed, once per timed call (``overhead_shares``: that attribution per tick).  An
+    overhead the fit separated is not in the blocks: nothing is removed for it."""
+    out = np.zeros(len(columns))
+    for j, (col, src) in enumerate(zip(columns, source)):
+        if src is None:
+            continue
+        f = fits[src]
+        k = f.columns.index(col)
+        for label, share in f.overhead_shares.items():
+            w = abs(float(share[k])) if absolute else float(share[k])
+            out[j] += (delta if label == DELTA else eps) * w
+    return out
+
+
+def _apply_check(check: RootCheck, cal: tuple, y: np.ndarray, pred: np.ndarray,
+                 quantum: float) -> RootCheck:
+    """The root check of the prediction as made: probe-free costs (calibrated ε and δ
+    removed) and the whole call's overhead fitted with them (one unknown, the mean
+    residual; interval t95 × its standard error)."""
+    ok = np.isfinite(y) & np.isfinite(pred)
+    e, ec, d, dc, k, kc = cal
+    out = replace(check, epsilon_ticks=e, epsilon_ci95_ticks=ec, delta_ticks=d,
+                  delta_ci95_ticks=dc, calibrated_kappa_ticks=k, calibrated_kappa_ci95_ticks=kc,
+                  removal="calibration")
+    if ok.sum() < 2:
+        return out
+    r = y[ok] - pred[ok]
+    c = float(r.mean())
+    ci = float(stats.t.ppf(0.975, r.size - 1) * r.std(ddof=1) / math.sqrt(r.size))
+    err = np.abs(pred[ok] + c - y[ok]) / np.maximum(np.abs(y[ok]), max(quantum, 1.0))
+    return replace(out, applied_intercept_ticks=c, applied_intercept_ci95_ticks=ci,
+                   applied_median_rel_error=float(np.median(err)),
+                   applied_p95_rel_error=float(np.percentile(err, 95)))
+
+
+def _kappa_agreement(root: str, check: RootCheck) -> list[FitWarning]:
+    """ε + δ of the calibration against κ of the root check: apart by more than both
+    intervals is a warning (the calibration's code is not the real functions' code)."""
+    k, kc = check.kappa_ticks, check.kappa_ci95_ticks
+    c, cc = check.calibrated_kappa_ticks, check.calibrated_kappa_ci95_ticks
+    if k is None or c is None or abs(k - c) <= (kc or 0.0) + (cc or 0.0):
+        return []
+    w = FitWarning(
+        WARN_OVERHEAD,
+        f"{root}: the probes' overhead per activation measured by the calibration, ε + δ = "
+        f"{c:.1f} ± {cc:.1f} ticks, differs from the root check's κ = {k:.1f} ± {kc:.1f} "
+        f"ticks by {c - k:+.1f} ticks (beyond both intervals)",
+        "the calibration's two small functions do not run the stubs exactly as the real "
+        "functions do (pipeline state, caches) or the whole-call and activation runs saw "
+        "different machine speeds; the bound is off by about this difference per activation",
+        estimate_ticks=c - k, ci95_ticks=(kc or 0.0) + (cc or 0.0))
+    log.warning("%s", w.message)
+    return [w]
+
+
+def _negative_after_removal(root: str, columns: tuple[tuple[str, int], ...],
+                            source: list[str | None], base: np.ndarray, removed: np.ndarray,
+                            costs: np.ndarray, cal: tuple | None,
+                            check: RootCheck | None) -> list[FitWarning]:
+    """A block whose cost the overhead removal made negative: a warning with the reason
+    (never a silently negative cost)."""
+    out = []
+    for j in np.flatnonzero((removed > 0) & (costs < 0)):
+        fn, a = columns[j]
+        what = ("ε and δ measured by the calibration" if cal is not None else
+                "κ = ε + δ of the root check")
+        out.append(FitWarning(
+            WARN_NEGATIVE_COST,
+            f"{root}: {fn} block {hexaddr(a)} costs {costs[j]:.1f} ticks after the probe "
+            f"overhead is removed: {base[j]:.1f} ticks from {source[j]}'s activations less "
+            f"{removed[j]:.1f} ticks of {what}",
+            "the probes cost less in this block's code than the overhead removed there (the "
+            "calibration's or the root check's figure does not fit this function): the "
+            "block's cost is low by up to this much",
+            blocks=(a,), estimate_ticks=float(costs[j])))
+    for w in out:
+        log.warning("%s", w.message)
+    return out
 
 
 def _assemble(fits: Mapping[str, ActivationFit], col_index: Mapping[tuple[str, int], int],
@@ -201,13 +352,15 @@ def _rows_of_inputs(r: Any, keep: np.ndarray) -> Any:
     return replace(r, counts=r.counts[mask], ticks=np.asarray(r.ticks)[mask],
                    children=np.asarray(r.children)[mask],
                    input_index=np.asarray(r.input_index)[mask],
-                   call_site=np.asarray(r.call_site)[mask])
+                   call_site=np.asarray(r.call_site)[mask],
+                   child_calls=None if getattr(r, "child_calls", None) is None
+                   else r.child_calls[mask])
 
 
 def _root_heldout(system: Any, rows: Mapping[str, Any], whole_sol: np.ndarray,
                   col_index: Mapping[tuple[str, int], int], entry_cols: list[int],
-                  y: np.ndarray, quantum: float | None, folds: int, seed: int
-                  ) -> tuple[float | None, float | None, int]:
+                  y: np.ndarray, quantum: float | None, folds: int, seed: int,
+                  cal: tuple | None = None) -> tuple[float | None, float | None, int]:
     """Held-out relative error of the root's whole calls predicted from activation costs:
     k folds over inputs; each fold's calls are predicted by activation fits and a (κ, c)
     regression that never saw that fold's inputs (neither their activations nor their
@@ -235,14 +388,16 @@ def _root_heldout(system: Any, rows: Mapping[str, Any], whole_sol: np.ndarray,
                 fits[name] = fit_activations(sub, quantum=quantum, folds=0, seed=seed)
             except Exception as exc:  # noqa: BLE001 - a fold too small to fit: skip it
                 log.info("held-out root check, fold %d, %s: %s", k, name, exc)
-        base, _src = _assemble(fits, col_index, whole_sol)
+        base, src = _assemble(fits, col_index, whole_sol)
+        if cal is not None:        # probe-free costs: calibrated ε and δ where they sit
+            base = base - _removal(tuple(col_index), src, fits, rows, cal[0], cal[2])
         pred_raw = counts @ np.nan_to_num(base)
         tr = (fold != k) & np.isfinite(y) & np.isfinite(pred_raw)
         te = (fold == k) & np.isfinite(y) & np.isfinite(pred_raw)
         if tr.sum() < 3 or not te.any():
             continue
         X = (np.column_stack([np.ones(tr.sum()), -A[tr]]) if np.ptp(A[tr]) > 0
-             else np.ones((tr.sum(), 1)))
+             and cal is None else np.ones((tr.sum(), 1)))
         beta, *_ = np.linalg.lstsq(X, y[tr] - pred_raw[tr], rcond=None)
         Xt = (np.column_stack([np.ones(te.sum()), -A[te]]) if X.shape[1] == 2
               else np.ones((te.sum(), 1)))
@@ -309,13 +464,15 @@ def _root_check(root: str, y: np.ndarray, pred_raw: np.ndarray, A: np.ndarray,
 def apply_activation_fits(fit: Any, analysis: ActivationAnalysis) -> Any:
     """``fit`` (the whole-call FitResult) with the activation-fitted probe-free costs as the
     costs of the columns they cover: the cost a block shows is the one it predicts with.
-    The whole call's overhead (configuration 0) becomes the root check's intercept."""
+    The whole call's overhead (configuration 0) becomes the one fitted with those costs."""
     costs = analysis.costs
     covered = np.array([s is not None for s in analysis.source])
     sol = np.asarray(fit.solution, dtype=float).copy()
     sol[covered] = costs[covered]
-    entries = {(n, f.address) for n, f in analysis.fits.items()}
-    shifted = analysis.check is not None and analysis.check.kappa_ticks is not None
+    removed = (analysis.removed if analysis.removed is not None
+               else np.zeros(len(analysis.columns)))
+    removed_ci = (analysis.removed_ci95 if analysis.removed_ci95 is not None
+                  else np.zeros(len(analysis.columns)))
     blocks = list(fit.blocks)
     nb = len(blocks)
     ncfg = len(fit.configs)
@@ -332,9 +489,15 @@ def apply_activation_fits(fit: Any, analysis: ActivationAnalysis) -> Any:
         by_source.setdefault(src, []).append(j)
         c = analysis.fits[src].cost(col)
         s = float(sol[j])
-        est_alone = c.estimable and not (shifted and col in entries)
+        est_alone, ci = c.estimable, c.ci95_ticks
+        if removed[j] > 0:
+            # the block is known with the overhead it holds (a combination "block + ε[0]"
+            # or "block + δ"); less the measured overhead, it is known alone
+            comb = _alone_with_overhead(analysis.fits[src], col)
+            est_alone = comb is not None and analysis.check is not None \
+                and analysis.check.removal == "calibration"
+            ci = math.hypot(comb.ci95_ticks, float(removed_ci[j])) if est_alone else None
         cost = s if est_alone else None
-        ci = c.ci95_ticks if est_alone else None
         blocks[j] = BlockFit(blocks[j].address, est_alone, cost, ci, None, s,
                              c.executions, ns(cost), ns(ci), ns(s))
     for src, js in by_source.items():
@@ -343,12 +506,18 @@ def apply_activation_fits(fit: Any, analysis: ActivationAnalysis) -> Any:
         cov[np.ix_(js, js)] = f.covariance[np.ix_(fi, fi)]
     ov_sol = np.asarray(fit.overhead_solution, dtype=float).copy()
     overhead_ticks = dict(fit.overhead_ticks)
-    if analysis.check is not None and 0 in fit.configs:
+    ch = analysis.check
+    if ch is not None and 0 in fit.configs:
+        # the whole call's overhead fitted with the costs as applied (probe-free)
+        c0 = ch.applied_intercept_ticks if ch.applied_intercept_ticks is not None \
+            else ch.intercept_ticks
+        c0_ci = ch.applied_intercept_ci95_ticks if ch.applied_intercept_ticks is not None \
+            else ch.intercept_ci95_ticks
         k = fit.configs.index(0)
-        ov_sol[k] = analysis.check.intercept_ticks
-        overhead_ticks[0] = analysis.check.intercept_ticks
+        ov_sol[k] = c0
+        overhead_ticks[0] = c0
         z = float(fit.residuals.get("t95", 1.96)) or 1.96
-        cov[nb + k, nb + k] = (analysis.check.intercept_ci95_ticks / z) ** 2
+        cov[nb + k, nb + k] = (c0_ci / z) ** 2
     groups, blocks = _regroup(fit, analysis, blocks, covered, ns)
     # where each column's cost comes from is information (the report's fit line and the
     # JSON's "activations"), not a warning
@@ -358,6 +527,16 @@ def apply_activation_fits(fit: Any, analysis: ActivationAnalysis) -> Any:
                    warnings=tuple(fit.warnings) + warn_text,
                    fit_warnings=tuple(fit.fit_warnings) + tuple(analysis.warnings),
                    activations=analysis)
+
+
+def _alone_with_overhead(f: ActivationFit, col: tuple[str, int]) -> Any:
+    """``f``'s combination of this block alone with overhead terms (ε[…], δ), or None."""
+    lab = column_label(col)
+    for c in f.combinations:
+        named = [(t, v) for t, v in c.terms if ":" in t]
+        if len(named) == 1 and named[0][0] == lab and abs(named[0][1] - 1.0) < 1e-9:
+            return c
+    return None
 
 
 KIND_ACTIVATIONS = "activations"     # blocks one function's own activations do not separate
@@ -423,18 +602,22 @@ def _regroup(fit: Any, analysis: ActivationAnalysis, blocks: list, covered: np.n
             for c in f.combinations:
                 named = {t for t, _v in c.terms if ":" in t}
                 if named and named <= labels:
+                    # its value as the blocks predict: the applied (probe-free) costs
+                    terms = tuple((label_col[t], v) for t, v in c.terms if t in label_col)
+                    value = float(sum(v * blocks[col_j[col]].solution_ticks
+                                      for col, v in terms))
+                    text = c.text if value == c.value_ticks else \
+                        f"{c.text}, probe overhead removed"
                     combos.append(Combination(
-                        tuple((col[1], v) for t, v in c.terms
-                              for col in [label_col.get(t)] if col is not None), (),
-                        c.value_ticks, c.ci95_ticks, f"{c.text} (in {src}'s activations)",
-                        ns(c.value_ticks), ns(c.ci95_ticks)))
+                        tuple((col[1], v) for col, v in terms), (), value, c.ci95_ticks,
+                        f"{text} (in {src}'s activations)", ns(value), ns(c.ci95_ticks)))
             gid = len(out)
             entry = any(col == (src, f.address) for col in comp)
             out.append(Group(
                 gid, tuple(col[1] for col in comp), KIND_ACTIVATIONS, tuple(combos),
                 advice=(f"known only together in {src}'s own activations"
-                        + ("; the entry block also carries the probe pair (ε), removed with "
-                           "κ per activation" if entry else "")
+                        + ("; the entry block's probe overhead (ε) is removed as measured"
+                           if entry else "")
                         + ": vary how often these blocks run relative to each other per "
                           "activation")))
             for col in comp:

@@ -128,6 +128,11 @@ class ActivationFit:
     solution: np.ndarray = field(repr=False, compare=False, default=None)   # [columns]
     # of ``solution`` (HC1 sandwich), zero for columns never executed
     covariance: np.ndarray = field(repr=False, compare=False, default=None)  # [columns]²
+    # per confounded overhead term (ε[c], δ): how much of one tick of it the particular
+    # solution put in each column's cost ([columns]; the fit's own attribution, linear in
+    # the times): a measured overhead comes out of the blocks exactly where it went in
+    overhead_shares: dict[str, np.ndarray] = field(repr=False, compare=False,
+                                                   default_factory=dict)
 
     def cost(self, column: tuple[str, int]) -> ActivationCost:
         return self.costs[self.columns.index(column)]
@@ -380,6 +385,14 @@ def _fit(rows: Any, config_ids: np.ndarray | None, quantum: float | None, statis
                                       half(e) if estimable[j] else None, float(sol[j])))
     full_cov = np.zeros((p, p))
     full_cov[np.ix_(bcols, bcols)] = cov_sol[:nb, :nb]
+    shares = {}
+    for j in range(nb, q):
+        if not estimable[j]:
+            # times equal to this term's own column: the particular solution of that is
+            # where one tick of the term lands (overheads at 0, as in _particular)
+            u = _particular_solve(G, np.asarray(G[:, j]).ravel(), an, nb)
+            shares[labels[j]] = np.zeros(p)
+            shares[labels[j]][bcols] = u[:nb]
 
     med, p95, n_ho = _heldout(D, merged, inp, folds, seed, quantum)
     pred_rows = D @ sol
@@ -387,7 +400,7 @@ def _fit(rows: Any, config_ids: np.ndarray | None, quantum: float | None, statis
         rows.function, int(rows.address), tuple(rows.columns), tuple(costs), tuple(overheads),
         tuple(combos), tuple(inseparable), int(n), int(n_all), int(g), int(q), int(rank), t95,
         sigma, med, p95, n_ho, "HC1 sandwich over activations", (), tuple(notes),
-        full_sol, full_cov)
+        full_sol, full_cov, shares)
     warnings = _plausibility(fit, pred_rows, merged, inp, quantum)
     return _with_warnings(fit, warnings)
 
@@ -421,6 +434,21 @@ def _particular(G: np.ndarray, b: np.ndarray, an: est.Analysis, nb: int, theta: 
     cov = np.zeros((q, q))
     cov[np.ix_(sub, sub)] = Gp @ M[np.ix_(sub, sub)] @ Gp * scale
     return out, cov
+
+
+def _particular_solve(G: np.ndarray, b: np.ndarray, an: est.Analysis, nb: int) -> np.ndarray:
+    """The particular solution of :func:`_particular` for the right-hand side ``b``."""
+    q = G.shape[0]
+    keep = np.ones(q, dtype=bool)
+    keep[nb:] = an.estimable[nb:]
+    sub = np.flatnonzero(keep)
+    out = np.zeros(q)
+    if not keep.all():
+        an_s = est.analyze(G[np.ix_(sub, sub)], 0.0)
+        if an_s.rank >= an.rank:
+            out[sub] = an_s.solve(b[sub])
+            return out
+    return an.solve(b)
 
 
 def _text(terms: Sequence[tuple[str, float]]) -> str:

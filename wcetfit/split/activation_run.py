@@ -99,6 +99,14 @@ class _ActivationWorker:
         self.probes.install()
         self._pin = tsc.pinned()
         self._pin.__enter__()
+        # ε and δ of these stubs, in this process, on this CPU (wcetfit.split.actcalib);
+        # sent with the first input's result
+        from wcetfit.split.actcalib import calibrate
+        try:
+            self.calibration: dict[str, Any] | None = calibrate(method, self.binary.span())
+        except MeasurementError as exc:
+            log.warning("activation probe calibration failed: %s", exc)
+            self.calibration = {"error": str(exc)}
 
     def run(self, index: int, start: Callable[[str], None]) -> dict[str, Any]:
         from wcetfit.split.actprobe import differential_check
@@ -125,8 +133,11 @@ class _ActivationWorker:
         finally:
             self.probes.install()
             self.data.restore(saved)
-        return {"events": ev.events, "t_start": ev.t_start, "t_stop": ev.t_stop,
-                "migrated": ev.migrated, "dropped": ev.dropped, "plain": plain.ticks}
+        out = {"events": ev.events, "t_start": ev.t_start, "t_stop": ev.t_stop,
+               "migrated": ev.migrated, "dropped": ev.dropped, "plain": plain.ticks}
+        if self.calibration is not None:
+            out["calibration"], self.calibration = self.calibration, None
+        return out
 
 
 def match_input(tree: TraceTree, result: dict[str, Any], root_fid: int, root_timed: bool,
@@ -209,8 +220,11 @@ def run_activations(target: Target, store: Store, model: Any, root: str, *,
     notes: list[str] = []
     root_fid = cl.names.index(fname)
     root_timed = fname in cl.regions
+    calibrations: list[dict[str, Any]] = []
 
     def store_result(index: int, result: dict[str, Any]) -> None:
+        if result.get("calibration"):
+            calibrations.append(result["calibration"])
         try:
             incl, whole, note = match_input(trees[index], result, root_fid, root_timed,
                                             repeats)
@@ -253,7 +267,8 @@ def run_activations(target: Target, store: Store, model: Any, root: str, *,
             np.stack([results[i][1] for i in idx]) if idx else np.zeros((0, repeats)),
             np.stack([results[i][2] for i in idx]) if idx else np.zeros((0, repeats)),
             tuple(failures), {"warmup": warmup, "notes": notes[:20],
-                              "env": tsc.environment(method).to_dict()})
+                              "env": tsc.environment(method).to_dict()},
+            pooled_calibration(calibrations))
 
     todo = sorted(trees)
     expected = {i: len(t.function) for i, t in trees.items()}
@@ -271,6 +286,19 @@ def run_activations(target: Target, store: Store, model: Any, root: str, *,
     if not len(out.indices) and todo:
         first = "; ".join(f.describe() for f in failures[:3]) or "no result"
         raise NothingMeasured(f"{root}: no input could be timed per activation: {first}")
+    return out
+
+
+def pooled_calibration(cals: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first successful calibration of the run's children (one per child process; a
+    restarted child calibrates again), with how many there were; the spread of the
+    others' ε + δ is kept beside it.  None when no child calibrated."""
+    good = [c for c in cals if "epsilon" in c]
+    if not good:
+        return {"error": cals[0]["error"]} if cals else None
+    out = dict(good[0])
+    out["children_calibrated"] = len(good)
+    out["kappa_all_ticks"] = [c["kappa"]["value_ticks"] for c in good]
     return out
 
 

@@ -226,6 +226,9 @@ class ActivationSet:
     whole_plain: np.ndarray                    # float64 [inputs, repeats]: unprobed calls
     failures: tuple[Any, ...] = ()
     environment: dict[str, Any] | None = None
+    # the probes' ε and δ measured in the measuring child (wcetfit.split.actcalib):
+    # {"epsilon": {value_ticks, ci95_ticks}, "delta": …, "kappa": …, …}; None: not measured
+    calibration: dict[str, Any] | None = None
 
     @property
     def excl(self) -> np.ndarray:
@@ -261,8 +264,30 @@ class ActivationSet:
                 function=name, address=self.addresses[k],
                 columns=tuple(self.id_names[i] for i in cols), counts=m,
                 ticks=excl[rows], children=kids[rows], input_index=self.input_index[rows],
-                call_site=self.call_site[rows])
+                call_site=self.call_site[rows],
+                child_calls=self._child_calls(rows, row_of, cols))
         return out
+
+
+    def _child_calls(self, rows: np.ndarray, row_of: np.ndarray, cols: np.ndarray) -> Any:
+        """[rows, columns]: the timed children each activation called from each column's
+        block.  A call site is the address of the block's last instruction (the call or
+        the tail jump): its block is the column with the greatest start not above it (the
+        block that made the call executed in this activation, so it is a column)."""
+        import scipy.sparse as sp
+
+        kids = np.flatnonzero(np.isin(self.parent, rows))
+        starts = np.array([self.id_names[i][1] for i in cols], dtype=np.int64)
+        order = np.argsort(starts, kind="stable")
+        site = self.call_site[kids].astype(np.int64)
+        pos = np.searchsorted(starts[order], site, side="right") - 1
+        ok = pos >= 0
+        if not ok.all():
+            log.warning("%d timed call(s) from a site below every block of the caller's "
+                        "rows: their δ is not placed", int((~ok).sum()))
+        return sp.csr_matrix((np.ones(int(ok.sum())),
+                              (row_of[self.parent[kids[ok]]], order[pos[ok]])),
+                             shape=(len(rows), len(cols)))
 
 
 def activations_name(root: str, seed: int, method: str, repeats: int) -> str:
@@ -275,7 +300,8 @@ def save_activations(store: Store, s: ActivationSet) -> None:
             "addresses": [hexaddr(a) for a in s.addresses],
             "id_names": [[f, hexaddr(b)] for f, b in s.id_names], "timed": list(s.timed),
             "untimed": dict(s.untimed), "machine": machine_fingerprint(),
-            "environment": s.environment or {}, "failures": _failures_to_json(s.failures)}
+            "environment": s.environment or {}, "failures": _failures_to_json(s.failures),
+            "calibration": s.calibration}
     arrays = {"input_index": s.input_index, "function": s.function, "parent": s.parent,
               "call_site": s.call_site, "incl": s.incl, "cnt_row": s.cnt_row,
               "cnt_id": s.cnt_id, "cnt_val": s.cnt_val, "indices": s.indices,
@@ -301,7 +327,7 @@ def load_activations(store: Store, root: str, seed: int, method: str,
         dict(meta["untimed"]), a["input_index"], a["function"], a["parent"], a["call_site"],
         a["incl"], a["cnt_row"], a["cnt_id"], a["cnt_val"], a["indices"], a["whole_probed"],
         a["whole_plain"], tuple(_failures_from_json(meta["failures"])),
-        meta.get("environment"))
+        meta.get("environment"), meta.get("calibration"))
 
 
 def load_activation_rows(store: Store, root: str, seed: int, method: str,

@@ -76,8 +76,22 @@ def _check_coherent(target: str, out_json: str, timed_callees: set[str]):
     # Σ count·T' − κ·A + c, recomputed here from the activation fits' own costs
     counts = np.asarray(a.system.counts, dtype=float)
     raw = counts @ np.nan_to_num(act.costs)
-    want = raw + act.check.intercept_ticks
+    want = raw + act.check.applied_intercept_ticks
     assert np.allclose(np.asarray(a.report.predicted_ticks), want, rtol=1e-6, atol=1e-3)
+    # the probes' ε and δ were measured with the activations and removed where they sit;
+    # ε + δ agrees with the root check's κ within both intervals, or the report says not
+    ch = act.check
+    assert ch.removal == "calibration", ch
+    assert ch.epsilon_ticks > 0 and ch.delta_ticks > 0
+    warned = {w.code for w in a.fit.fit_warnings}
+    if ch.kappa_ticks is not None and abs(ch.calibrated_kappa_ticks - ch.kappa_ticks) > \
+            ch.kappa_ci95_ticks + ch.calibrated_kappa_ci95_ticks:
+        assert any("differs from the root check" in w.message for w in a.fit.fit_warnings)
+    # no block (entry or call) made negative by the removal without a warning naming it
+    neg_named = {b for w in a.fit.fit_warnings if w.code == "negative_cost" for b in w.blocks}
+    for j in covered:
+        if act.removed[j] > 0 and act.costs[j] < 0:
+            assert "negative_cost" in warned and act.columns[j][1] in neg_named
     # each block's cost shown is the one predicted with
     by_fn = {fr.name: fr for fr in a.report.functions}
     for j in covered:

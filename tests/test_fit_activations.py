@@ -195,4 +195,4 @@ def test_report_shows_per_function_heldout_errors():
     for fn in ("main", "leaf", "rec"):
         label = next(k for k in lines if k.startswith(f"held-out error per activation, {fn} "))
         assert "median" in lines[label] and "p95" in lines[label]
-    assert "ticks" in lines["probe overhead per activation κ = ε + δ"]
+    assert "ticks" in lines["probe overhead per activation κ = ε + δ (root check)"]

@@ -208,10 +208,33 @@ def activation_rows(extra, tsc_hz=None) -> list[tuple[str, str]]:  # type: ignor
                     f"median {num(100 * float(ch['median_rel_error']), 2)} %, p95 "
                     f"{num(100 * float(ch['p95_rel_error']), 2)} %"))
         k = ch.get("kappa_ticks")
-        out.append(("probe overhead per activation κ = ε + δ",
+        out.append(("probe overhead per activation κ = ε + δ (root check)",
                     "not separable from the whole call's" if k is None else
                     pm_both(float(k), ch.get("kappa_ci95_ticks"), tsc_hz)))
-        out.append(("whole call's overhead c (ε of the timing run + the root's δ)",
+        if ch.get("epsilon_ticks") is not None:
+            out.append(("probe overhead ε inside an activation's readings (calibration), "
+                        "removed from its entry block",
+                        pm_both(ch["epsilon_ticks"], ch.get("epsilon_ci95_ticks"), tsc_hz)))
+            out.append(("probe overhead δ per timed child, in the calling block "
+                        "(calibration), removed there",
+                        pm_both(ch.get("delta_ticks"), ch.get("delta_ci95_ticks"), tsc_hz)))
+            out.append(("ε + δ of the calibration (against κ above)",
+                        pm_both(ch.get("calibrated_kappa_ticks"),
+                                ch.get("calibrated_kappa_ci95_ticks"), tsc_hz)))
+        elif ch.get("removal") == "kappa":
+            out.append(("probe overhead removed",
+                        "κ from each timed function's entry block (ε and δ not measured "
+                        "separately: time the activations again)"))
+        if ch.get("applied_intercept_ticks") is not None:
+            out.append(("whole call's overhead with the probe-free costs",
+                        pm_both(ch.get("applied_intercept_ticks"),
+                                ch.get("applied_intercept_ci95_ticks"), tsc_hz)))
+        if ch.get("applied_median_rel_error") is not None:
+            out.append(("root calls as predicted (probe-free costs + that overhead)",
+                        f"median {num(100 * float(ch['applied_median_rel_error']), 2)} %, p95 "
+                        f"{num(100 * float(ch['applied_p95_rel_error']), 2)} %"))
+        out.append(("whole call's overhead c of the (κ, c) check (ε of the timing run + the "
+                    "root's δ)",
                     pm_both(ch.get("intercept_ticks"), ch.get("intercept_ci95_ticks"), tsc_hz)))
         if ch.get("columns_from_whole_call"):
             out.append(("blocks costed from the whole-call fit (no activation ran them)",

@@ -309,13 +309,28 @@ def activation_fit_in_words(act, hz: float | None) -> str:  # type: ignore[no-un
                    p is not None else f"{name} — (too few inputs)")
     acts = "; held-out activations (median / p95): " + ", ".join(per) if per else ""
     k = _num(ch.get("kappa_ticks"))
-    kappa = ("; probe overhead κ = ε + δ per activation not separable from the whole "
-             "call's (kept in the costs)" if k is None else
-             f"; probe overhead κ = ε + δ = {_pm(k, _num(ch.get('kappa_ci95_ticks')), hz)} "
-             f"per activation, taken out")
-    c = _num(ch.get("intercept_ticks"))
+    e, d = _num(ch.get("epsilon_ticks")), _num(ch.get("delta_ticks"))
+    if e is not None and d is not None:
+        kc = _num(ch.get("calibrated_kappa_ticks"))
+        eci = _num(ch.get('epsilon_ci95_ticks'))
+        kappa = (f"; probe overhead measured: ε = {_pm(e, eci, hz)}"
+                 f" taken out of each timed activation's entry block, δ = "
+                 f"{_pm(d, _num(ch.get('delta_ci95_ticks')), hz)} out of the calling block "
+                 f"per timed child (κ = ε + δ = "
+                 f"{_pm(kc, _num(ch.get('calibrated_kappa_ci95_ticks')), hz)}"
+                 + ("" if k is None else
+                    f"; the root check's κ = {_pm(k, _num(ch.get('kappa_ci95_ticks')), hz)}")
+                 + ")")
+    else:
+        kappa = ("; probe overhead κ = ε + δ per activation not separable from the whole "
+                 "call's (kept in the costs)" if k is None else
+                 f"; probe overhead κ = ε + δ = {_pm(k, _num(ch.get('kappa_ci95_ticks')), hz)}"
+                 " per activation, taken out of entry blocks (ε and δ not measured apart)")
+    c, cci = _num(ch.get("applied_intercept_ticks")), ch.get("applied_intercept_ci95_ticks")
+    if c is None:
+        c, cci = _num(ch.get("intercept_ticks")), ch.get("intercept_ci95_ticks")
     whole = ("" if c is None else
-             f"; whole call's overhead {_pm(c, _num(ch.get('intercept_ci95_ticks')), hz)}")
+             f"; whole call's overhead {_pm(c, _num(cci), hz)}")
     n_whole = int(ch.get("columns_from_whole_call") or 0)
     rest = (f"; {n_whole} block(s) no activation ran keep the whole-call fit's cost"
             if n_whole else "")

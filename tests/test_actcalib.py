@@ -1,12 +1,11 @@
 """The probes' ε and δ measured on two functions of known instructions
 (wcetfit.split.actcalib), with the real stubs and fenced reading.
 
-Truth: the calibration's own readings are not independent of its figures, so this checks
-what must hold whatever the machine: ε + δ equals the inclusive growth per child of a
-parent whose children are timed, less one unprobed iteration, measured here by a separate
-probed run (P and L timed) against P alone — the same quantities taken a second time,
-from new calls; ε and δ are each positive (a probe cannot cost negative time), and the
-intervals are finite.
+Truth: the calibration's figures come from its own readings, so this checks what must
+hold whatever the machine: ε and δ are each positive (a probe cannot cost negative time);
+ε is at most the leaf's whole probed inclusive time (the known instructions' share is not
+negative); ε + δ is their sum; the intervals are finite; and a second calibration from new
+calls gives ε + δ again (within a quarter: the VM's speed moves).
 """
 
 from __future__ import annotations

@@ -80,6 +80,11 @@ class RootCheck:
     calibrated_kappa_ticks: float | None = None
     calibrated_kappa_ci95_ticks: float | None = None
     removal: str | None = None
+    # what came out of the blocks: κ split in the calibration's proportion (_applied)
+    applied_epsilon_ticks: float | None = None
+    applied_epsilon_ci95_ticks: float | None = None
+    applied_delta_ticks: float | None = None
+    applied_delta_ci95_ticks: float | None = None
     # the prediction as it is made: probe-free costs and the whole call's overhead
     # fitted with them (the configuration-0 overhead of the applied fit)
     applied_intercept_ticks: float | None = None
@@ -191,10 +196,13 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
     costs = base.copy()
     removed = np.zeros(nc)
     if cal is not None:
-        removed = _removal(columns, source, fits, rows, cal[0], cal[2])
+        applied = _applied(cal, check.kappa_ticks if check else None,
+                           check.kappa_ci95_ticks if check else None)
+        removed = _removal(columns, source, fits, rows, applied[0], applied[2])
         costs = base - removed
         if check is not None:
-            check = _apply_check(check, cal, y, counts @ np.nan_to_num(costs), quantum or 0.0)
+            check = _apply_check(check, cal, applied, y, counts @ np.nan_to_num(costs),
+                                 quantum or 0.0)
             warnings.extend(_kappa_agreement(system.root, check))
     elif check is not None and check.kappa_ticks is not None:
         entries = {(name, f.address) for name, f in fits.items()}
@@ -219,7 +227,8 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
         notes.extend(f.notes)
     removed_ci = np.zeros(nc)
     if cal is not None:
-        removed_ci = _removal(columns, source, fits, rows, cal[1], cal[3], absolute=True)
+        removed_ci = _removal(columns, source, fits, rows, applied[1], applied[3],
+                              absolute=True)
     elif check is not None and check.kappa_ci95_ticks is not None:
         removed_ci = np.where(removed > 0, check.kappa_ci95_ticks, 0.0)
     return ActivationAnalysis(system.root, fits, check, columns, costs, tuple(source), allw,
@@ -259,8 +268,26 @@ def _removal(columns: tuple[tuple[str, int], ...], source: list[str | None],
     return out
 
 
-def _apply_check(check: RootCheck, cal: tuple, y: np.ndarray, pred: np.ndarray,
-                 quantum: float) -> RootCheck:
+def _applied(cal: tuple, kappa: float | None, kappa_ci: float | None
+             ) -> tuple[float, float, float, float]:
+    """(ε, ±, δ, ±) taken out of the blocks.  The whole calls the bound answers to fix the
+    total per activation: with the root check's κ (ε + δ as the whole calls see it), ε and
+    δ are κ split in the calibration's proportion; the calibration's own sum drifts with
+    the VM's speed by more than its interval says (151–164 ticks over runs on actree, κ of
+    the same runs 142–151), and per activation that drift would be multiplied by every
+    activation of a call.  Without κ (every input the same activations) or with κ ≤ 0,
+    the calibration's figures themselves.  Intervals: relative, κ's and the split's."""
+    e, ec, d, dc, k, kc = cal
+    if kappa is None or kappa <= 0 or k <= 0:
+        return e, ec, d, dc
+    f = kappa / k
+    rk = (kappa_ci or 0.0) / kappa
+    return (e * f, e * f * math.hypot(rk, ec / max(e, 1e-9)), d * f,
+            d * f * math.hypot(rk, dc / max(d, 1e-9)))
+
+
+def _apply_check(check: RootCheck, cal: tuple, applied: tuple, y: np.ndarray,
+                 pred: np.ndarray, quantum: float) -> RootCheck:
     """The root check of the prediction as made: probe-free costs (calibrated ε and δ
     removed) and the whole call's overhead fitted with them (one unknown, the mean
     residual; interval t95 × its standard error)."""
@@ -268,7 +295,9 @@ def _apply_check(check: RootCheck, cal: tuple, y: np.ndarray, pred: np.ndarray,
     e, ec, d, dc, k, kc = cal
     out = replace(check, epsilon_ticks=e, epsilon_ci95_ticks=ec, delta_ticks=d,
                   delta_ci95_ticks=dc, calibrated_kappa_ticks=k, calibrated_kappa_ci95_ticks=kc,
-                  removal="calibration")
+                  removal="calibration", applied_epsilon_ticks=applied[0],
+                  applied_epsilon_ci95_ticks=applied[1], applied_delta_ticks=applied[2],
+                  applied_delta_ci95_ticks=applied[3])
     if ok.sum() < 2:
         return out
     r = y[ok] - pred[ok]
@@ -294,7 +323,8 @@ def _kappa_agreement(root: str, check: RootCheck) -> list[FitWarning]:
         f"ticks by {c - k:+.1f} ticks (beyond both intervals)",
         "the calibration's two small functions do not run the stubs exactly as the real "
         "functions do (pipeline state, caches) or the whole-call and activation runs saw "
-        "different machine speeds; the bound is off by about this difference per activation",
+        "different machine speeds; the costs keep the root check's κ, split in the "
+        "calibration's proportion between entry (ε) and calling blocks (δ)",
         estimate_ticks=c - k, ci95_ticks=(kc or 0.0) + (cc or 0.0))
     log.warning("%s", w.message)
     return [w]
@@ -309,7 +339,7 @@ def _negative_after_removal(root: str, columns: tuple[tuple[str, int], ...],
     out = []
     for j in np.flatnonzero((removed > 0) & (costs < 0)):
         fn, a = columns[j]
-        what = ("ε and δ measured by the calibration" if cal is not None else
+        what = ("ε and δ (the calibration's split of κ)" if cal is not None else
                 "κ = ε + δ of the root check")
         out.append(FitWarning(
             WARN_NEGATIVE_COST,
@@ -389,19 +419,24 @@ def _root_heldout(system: Any, rows: Mapping[str, Any], whole_sol: np.ndarray,
             except Exception as exc:  # noqa: BLE001 - a fold too small to fit: skip it
                 log.info("held-out root check, fold %d, %s: %s", k, name, exc)
         base, src = _assemble(fits, col_index, whole_sol)
-        if cal is not None:        # probe-free costs: calibrated ε and δ where they sit
-            base = base - _removal(tuple(col_index), src, fits, rows, cal[0], cal[2])
         pred_raw = counts @ np.nan_to_num(base)
         tr = (fold != k) & np.isfinite(y) & np.isfinite(pred_raw)
         te = (fold == k) & np.isfinite(y) & np.isfinite(pred_raw)
         if tr.sum() < 3 or not te.any():
             continue
         X = (np.column_stack([np.ones(tr.sum()), -A[tr]]) if np.ptp(A[tr]) > 0
-             and cal is None else np.ones((tr.sum(), 1)))
+             else np.ones((tr.sum(), 1)))
         beta, *_ = np.linalg.lstsq(X, y[tr] - pred_raw[tr], rcond=None)
         Xt = (np.column_stack([np.ones(te.sum()), -A[te]]) if X.shape[1] == 2
               else np.ones((te.sum(), 1)))
         pred = pred_raw[te] + Xt @ beta
+        if cal is not None:
+            # as applied: ε and δ (the calibration's split of this fold's κ) out of the
+            # blocks where the fit put them, then the whole call's overhead from the fold
+            e, _ec, d, _dc = _applied(cal, float(beta[1]) if X.shape[1] == 2 else None, None)
+            free = counts @ np.nan_to_num(base - _removal(tuple(col_index), src, fits, rows,
+                                                          e, d))
+            pred = free[te] + float(np.mean(y[tr] - free[tr]))
         errs.append(np.abs(pred - y[te]) / np.maximum(np.abs(y[te]), floor))
     if not errs:
         return None, None, 0

@@ -212,15 +212,22 @@ def activation_rows(extra, tsc_hz=None) -> list[tuple[str, str]]:  # type: ignor
                     "not separable from the whole call's" if k is None else
                     pm_both(float(k), ch.get("kappa_ci95_ticks"), tsc_hz)))
         if ch.get("epsilon_ticks") is not None:
-            out.append(("probe overhead ε inside an activation's readings (calibration), "
-                        "removed from its entry block",
+            out.append(("probe overhead ε inside an activation's readings (calibration)",
                         pm_both(ch["epsilon_ticks"], ch.get("epsilon_ci95_ticks"), tsc_hz)))
             out.append(("probe overhead δ per timed child, in the calling block "
-                        "(calibration), removed there",
+                        "(calibration)",
                         pm_both(ch.get("delta_ticks"), ch.get("delta_ci95_ticks"), tsc_hz)))
             out.append(("ε + δ of the calibration (against κ above)",
                         pm_both(ch.get("calibrated_kappa_ticks"),
                                 ch.get("calibrated_kappa_ci95_ticks"), tsc_hz)))
+            if ch.get("applied_epsilon_ticks") is not None:
+                out.append(("taken out: κ split in the calibration's proportion, ε from "
+                            "entry blocks",
+                            pm_both(ch["applied_epsilon_ticks"],
+                                    ch.get("applied_epsilon_ci95_ticks"), tsc_hz)))
+                out.append(("taken out: δ from the calling blocks, per timed child",
+                            pm_both(ch.get("applied_delta_ticks"),
+                                    ch.get("applied_delta_ci95_ticks"), tsc_hz)))
         elif ch.get("removal") == "kappa":
             out.append(("probe overhead removed",
                         "κ from each timed function's entry block (ε and δ not measured "

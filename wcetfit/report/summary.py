@@ -312,15 +312,19 @@ def activation_fit_in_words(act, hz: float | None) -> str:  # type: ignore[no-un
     e, d = _num(ch.get("epsilon_ticks")), _num(ch.get("delta_ticks"))
     if e is not None and d is not None:
         kc = _num(ch.get("calibrated_kappa_ticks"))
-        eci = _num(ch.get('epsilon_ci95_ticks'))
-        kappa = (f"; probe overhead measured: ε = {_pm(e, eci, hz)}"
-                 f" taken out of each timed activation's entry block, δ = "
-                 f"{_pm(d, _num(ch.get('delta_ci95_ticks')), hz)} out of the calling block "
-                 f"per timed child (κ = ε + δ = "
+        ae, ad = _num(ch.get("applied_epsilon_ticks")), _num(ch.get("applied_delta_ticks"))
+        kappa = (f"; probe overhead measured apart: ε = "
+                 f"{_pm(e, _num(ch.get('epsilon_ci95_ticks')), hz)}, δ = "
+                 f"{_pm(d, _num(ch.get('delta_ci95_ticks')), hz)} (κ = ε + δ = "
                  f"{_pm(kc, _num(ch.get('calibrated_kappa_ci95_ticks')), hz)}"
                  + ("" if k is None else
                     f"; the root check's κ = {_pm(k, _num(ch.get('kappa_ci95_ticks')), hz)}")
                  + ")")
+        if ae is not None and ad is not None:
+            kappa += (f"; taken out: {_pm(ae, _num(ch.get('applied_epsilon_ci95_ticks')), hz)}"
+                      f" (ε) from each timed activation's entry block, "
+                      f"{_pm(ad, _num(ch.get('applied_delta_ci95_ticks')), hz)} (δ) from the "
+                      "calling block per timed child")
     else:
         kappa = ("; probe overhead κ = ε + δ per activation not separable from the whole "
                  "call's (kept in the costs)" if k is None else

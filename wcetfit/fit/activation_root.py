@@ -24,12 +24,20 @@ costed with δ),
 
 κ = ε + δ the probe overhead per timed activation (the root's own activation has no
 parent: its δ goes into c, with the whole call's ε).  κ and c are fitted from the
-whole-call rows (two unknowns, least squares with a HC1 sandwich); the probe-free cost
-of a timed function's entry block is T'_entry − κ.  The check reports the root's
-prediction from activation-fitted costs against the measured calls, before (raw) and
-after removing the probe overhead.  (When a function's δ is separable from its blocks,
-its estimate is already out of its blocks and κ slightly over-removes it there: the
-difference is δ per such child, named in a note.)
+whole-call rows (two unknowns, least squares with a HC1 sandwich).  The check reports the
+root's prediction from activation-fitted costs against the measured calls, before (raw)
+and after removing the probe overhead.
+
+Where the overhead comes out.  ε sits in the entry block, δ in the parent's block that
+made the call.  With the calibration of the measuring child
+(:mod:`wcetfit.split.actcalib`: ε and δ measured apart on known code), κ is split in the
+calibration's ε : δ proportion (:func:`_applied`: κ fixes the total the whole calls see;
+the calibration's own sum drifts with the VM's speed by more than its interval) and each
+part is taken out of the blocks exactly where each function's fit put it
+(``ActivationFit.overhead_shares``; :func:`_removal`); the whole call's overhead is then
+refitted with those costs.  Without a calibration, κ comes out of entry blocks (named in
+the notes).  ε + δ apart from κ beyond both intervals, and a block the removal leaves
+negative, are warnings.
 """
 
 from __future__ import annotations
@@ -44,9 +52,10 @@ from scipy import stats
 
 from wcetfit.fit import robust
 from wcetfit.fit.activations import DELTA, ActivationFit, column_label, fit_activations
-from wcetfit.fit.result import (WARN_NEGATIVE_COST, WARN_OVERHEAD, BlockFit, Combination,
-                                FitWarning, Group)
-from wcetfit.model import hexaddr
+from wcetfit.fit.result import WARN_OVERHEAD, BlockFit, Combination, FitWarning, Group
+from wcetfit.fit.activation_overhead import (_applied, _apply_check, _calibration,
+                                             _kappa_agreement, _negative_after_removal,
+                                             _removal)
 
 log = logging.getLogger(__name__)
 
@@ -233,126 +242,6 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
         removed_ci = np.where(removed > 0, check.kappa_ci95_ticks, 0.0)
     return ActivationAnalysis(system.root, fits, check, columns, costs, tuple(source), allw,
                               tuple(notes), removed, removed_ci)
-
-
-def _calibration(c: Mapping[str, Any] | None) -> tuple[float, float, float, float,
-                                                        float, float] | None:
-    """(ε, ±, δ, ±, ε + δ, ±) in ticks from a stored calibration, or None."""
-    if not c or "epsilon" not in c or "delta" not in c:
-        return None
-    e, d, k = c["epsilon"], c["delta"], c.get("kappa") or {}
-    kv = k.get("value_ticks", e["value_ticks"] + d["value_ticks"])
-    kc = k.get("ci95_ticks", math.hypot(e["ci95_ticks"], d["ci95_ticks"]))
-    return (float(e["value_ticks"]), float(e["ci95_ticks"]), float(d["value_ticks"]),
-            float(d["ci95_ticks"]), float(kv), float(kc))
-
-
-def _removal(columns: tuple[tuple[str, int], ...], source: list[str | None],
-             fits: Mapping[str, ActivationFit], rows: Mapping[str, Any], eps: float,
-             delta: float, absolute: bool = False) -> np.ndarray:
-    """Ticks of probe overhead each column's activation-fitted cost holds, taken out where
-    the fit put it: a confounded ε[c] or δ is 0 in the particular solution and its value
-    went into the blocks it is confounded with — ε into the entry block (or the set of
-    once-per-activation blocks it cannot be told from), δ into each block whose calls
-    are timed, once per timed call (``overhead_shares``: that attribution per tick).  An
-    overhead the fit separated is not in the blocks: nothing is removed for it."""
-    out = np.zeros(len(columns))
-    for j, (col, src) in enumerate(zip(columns, source)):
-        if src is None:
-            continue
-        f = fits[src]
-        k = f.columns.index(col)
-        for label, share in f.overhead_shares.items():
-            w = abs(float(share[k])) if absolute else float(share[k])
-            out[j] += (delta if label == DELTA else eps) * w
-    return out
-
-
-def _applied(cal: tuple, kappa: float | None, kappa_ci: float | None
-             ) -> tuple[float, float, float, float]:
-    """(ε, ±, δ, ±) taken out of the blocks.  The whole calls the bound answers to fix the
-    total per activation: with the root check's κ (ε + δ as the whole calls see it), ε and
-    δ are κ split in the calibration's proportion; the calibration's own sum drifts with
-    the VM's speed by more than its interval says (151–164 ticks over runs on actree, κ of
-    the same runs 142–151), and per activation that drift would be multiplied by every
-    activation of a call.  Without κ (every input the same activations) or with κ ≤ 0,
-    the calibration's figures themselves.  Intervals: relative, κ's and the split's."""
-    e, ec, d, dc, k, kc = cal
-    if kappa is None or kappa <= 0 or k <= 0:
-        return e, ec, d, dc
-    f = kappa / k
-    rk = (kappa_ci or 0.0) / kappa
-    return (e * f, e * f * math.hypot(rk, ec / max(e, 1e-9)), d * f,
-            d * f * math.hypot(rk, dc / max(d, 1e-9)))
-
-
-def _apply_check(check: RootCheck, cal: tuple, applied: tuple, y: np.ndarray,
-                 pred: np.ndarray, quantum: float) -> RootCheck:
-    """The root check of the prediction as made: probe-free costs (calibrated ε and δ
-    removed) and the whole call's overhead fitted with them (one unknown, the mean
-    residual; interval t95 × its standard error)."""
-    ok = np.isfinite(y) & np.isfinite(pred)
-    e, ec, d, dc, k, kc = cal
-    out = replace(check, epsilon_ticks=e, epsilon_ci95_ticks=ec, delta_ticks=d,
-                  delta_ci95_ticks=dc, calibrated_kappa_ticks=k, calibrated_kappa_ci95_ticks=kc,
-                  removal="calibration", applied_epsilon_ticks=applied[0],
-                  applied_epsilon_ci95_ticks=applied[1], applied_delta_ticks=applied[2],
-                  applied_delta_ci95_ticks=applied[3])
-    if ok.sum() < 2:
-        return out
-    r = y[ok] - pred[ok]
-    c = float(r.mean())
-    ci = float(stats.t.ppf(0.975, r.size - 1) * r.std(ddof=1) / math.sqrt(r.size))
-    err = np.abs(pred[ok] + c - y[ok]) / np.maximum(np.abs(y[ok]), max(quantum, 1.0))
-    return replace(out, applied_intercept_ticks=c, applied_intercept_ci95_ticks=ci,
-                   applied_median_rel_error=float(np.median(err)),
-                   applied_p95_rel_error=float(np.percentile(err, 95)))
-
-
-def _kappa_agreement(root: str, check: RootCheck) -> list[FitWarning]:
-    """ε + δ of the calibration against κ of the root check: apart by more than both
-    intervals is a warning (the calibration's code is not the real functions' code)."""
-    k, kc = check.kappa_ticks, check.kappa_ci95_ticks
-    c, cc = check.calibrated_kappa_ticks, check.calibrated_kappa_ci95_ticks
-    if k is None or c is None or abs(k - c) <= (kc or 0.0) + (cc or 0.0):
-        return []
-    w = FitWarning(
-        WARN_OVERHEAD,
-        f"{root}: the probes' overhead per activation measured by the calibration, ε + δ = "
-        f"{c:.1f} ± {cc:.1f} ticks, differs from the root check's κ = {k:.1f} ± {kc:.1f} "
-        f"ticks by {c - k:+.1f} ticks (beyond both intervals)",
-        "the calibration's two small functions do not run the stubs exactly as the real "
-        "functions do (pipeline state, caches) or the whole-call and activation runs saw "
-        "different machine speeds; the costs keep the root check's κ, split in the "
-        "calibration's proportion between entry (ε) and calling blocks (δ)",
-        estimate_ticks=c - k, ci95_ticks=(kc or 0.0) + (cc or 0.0))
-    log.warning("%s", w.message)
-    return [w]
-
-
-def _negative_after_removal(root: str, columns: tuple[tuple[str, int], ...],
-                            source: list[str | None], base: np.ndarray, removed: np.ndarray,
-                            costs: np.ndarray, cal: tuple | None,
-                            check: RootCheck | None) -> list[FitWarning]:
-    """A block whose cost the overhead removal made negative: a warning with the reason
-    (never a silently negative cost)."""
-    out = []
-    for j in np.flatnonzero((removed > 0) & (costs < 0)):
-        fn, a = columns[j]
-        what = ("ε and δ (the calibration's split of κ)" if cal is not None else
-                "κ = ε + δ of the root check")
-        out.append(FitWarning(
-            WARN_NEGATIVE_COST,
-            f"{root}: {fn} block {hexaddr(a)} costs {costs[j]:.1f} ticks after the probe "
-            f"overhead is removed: {base[j]:.1f} ticks from {source[j]}'s activations less "
-            f"{removed[j]:.1f} ticks of {what}",
-            "the probes cost less in this block's code than the overhead removed there (the "
-            "calibration's or the root check's figure does not fit this function): the "
-            "block's cost is low by up to this much",
-            blocks=(a,), estimate_ticks=float(costs[j])))
-    for w in out:
-        log.warning("%s", w.message)
-    return out
 
 
 def _assemble(fits: Mapping[str, ActivationFit], col_index: Mapping[tuple[str, int], int],

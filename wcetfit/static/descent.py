@@ -1,0 +1,565 @@
+"""Whole-binary control-flow recovery of our own: recursive descent with capstone.
+
+angr's CFGFast spends ~90 % of a whole-binary run (libcrypto: ~85 s of CPU per 6,500
+function starts) lifting every block to VEX IR, keeping its knowledge base of functions up
+to date and building per-function graphs, none of which the model uses: the model builder
+(:mod:`wcetfit.static.build`) decodes every block again with capstone and decides calls,
+tail calls and jump tables itself.  This module produces the same :class:`RawCFG` from
+capstone alone, about ten times faster; a single function's model is still recovered by
+angr (:func:`wcetfit.static.binary.recover_raw`).
+
+What it reproduces of CFGFast, so that the models stay those of the angr recovery:
+
+* Blocks are *lifted* from every start (function entries, branch targets, the fall-through
+  after a call that returns) up to a control transfer, or up to VEX's limits of 99
+  instructions / 400 bytes (a longer straight line is cut there and falls through, as
+  CFGFast's blocks do).  A ``rep``-prefixed string instruction is a block of its own (VEX
+  models it as a loop to itself).  Then blocks are *normalized*: a block that another one
+  starts inside ends there and falls into it, so no two blocks overlap.
+* Jump tables: gcc's shapes (:func:`wcetfit.static.jumptables.match_table`, bounded by the
+  guard on every path to the jump, across two predecessors), resolved once the code
+  around the jump is known, so that the cases' code is explored.
+* Functions that never return: the least fixpoint of "some path from the entry reaches a
+  ``ret`` or a tail call of a function that may return", where the path continues after
+  a call only if the callee may return.  The fall-through after a call is explored only
+  once its callee is known to return, as CFGFast does; what stays pending when nothing
+  more can be learned never returns.  Imports never return when named in
+  :data:`NORETURN_IMPORTS`; indirect calls always return (as ``CFG_OPTIONS`` says for
+  angr); an indirect jump that is not a resolved table may return (a pointer tail call).
+* Code capstone cannot decode ends its block with no successor and a note that names
+  the address (which becomes the function's warning, as with
+  :mod:`wcetfit.static.decode`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import re
+import time
+from collections import deque
+from typing import Iterable
+
+from wcetfit.errors import BinaryError
+from wcetfit.model import hexaddr
+from wcetfit.static import jumptables
+from wcetfit.static.build import IndirectJumpInfo, RawCFG
+from wcetfit.static.elfinfo import ElfInfo, GotSlot, rip_target
+from wcetfit.static.symbols import SymbolIndex
+
+log = logging.getLogger(__name__)
+
+# VEX's limits on one lifted block (angr.engines.vex.lifter: VEX_IRSB_MAX_INST/_SIZE).
+MAX_INSNS = 99
+MAX_BYTES = 400
+
+# Imported functions that never return: those angr knows (its SimProcedures marked NO_RET
+# and its libc's non_returning list) and the other C library functions documented so.
+NORETURN_IMPORTS = frozenset({
+    "abort", "exit", "_exit", "_Exit", "exit_group", "quick_exit", "pthread_exit",
+    "longjmp", "siglongjmp", "_longjmp", "__longjmp_chk", "__siglongjmp_chk",
+    "__assert_fail", "__assert_perror_fail", "__stack_chk_fail", "__fortify_fail",
+    "__chk_fail", "err", "errx", "verr", "verrx", "__libc_start_main", "_Unwind_Resume",
+    "__cxa_throw", "__cxa_rethrow", "__cxa_bad_cast", "__cxa_bad_typeid",
+    "__cxa_call_unexpected", "__cxa_pure_virtual", "__cxa_deleted_virtual",
+})
+
+_HEX = re.compile(r"0x[0-9a-f]+$")
+_STRING_OPS = ("movs", "stos", "lods", "scas", "cmps", "ins", "outs")
+_RET = ("ret", "retq", "retn", "retf", "retfq", "retw")
+_STOP = ("hlt", "ud2", "ud1", "ud0", "int3", "iret", "iretq", "iretd", "sysret", "sysretq",
+         "sysexit", "sysexitq", "into")
+_SYS = ("syscall", "sysenter", "int")
+_COND = ("loop", "loope", "loopne", "jrcxz", "jecxz", "jcxz")
+
+# How a block ends (the kind of its last instruction).
+_FALL, _REP, _COND_K, _JMP, _IJMP, _CALL, _RET_K, _SYS_K, _STOP_K, _CUT = range(10)
+
+
+def _name(n: str) -> str:
+    return n.split("@", 1)[0]
+
+
+class _Descent:
+    def __init__(self, elf: ElfInfo, index: SymbolIndex, data: bytes, md):
+        self.elf, self.index, self.data, self.md = elf, index, data, md
+        self.dec: dict[int, tuple[int, str, str] | None] = {}
+        # lift start -> (end, insns, kind, extra): extra is the branch/call target or None
+        self.lifts: dict[int, tuple[int, list, int, object]] = {}
+        self.jobs: deque[int] = deque()
+        self.funcs: set[int] = set()
+        self.calls: dict[int, tuple] = {}           # block -> callee ("fn", a) / ("ret",) / ("noret",)
+        self.pending: dict[int, list[int]] = {}     # callee entry -> call blocks waiting for it
+        self.released: set[int] = set()             # call blocks whose fall-through is explored
+        self.returning: set[int] = set()
+        self.ijumps: list[int] = []                 # blocks ending in an unresolved indirect jmp
+        self.tables: dict[int, list[int]] = {}      # block -> jump-table targets
+        self.indirect: dict[int, IndirectJumpInfo] = {}
+        self.notes: dict[int, str] = {}
+        self.exported = {}
+        for sym in elf.symbols:
+            if sym.dynamic and sym.binding != "local":
+                self.exported.setdefault(sym.name, sym)
+        self._exec = elf.exec_ranges
+        # the normalized graph (see _graph)
+        self._starts: list[int] = []
+        self._blocks: dict[int, tuple[int, int]] = {}
+        self._succ: dict[int, list] = {}
+        self._preds: dict[int, set[int]] = {}
+        self._dirty: set[int] = set()
+        self._plt = elf.plt_ranges
+
+    # -- addresses --
+
+    def in_exec(self, a: int) -> bool:
+        for lo, hi in self._exec:
+            if lo <= a < hi:
+                return True
+        return False
+
+    def in_plt(self, a: int) -> bool:
+        for lo, hi in self._plt:
+            if lo <= a < hi:
+                return True
+        return False
+
+    def ours(self, a: int | None) -> bool:
+        return a is not None and self.in_exec(a) and not self.in_plt(a)
+
+    # -- decoding --
+
+    def insn(self, a: int) -> tuple[int, str, str] | None:
+        try:
+            return self.dec[a]
+        except KeyError:
+            pass
+        dec = self.dec
+        try:
+            off = self.elf.file_offset(a, 1)
+        except BinaryError:
+            dec[a] = None
+            return None
+        for ia, size, mnem, ops in self.md.disasm_lite(self.data[off:off + 512], a):
+            if ia in dec:
+                break                       # decoded before from here on
+            dec[ia] = (size, mnem, ops)
+        return dec.setdefault(a, None)
+
+    def lift(self, start: int) -> None:
+        insns: list[tuple[int, int, str, str]] = []
+        a, nbytes, kind, extra = start, 0, _FALL, None
+        while True:
+            got = self.insn(a)
+            if got is None:
+                kind = _CUT
+                self.notes[start] = (f"the instruction at {hexaddr(a)} cannot be decoded "
+                                     f"(by capstone): the block ends there")
+                break
+            size, mnem, ops = got
+            if len(insns) == MAX_INSNS or nbytes + size > MAX_BYTES:
+                break                                       # VEX's limit: falls through
+            words = mnem.split()
+            base = words[-1]
+            if len(words) > 1 and words[0].startswith("rep") and base.startswith(_STRING_OPS):
+                if insns:
+                    break                                   # the rep instruction: own block
+                insns.append((a, size, mnem, ops))
+                a += size
+                kind = _REP
+                break
+            insns.append((a, size, mnem, ops))
+            a += size
+            nbytes += size
+            if base[0] == "j" or base in _COND:
+                if base == "jmp":
+                    kind, extra = (_JMP, int(ops, 16)) if _HEX.match(ops) else (_IJMP, None)
+                else:
+                    kind, extra = _COND_K, (int(ops, 16) if _HEX.match(ops) else None)
+                break
+            if base == "call":
+                kind = _CALL
+                break
+            if base in _RET:
+                kind = _RET_K
+                break
+            if base in _SYS:
+                kind = _SYS_K
+                break
+            if base in _STOP:
+                kind = _STOP_K
+                break
+        self.lifts[start] = (a, insns, kind, extra, self._static_succ(start, a, insns, kind, extra))
+        jobs = self.jobs
+        if kind in (_FALL, _REP, _SYS_K, _COND_K):
+            jobs.append(a)
+        if kind in (_COND_K, _JMP) and extra is not None:
+            if self.ours(extra):
+                jobs.append(extra)
+            elif extra in self.elf.plt:                     # a tail call through the PLT:
+                self._function(self._slot_callee(self.elf.plt[extra]))   # its callee's
+        elif kind == _IJMP:                                 # verdict is needed
+            slot = self._got_slot(insns[-1])
+            if slot is None:
+                self.ijumps.append(start)
+            else:
+                self._function(self._slot_callee(slot))
+        elif kind == _CALL:
+            callee = self._callee(insns[-1])
+            self.calls[start] = callee
+            if callee[0] == "fn":
+                self._function(callee)
+                if callee[1] in self.returning:
+                    self._release(start)
+                else:
+                    self.pending.setdefault(callee[1], []).append(start)
+            elif callee[0] == "ret":
+                self._release(start)
+
+    def _function(self, callee: tuple) -> None:
+        if callee[0] == "fn" and callee[1] not in self.funcs:
+            self.funcs.add(callee[1])
+            self.jobs.append(callee[1])
+
+    def _release(self, block: int) -> None:
+        self.released.add(block)
+        self._dirty.add(block)
+        self.jobs.append(self.lifts[block][0])
+
+    # -- calls --
+
+    def _got_slot(self, ins) -> GotSlot | None:
+        ops = ins[3]
+        if not ops.startswith("qword ptr [rip"):
+            return None
+        t = rip_target(ins[0], ins[1], ops)
+        return self.elf.got.get(t) if t is not None else None
+
+    def _slot_callee(self, slot: GotSlot) -> tuple:
+        sel = self.index.selection
+        if slot.name is None:                               # IRELATIVE: the loader's choice
+            impl = sel.by_slot.get(slot.address)
+            return ("fn", impl) if impl is not None and self.ours(impl) else ("ret",)
+        sym = self.exported.get(slot.name)
+        if sym is not None and not sym.ifunc:
+            return ("fn", sym.address) if self.ours(sym.address) else ("ret",)
+        if sym is not None:
+            impl = sel.by_resolver.get(sym.address)
+            return ("fn", impl) if impl is not None and self.ours(impl) else ("ret",)
+        return ("noret",) if _name(slot.name) in NORETURN_IMPORTS else ("ret",)
+
+    def _callee(self, ins) -> tuple:
+        ops = ins[3]
+        if _HEX.match(ops):
+            t = int(ops, 16)
+            slot = self.elf.plt.get(t)
+            if slot is not None:
+                return self._slot_callee(slot)
+            return ("fn", t) if self.ours(t) else ("ret",)
+        slot = self._got_slot(ins)
+        if slot is not None:
+            return self._slot_callee(slot)
+        return ("ret",)                                     # indirect calls always return
+
+    # -- the run --
+
+    def run(self, starts: Iterable[int]) -> None:
+        for s in sorted(set(starts)):
+            if self.ours(s):
+                self.funcs.add(s)
+                self.jobs.append(s)
+        while True:
+            self._drain()
+            blocks, succ = self._graph()
+            # tables first: until they are read, their jumps count as possibly returning
+            if self._resolve_jumps(blocks, succ):
+                continue
+            if not self._returns(blocks, succ):
+                break
+
+    def _drain(self) -> None:
+        jobs, lifts = self.jobs, self.lifts
+        while jobs:
+            a = jobs.popleft()
+            if a not in lifts:
+                self.lift(a)
+
+    # -- the graph: blocks as they are once no two overlap, and their out-edges --
+
+    def _static_succ(self, s: int, end: int, insns, kind: int, extra) -> list:
+        """The lifted block's out-edges in CFGFast's terms (target None: outside the
+        binary's code), but for those learned later: a call's fall-through once its callee
+        is known to return, a jump table's targets once it is read."""
+        if kind == _FALL:
+            return [(end, "Ijk_Boring")]
+        if kind == _REP:
+            return [(s, "Ijk_Boring"), (end, "Ijk_Boring")]
+        if kind == _COND_K:
+            return [(extra if self.in_exec(extra) else None, "Ijk_Boring"), (end, "Ijk_Boring")]
+        if kind == _JMP:
+            return [(extra if self.in_exec(extra) else None, "Ijk_Boring")]
+        if kind == _CALL:
+            ops = insns[-1][3]
+            t = int(ops, 16) if _HEX.match(ops) else None
+            return [(t if t is not None and self.in_exec(t) else None, "Ijk_Call")]
+        if kind == _RET_K:
+            return [(None, "Ijk_Ret")]
+        if kind == _SYS_K:
+            return [(end, "Ijk_FakeRet")]
+        return []
+
+    def _graph(self):
+        """(start -> (end, kind), start -> out-edges) of the normalized blocks: a lifted
+        block another one starts inside ends there and falls into it (kind -1).  Kept
+        up to date between rounds: only the blocks lifted since, the blocks just before
+        them and those whose fall-through or table was learned since are recomputed."""
+        lifts, released, tables = self.lifts, self.released, self.tables
+        blocks, succ, preds = self._blocks, self._succ, self._preds
+        new = [a for a in lifts if a not in blocks]
+        starts = self._starts = sorted(self._starts + new) if new else self._starts
+        dirty = set(new) | self._dirty
+        self._dirty = set()
+        for a in new:
+            i = bisect.bisect_left(starts, a)
+            if i > 0:
+                dirty.add(starts[i - 1])
+        n = len(starts)
+        for s in dirty:
+            i = bisect.bisect_left(starts, s)
+            nxt = starts[i + 1] if i + 1 < n else None
+            end, _, kind, _, st = lifts[s]
+            if nxt is not None and nxt < end:
+                blk, out = (nxt, -1), [(nxt, "Ijk_Boring")]
+            else:
+                blk, out = (end, kind), st
+                if kind == _CALL and s in released:
+                    out = st + [(end, "Ijk_FakeRet")]
+                elif kind == _IJMP and s in tables:
+                    out = [(t, "Ijk_Boring") for t in tables[s]]
+            for d, k in succ.get(s, ()):
+                if d is not None and k == "Ijk_Boring":
+                    preds[d].discard(s)
+            blocks[s] = blk
+            succ[s] = out
+            for d, k in out:
+                if d is not None and k == "Ijk_Boring":
+                    preds.setdefault(d, set()).add(s)
+        return blocks, succ
+
+    # -- jump tables --
+
+    def _resolve_jumps(self, blocks, succ) -> bool:
+        """Read the tables of the indirect jumps met so far; True if new code was found."""
+        if not self.ijumps:
+            return False
+        preds = self._preds
+        found = False
+        rest = []
+        for s in self.ijumps:
+            targets = self._table(s, blocks, preds)
+            if targets is None:
+                rest.append(s)
+                continue
+            self.tables[s] = targets
+            self._dirty.add(s)
+            for t in targets:
+                if t not in self.lifts:
+                    self.jobs.append(t)
+                    found = True
+        # a jump whose guard or lea is in code not explored yet may resolve later
+        self.ijumps = rest if found else []
+        return found
+
+    def _insns(self, s: int, blocks) -> list[tuple[int, int, str, str]]:
+        end = blocks[s][0]
+        return [i for i in self.lifts[s][1] if i[0] < end]
+
+    def _chains(self, s: int, blocks, preds, depth: int = 2):
+        own = self._insns(s, blocks)
+        if depth == 0:
+            return [own]
+        out = []
+        for p in preds.get(s, ()):
+            if p == s:
+                continue
+            pins = self._insns(p, blocks)
+            if not pins:
+                continue
+            last = pins[-1]
+            base = last[2].split()[-1]
+            if base == "call" or (base == "jmp" and not _HEX.match(last[3])):
+                continue
+            out += [c + own for c in self._chains(p, blocks, preds, depth - 1)]
+        return out or [own]
+
+    def _hoisted(self, chain, s: int, blocks, preds):
+        """gcc hoists the ``lea`` of a table out of loops: the shape of
+        :func:`jumptables.match_table` whose base register is written by one instruction
+        only, a ``lea [rip + ...]``, in all the code that can reach the jump."""
+        if not chain or chain[-1][2].split()[-1] != "jmp":
+            return None
+        target = chain[-1][3].strip()
+        for i in range(len(chain) - 2, -1, -1):
+            mm = jumptables._TABLE_REL.match(chain[i][3]) if chain[i][2] == "movsxd" else None
+            if mm is None:
+                continue
+            dst, base, idx = mm.groups()
+            if target not in (dst, base) or not any(
+                    x[2] == "add" and x[3] in (f"{dst}, {base}", f"{base}, {dst}")
+                    for x in chain[i + 1:-1]):
+                return None
+            defs = [x for x in chain[:i] if jumptables._writes(x[3], x[2], base)]
+            seen, todo = {s}, [s]
+            while todo:
+                b = todo.pop()
+                for p in preds.get(b, ()):
+                    if p not in seen and p in blocks:
+                        seen.add(p)
+                        todo.append(p)
+            seen.discard(s)
+            for b in seen:
+                defs += [x for x in self._insns(b, blocks)
+                         if jumptables._writes(x[3], x[2], base)]
+            defs = list(dict.fromkeys(defs))
+            if len(defs) != 1 or defs[0][2] != "lea" or not defs[0][3].startswith(f"{base}, [rip"):
+                return None
+            table = rip_target(defs[0][0], defs[0][1], defs[0][3].split(", ", 1)[1])
+            return None if table is None else (table, 4, idx, i)
+        return None
+
+    def _table(self, s: int, blocks, preds) -> list[int] | None:
+        chains = self._chains(s, blocks, preds)
+        shapes = [jumptables.match_table(c) or self._hoisted(c, s, blocks, preds) for c in chains]
+        found = {(sh[0], sh[1], sh[2]) for sh in shapes if sh is not None}
+        if len(found) != 1 or None in shapes:
+            return None
+        table, esize, idx = found.pop()
+        bounds = []
+        for c, sh in zip(chains, shapes):
+            n = jumptables._bound_from(c[:sh[3]], idx)    # type: ignore[index]
+            if n is None:
+                return None
+            bounds.append(n)
+        n = max(bounds)
+        try:
+            raw = self.elf.read(table, esize * n)
+        except BinaryError:
+            return None
+        if esize == 4:
+            targets = [table + int.from_bytes(raw[i:i + 4], "little", signed=True)
+                       for i in range(0, 4 * n, 4)]
+            base: int | None = table
+        else:
+            # absolute entries as the file holds them (a position-independent binary
+            # holds them in relocations instead: then they are no code addresses here)
+            targets = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, 8 * n, 8)]
+            base = None
+        if not all(self.ours(t) for t in targets):
+            return None
+        jump = self._insns(s, blocks)[-1][0]
+        self.indirect[jump] = IndirectJumpInfo(
+            tuple(sorted(set(targets))), ((table, esize * n, esize, tuple(targets)),))
+        del base
+        return sorted(set(targets))
+
+    # -- functions that return --
+
+    def _returns(self, blocks, succ) -> bool:
+        """Grow the set of functions that may return to its least fixpoint over the code
+        known so far; explore the fall-through of calls to those.  True if any was."""
+        funcs = self.funcs
+        changed = True
+        while changed:
+            changed = False
+            for f in sorted(funcs - self.returning):
+                if self._may_return(f, blocks, succ):
+                    self.returning.add(f)
+                    changed = True
+        released = False
+        for f in list(self.pending):
+            if f in self.returning:
+                for b in self.pending.pop(f):
+                    self._release(b)
+                    released = True
+        return released
+
+    def _slot_returns(self, slot: GotSlot) -> bool:
+        c = self._slot_callee(slot)
+        return c == ("ret",) or (c[0] == "fn" and c[1] in self.returning)
+
+    def _may_return(self, f: int, blocks, succ) -> bool:
+        seen = {f}
+        todo = [f]
+        funcs, returning, plt = self.funcs, self.returning, self.elf.plt
+        while todo:
+            b = todo.pop()
+            if b not in blocks:
+                continue
+            end, kind = blocks[b]
+            if kind == _RET_K:
+                return True
+            if kind == _IJMP and b not in self.tables:
+                slot = self._got_slot(self.lifts[b][1][-1])
+                if slot is None or self._slot_returns(slot):
+                    return True             # a tail call through a pointer (or unresolved)
+                continue
+            for d, k in succ[b]:
+                if d is None:
+                    if k == "Ijk_Boring":
+                        return True         # a jump out of the binary's code
+                    continue
+                if k == "Ijk_Call" or k == "Ijk_Ret":
+                    continue
+                if d in plt:                # a tail call of an import (or own PLT entry)
+                    if self._slot_returns(plt[d]):
+                        return True
+                    continue
+                if d != f and d in funcs:   # a tail call
+                    if d in returning:
+                        return True
+                    continue
+                if d not in seen:
+                    seen.add(d)
+                    todo.append(d)
+        return False
+
+    # -- result --
+
+    def raw(self) -> RawCFG:
+        blocks, succ = self._graph()
+        sizes = {s: end - s for s, (end, _) in blocks.items()}
+        edges = {s: tuple(dict.fromkeys(outs)) for s, outs in succ.items()}
+        noreturn = set(self.funcs - self.returning)
+        names = set()
+        for stub, slot in self.elf.plt.items():
+            if self._slot_callee(slot) == ("noret",):
+                noreturn.add(stub)
+                names.add(_name(slot.name))                  # type: ignore[arg-type]
+        for slot in self.elf.got.values():
+            if slot.name is not None and self._slot_callee(slot) == ("noret",):
+                names.add(_name(slot.name))
+        insns = {s: tuple(i for i in self.lifts[s][1] if i[0] < end)
+                 for s, (end, _) in blocks.items()}
+        return RawCFG(sizes, edges, dict(self.indirect), frozenset(noreturn),
+                      frozenset(names), dict(self.notes), insns)
+
+
+def recover(path: str, starts: Iterable[int], elf: ElfInfo, index: SymbolIndex | None = None,
+            data: bytes | None = None) -> RawCFG:
+    """The global control-flow graph of the code reachable from ``starts`` (link-time
+    addresses), as plain data (see the module's docstring for how it matches CFGFast's)."""
+    import capstone
+
+    t0 = time.perf_counter()
+    if data is None:
+        with open(path, "rb") as f:
+            data = f.read()
+    index = index or SymbolIndex(elf)
+    d = _Descent(elf, index, data, capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64))
+    starts = list(starts)
+    d.run(starts)
+    raw = d.raw()
+    log.info("recursive descent of %s from %d function start(s): %d blocks in %.2f s", path,
+             len(starts), len(raw.blocks), time.perf_counter() - t0)
+    for b, text in raw.decode_notes.items():
+        log.info("block %s: %s", hexaddr(b), text)
+    return raw

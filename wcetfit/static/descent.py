@@ -107,6 +107,7 @@ class _Descent:
         self._succ: dict[int, list] = {}
         self._preds: dict[int, set[int]] = {}
         self._dirty: set[int] = set()
+        self._relocs: dict[int, int] | None = None
         self._plt = elf.plt_ranges
 
     # -- addresses --
@@ -336,12 +337,12 @@ class _Descent:
                 elif kind == _IJMP and s in tables:
                     out = [(t, "Ijk_Boring") for t in tables[s]]
             for d, k in succ.get(s, ()):
-                if d is not None and k == "Ijk_Boring":
+                if d is not None and k != "Ijk_Call":
                     preds[d].discard(s)
             blocks[s] = blk
             succ[s] = out
             for d, k in out:
-                if d is not None and k == "Ijk_Boring":
+                if d is not None and k != "Ijk_Call":     # fall-throughs of calls too
                     preds.setdefault(d, set()).add(s)
         return blocks, succ
 
@@ -393,8 +394,8 @@ class _Descent:
 
     def _hoisted(self, chain, s: int, blocks, preds):
         """gcc hoists the ``lea`` of a table out of loops: the shape of
-        :func:`jumptables.match_table` whose base register is written by one instruction
-        only, a ``lea [rip + ...]``, in all the code that can reach the jump."""
+        :func:`jumptables.match_table` whose base register is set, on every path that
+        reaches the jump, by the same ``lea [rip + ...]``."""
         if not chain or chain[-1][2].split()[-1] != "jmp":
             return None
         target = chain[-1][3].strip()
@@ -408,27 +409,56 @@ class _Descent:
                     for x in chain[i + 1:-1]):
                 return None
             defs = [x for x in chain[:i] if jumptables._writes(x[3], x[2], base)]
-            seen, todo = {s}, [s]
-            while todo:
-                b = todo.pop()
-                for p in preds.get(b, ()):
-                    if p not in seen and p in blocks:
-                        seen.add(p)
-                        todo.append(p)
-            seen.discard(s)
-            for b in seen:
-                defs += [x for x in self._insns(b, blocks)
-                         if jumptables._writes(x[3], x[2], base)]
-            defs = list(dict.fromkeys(defs))
-            if len(defs) != 1 or defs[0][2] != "lea" or not defs[0][3].startswith(f"{base}, [rip"):
+            if defs:
+                return None             # written in sight, not by a lea (match_table's case)
+            lea = self._reaching_def(base, chain[0][0], blocks, preds)
+            if lea is None or lea[2] != "lea" or not lea[3].startswith(f"{base}, [rip"):
                 return None
+            defs = [lea]
             table = rip_target(defs[0][0], defs[0][1], defs[0][3].split(", ", 1)[1])
             return None if table is None else (table, 4, idx, i)
         return None
 
+    def _reaching_def(self, reg: str, before: int, blocks, preds):
+        """The one instruction that last writes ``reg`` on every path reaching address
+        ``before`` (the start of an instruction), or None (several, or none in sight, or
+        a call in between that may clobber it)."""
+        starts = self._starts
+        i = bisect.bisect_right(starts, before) - 1
+        if i < 0:
+            return None
+        found = None
+        seen: set[int] = set()
+        todo: list[tuple[int, int | None]] = [(starts[i], before)]
+        while todo:
+            b, lim = todo.pop()
+            if lim is None:
+                if b in seen:
+                    continue
+                seen.add(b)
+            if b not in blocks:
+                return None
+            ins = self._insns(b, blocks)
+            if lim is not None:
+                ins = [x for x in ins if x[0] < lim]
+            elif ins and ins[-1][2].split()[-1] == "call" and reg in _CALLER_SAVED:
+                return None
+            hit = next((x for x in reversed(ins) if jumptables._writes(x[3], x[2], reg)), None)
+            if hit is not None:
+                if found is not None and hit != found:
+                    return None
+                found = hit
+                continue
+            ps = preds.get(b)
+            if not ps or len(seen) > 4096:
+                return None                 # the entry reached with reg unset (an argument)
+            todo += [(p, None) for p in ps]
+        return found
+
     def _table(self, s: int, blocks, preds) -> list[int] | None:
         chains = self._chains(s, blocks, preds)
-        shapes = [jumptables.match_table(c) or self._hoisted(c, s, blocks, preds) for c in chains]
+        shapes = [jumptables.match_table(c) or self._hoisted(c, s, blocks, preds)
+                  or _pointer_table(c) for c in chains]
         found = {(sh[0], sh[1], sh[2]) for sh in shapes if sh is not None}
         if len(found) != 1 or None in shapes:
             return None
@@ -449,9 +479,14 @@ class _Descent:
                        for i in range(0, 4 * n, 4)]
             base: int | None = table
         else:
-            # absolute entries as the file holds them (a position-independent binary
-            # holds them in relocations instead: then they are no code addresses here)
+            # absolute entries: as the file holds them, or (position-independent code) as
+            # its relocations will set them at load
             targets = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, 8 * n, 8)]
+            if not all(self.ours(t) for t in targets):
+                got = self._relocated(table, n)
+                if got is None:
+                    return None
+                targets = got
             base = None
         if not all(self.ours(t) for t in targets):
             return None
@@ -460,6 +495,15 @@ class _Descent:
             tuple(sorted(set(targets))), ((table, esize * n, esize, tuple(targets)),))
         del base
         return sorted(set(targets))
+
+    def _relocated(self, table: int, n: int) -> list[int] | None:
+        """The values the loader writes into the ``n`` 8-byte words at ``table``
+        (R_X86_64_RELATIVE: base + addend; R_X86_64_64: symbol + addend), or None if a
+        word has no such relocation."""
+        if self._relocs is None:
+            self._relocs = _word_relocations(self.elf.path)
+        out = [self._relocs.get(table + 8 * i) for i in range(n)]
+        return None if None in out else out      # type: ignore[return-value]
 
     # -- functions that return --
 
@@ -541,6 +585,62 @@ class _Descent:
                  for s, (end, _) in blocks.items()}
         return RawCFG(sizes, edges, dict(self.indirect), frozenset(noreturn),
                       frozenset(names), dict(self.notes), insns)
+
+
+_CALLER_SAVED = frozenset({"rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11"})
+_PTR_TABLE = re.compile(r"^qword ptr \[(\w+) \+ (\w+)\*8\]$")
+
+
+def _pointer_table(insns) -> tuple[int, int, str, int] | None:
+    """``lea base, [rip + TABLE]; ... jmp qword ptr [base + idx*8]`` (a table of 8-byte
+    code addresses, often function entries: a tail call through a pointer table), in
+    :func:`jumptables.match_table`'s terms."""
+    if not insns or insns[-1][2].split()[-1] != "jmp":
+        return None
+    m = _PTR_TABLE.match(insns[-1][3])
+    if m is None:
+        return None
+    base, idx = m.groups()
+    for j in range(len(insns) - 2, -1, -1):
+        a, size, mnem, ops = insns[j]
+        if mnem == "lea" and ops.startswith(f"{base}, [rip"):
+            table = rip_target(a, size, ops.split(", ", 1)[1])
+            return None if table is None else (table, 8, idx, len(insns) - 1)
+        if jumptables._writes(ops, mnem, base):
+            return None
+    return None
+
+
+def _word_relocations(path: str) -> dict[int, int]:
+    """Link-time address -> value the loader stores there, for the 8-byte relocations of
+    the dynamic relocation table that need no run-time symbol lookup outside the binary
+    (RELATIVE, and 64-bit ones against a symbol the binary defines)."""
+    import struct
+
+    from elftools.elf.elffile import ELFFile
+
+    out: dict[int, int] = {}
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        dynsym = elf.get_section_by_name(".dynsym")
+        syms = b""
+        if dynsym is not None:
+            f.seek(dynsym["sh_offset"])
+            syms = f.read(dynsym["sh_size"])
+        for sec in elf.iter_sections():
+            if sec["sh_type"] != "SHT_RELA" or sec["sh_flags"] & 0x40:   # not SHF_INFO_LINK
+                continue                                                 #   (.rela.plt)
+            f.seek(sec["sh_offset"])
+            raw = f.read(sec["sh_size"])
+            for off, info, addend in struct.iter_unpack("<QQq", raw[:len(raw) // 24 * 24]):
+                kind, sym = info & 0xFFFFFFFF, info >> 32
+                if kind == 8:                                        # R_X86_64_RELATIVE
+                    out[off] = addend
+                elif kind == 1 and 24 * (sym + 1) <= len(syms):      # R_X86_64_64
+                    shndx, value = struct.unpack_from("<HQ", syms, 24 * sym + 6)
+                    if shndx != 0:                                   # defined here
+                        out[off] = value + addend
+    return out
 
 
 def recover(path: str, starts: Iterable[int], elf: ElfInfo, index: SymbolIndex | None = None,

@@ -76,6 +76,29 @@ _COND = ("loop", "loope", "loopne", "jrcxz", "jecxz", "jcxz")
 _FALL, _REP, _COND_K, _JMP, _IJMP, _CALL, _RET_K, _SYS_K, _STOP_K, _CUT = range(10)
 
 
+_PLAIN = -2
+
+
+def _classify(mnem: str) -> int:
+    words = mnem.split()
+    base = words[-1] if words else ""
+    if len(words) > 1 and words[0].startswith("rep") and base.startswith(_STRING_OPS):
+        return _REP
+    if base == "jmp":
+        return _JMP
+    if base.startswith("j") or base in _COND:
+        return _COND_K
+    if base == "call":
+        return _CALL
+    if base in _RET:
+        return _RET_K
+    if base in _SYS:
+        return _SYS_K
+    if base in _STOP:
+        return _STOP_K
+    return _PLAIN
+
+
 def _name(n: str) -> str:
     return n.split("@", 1)[0]
 
@@ -83,7 +106,8 @@ def _name(n: str) -> str:
 class _Descent:
     def __init__(self, elf: ElfInfo, index: SymbolIndex, data: bytes, md):
         self.elf, self.index, self.data, self.md = elf, index, data, md
-        self.dec: dict[int, tuple[int, str, str] | None] = {}
+        self.dec: dict[int, tuple[int, str, str, int] | None] = {}
+        self._classes: dict[str, int] = {}
         # lift start -> (end, insns, kind, extra): extra is the branch/call target or None
         self.lifts: dict[int, tuple[int, list, int, object]] = {}
         self.jobs: deque[int] = deque()
@@ -107,6 +131,7 @@ class _Descent:
         self._succ: dict[int, list] = {}
         self._preds: dict[int, set[int]] = {}
         self._dirty: set[int] = set()
+        self._new: list[int] = []                   # lifted since the graph was last updated
         self._relocs: dict[int, int] | None = None
         self._plt = elf.plt_ranges
 
@@ -129,12 +154,14 @@ class _Descent:
 
     # -- decoding --
 
-    def insn(self, a: int) -> tuple[int, str, str] | None:
+    def insn(self, a: int) -> tuple[int, str, str, int] | None:
+        """(size, mnemonic, op_str, class) of the instruction at ``a``; the class is
+        :data:`_PLAIN`, :data:`_REP` or the kind of block end the instruction makes."""
         try:
             return self.dec[a]
         except KeyError:
             pass
-        dec = self.dec
+        dec, classes = self.dec, self._classes
         try:
             off = self.elf.file_offset(a, 1)
         except BinaryError:
@@ -143,25 +170,27 @@ class _Descent:
         for ia, size, mnem, ops in self.md.disasm_lite(self.data[off:off + 512], a):
             if ia in dec:
                 break                       # decoded before from here on
-            dec[ia] = (size, mnem, ops)
+            cls = classes.get(mnem)
+            if cls is None:
+                cls = classes[mnem] = _classify(mnem)
+            dec[ia] = (size, mnem, ops, cls)
         return dec.setdefault(a, None)
 
     def lift(self, start: int) -> None:
         insns: list[tuple[int, int, str, str]] = []
         a, nbytes, kind, extra = start, 0, _FALL, None
+        insn = self.insn
         while True:
-            got = self.insn(a)
+            got = insn(a)
             if got is None:
                 kind = _CUT
                 self.notes[start] = (f"the instruction at {hexaddr(a)} cannot be decoded "
                                      f"(by capstone): the block ends there")
                 break
-            size, mnem, ops = got
+            size, mnem, ops, cls = got
             if len(insns) == MAX_INSNS or nbytes + size > MAX_BYTES:
                 break                                       # VEX's limit: falls through
-            words = mnem.split()
-            base = words[-1]
-            if len(words) > 1 and words[0].startswith("rep") and base.startswith(_STRING_OPS):
+            if cls == _REP:
                 if insns:
                     break                                   # the rep instruction: own block
                 insns.append((a, size, mnem, ops))
@@ -171,25 +200,16 @@ class _Descent:
             insns.append((a, size, mnem, ops))
             a += size
             nbytes += size
-            if base[0] == "j" or base in _COND:
-                if base == "jmp":
-                    kind, extra = (_JMP, int(ops, 16)) if _HEX.match(ops) else (_IJMP, None)
-                else:
-                    kind, extra = _COND_K, (int(ops, 16) if _HEX.match(ops) else None)
-                break
-            if base == "call":
-                kind = _CALL
-                break
-            if base in _RET:
-                kind = _RET_K
-                break
-            if base in _SYS:
-                kind = _SYS_K
-                break
-            if base in _STOP:
-                kind = _STOP_K
-                break
+            if cls == _PLAIN:
+                continue
+            kind = cls
+            if cls == _JMP:
+                kind, extra = (_JMP, int(ops, 16)) if _HEX.match(ops) else (_IJMP, None)
+            elif cls == _COND_K:
+                extra = int(ops, 16) if _HEX.match(ops) else None
+            break
         self.lifts[start] = (a, insns, kind, extra, self._static_succ(start, a, insns, kind, extra))
+        self._new.append(start)
         jobs = self.jobs
         if kind in (_FALL, _REP, _SYS_K, _COND_K):
             jobs.append(a)
@@ -315,8 +335,13 @@ class _Descent:
         them and those whose fall-through or table was learned since are recomputed."""
         lifts, released, tables = self.lifts, self.released, self.tables
         blocks, succ, preds = self._blocks, self._succ, self._preds
-        new = [a for a in lifts if a not in blocks]
-        starts = self._starts = sorted(self._starts + new) if new else self._starts
+        new, self._new = self._new, []
+        if len(new) < 256:
+            for a in new:
+                bisect.insort(self._starts, a)
+        else:
+            self._starts = sorted(self._starts + new)
+        starts = self._starts
         dirty = set(new) | self._dirty
         self._dirty = set()
         for a in new:

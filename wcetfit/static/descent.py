@@ -1,34 +1,28 @@
 """Whole-binary control-flow recovery of our own: recursive descent with capstone.
 
-angr's CFGFast spends ~90 % of a whole-binary run (libcrypto: ~85 s of CPU per 6,500
-function starts) lifting every block to VEX IR, keeping its knowledge base of functions up
-to date and building per-function graphs, none of which the model uses: the model builder
-(:mod:`wcetfit.static.build`) decodes every block again with capstone and decides calls,
-tail calls and jump tables itself.  This module produces the same :class:`RawCFG` from
-capstone alone, about ten times faster; a single function's model is still recovered by
-angr (:func:`wcetfit.static.binary.recover_raw`).
+angr's CFGFast spent ~90 % of a whole-binary run (libcrypto: ~85 s of CPU per 6,500
+function starts) lifting blocks to VEX IR and keeping its knowledge base of functions,
+none of which the model uses: the builder (:mod:`wcetfit.static.build`) decides calls,
+tail calls and jump tables itself.  This module gives it the same :class:`RawCFG`, ~10x
+faster; a single function is still recovered by angr (``binary.recover_raw``).
+What it keeps of CFGFast, so that models stay those of the angr recovery:
 
-What it reproduces of CFGFast, so that the models stay those of the angr recovery:
-
-* Blocks are *lifted* from every start (function entries, branch targets, the fall-through
-  after a call that returns) up to a control transfer, or up to VEX's limits of 99
-  instructions / 400 bytes (a longer straight line is cut there and falls through, as
-  CFGFast's blocks do).  A ``rep``-prefixed string instruction is a block of its own (VEX
-  models it as a loop to itself).  Then blocks are *normalized*: a block that another one
-  starts inside ends there and falls into it, so no two blocks overlap.
-* Jump tables: gcc's shapes (:func:`wcetfit.static.jumptables.match_table`, bounded by the
-  guard on every path to the jump, across two predecessors), resolved once the code
-  around the jump is known, so that the cases' code is explored.
-* Functions that never return: the least fixpoint of "some path from the entry reaches a
-  ``ret`` or a tail call of a function that may return", where the path continues after
-  a call only if the callee may return.  The fall-through after a call is explored only
-  once its callee is known to return, as CFGFast does; what stays pending when nothing
-  more can be learned never returns.  Imports never return when named in
-  :data:`NORETURN_IMPORTS`; indirect calls always return (as ``CFG_OPTIONS`` says for
-  angr); an indirect jump that is not a resolved table may return (a pointer tail call).
-* Code capstone cannot decode ends its block with no successor and a note that names
-  the address (which becomes the function's warning, as with
-  :mod:`wcetfit.static.decode`).
+* Blocks are lifted from every start (function entries, branch targets, the fall-through
+  of a call that returns) to a control transfer or VEX's limits (99 instructions, 400
+  bytes: a longer straight line falls through into a new block); a ``rep`` string
+  instruction is a block of its own (VEX makes it a loop to itself); then a block that
+  another one starts inside ends there and falls into it (CFGFast's ``normalize``).
+* Jump tables: gcc's shapes (:mod:`wcetfit.static.jumptables`), bounded by the guard on
+  every path, the hoisted ``lea`` found as the one definition reaching the jump, pointer
+  tables read through their relocations; read once the code around them is known.
+* A function may return if some path from its entry reaches a ``ret`` or a tail call of
+  a function that may; a path goes on after a call only if the callee may return (least
+  fixpoint).  A call's fall-through is explored once its callee is known to return, as
+  CFGFast does; what is still pending at the end never returns.  Imports named in
+  :data:`NORETURN_IMPORTS` never return, indirect calls always do, an indirect jump that
+  is no table may (a tail call through a pointer).
+* What capstone cannot decode ends its block, with a note naming the address that
+  becomes the function's warning.
 """
 
 from __future__ import annotations
@@ -466,7 +460,7 @@ class _Descent:
             ins = self._insns(b, blocks)
             if lim is not None:
                 ins = [x for x in ins if x[0] < lim]
-            elif ins and ins[-1][2].split()[-1] == "call" and reg in _CALLER_SAVED:
+            elif ins and ins[-1][2].split()[-1] == "call" and reg in jumptables.CALLER_SAVED:
                 return None
             hit = next((x for x in reversed(ins) if jumptables._writes(x[3], x[2], reg)), None)
             if hit is not None:
@@ -483,7 +477,7 @@ class _Descent:
     def _table(self, s: int, blocks, preds) -> list[int] | None:
         chains = self._chains(s, blocks, preds)
         shapes = [jumptables.match_table(c) or self._hoisted(c, s, blocks, preds)
-                  or _pointer_table(c) for c in chains]
+                  or jumptables.pointer_table(c) for c in chains]
         found = {(sh[0], sh[1], sh[2]) for sh in shapes if sh is not None}
         if len(found) != 1 or None in shapes:
             return None
@@ -502,7 +496,6 @@ class _Descent:
         if esize == 4:
             targets = [table + int.from_bytes(raw[i:i + 4], "little", signed=True)
                        for i in range(0, 4 * n, 4)]
-            base: int | None = table
         else:
             # absolute entries: as the file holds them, or (position-independent code) as
             # its relocations will set them at load
@@ -512,13 +505,11 @@ class _Descent:
                 if got is None:
                     return None
                 targets = got
-            base = None
         if not all(self.ours(t) for t in targets):
             return None
         jump = self._insns(s, blocks)[-1][0]
         self.indirect[jump] = IndirectJumpInfo(
             tuple(sorted(set(targets))), ((table, esize * n, esize, tuple(targets)),))
-        del base
         return sorted(set(targets))
 
     def _relocated(self, table: int, n: int) -> list[int] | None:
@@ -526,7 +517,7 @@ class _Descent:
         (R_X86_64_RELATIVE: base + addend; R_X86_64_64: symbol + addend), or None if a
         word has no such relocation."""
         if self._relocs is None:
-            self._relocs = _word_relocations(self.elf.path)
+            self._relocs = jumptables.word_relocations(self.elf.path)
         out = [self._relocs.get(table + 8 * i) for i in range(n)]
         return None if None in out else out      # type: ignore[return-value]
 
@@ -610,62 +601,6 @@ class _Descent:
                  for s, (end, _) in blocks.items()}
         return RawCFG(sizes, edges, dict(self.indirect), frozenset(noreturn),
                       frozenset(names), dict(self.notes), insns)
-
-
-_CALLER_SAVED = frozenset({"rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11"})
-_PTR_TABLE = re.compile(r"^qword ptr \[(\w+) \+ (\w+)\*8\]$")
-
-
-def _pointer_table(insns) -> tuple[int, int, str, int] | None:
-    """``lea base, [rip + TABLE]; ... jmp qword ptr [base + idx*8]`` (a table of 8-byte
-    code addresses, often function entries: a tail call through a pointer table), in
-    :func:`jumptables.match_table`'s terms."""
-    if not insns or insns[-1][2].split()[-1] != "jmp":
-        return None
-    m = _PTR_TABLE.match(insns[-1][3])
-    if m is None:
-        return None
-    base, idx = m.groups()
-    for j in range(len(insns) - 2, -1, -1):
-        a, size, mnem, ops = insns[j]
-        if mnem == "lea" and ops.startswith(f"{base}, [rip"):
-            table = rip_target(a, size, ops.split(", ", 1)[1])
-            return None if table is None else (table, 8, idx, len(insns) - 1)
-        if jumptables._writes(ops, mnem, base):
-            return None
-    return None
-
-
-def _word_relocations(path: str) -> dict[int, int]:
-    """Link-time address -> value the loader stores there, for the 8-byte relocations of
-    the dynamic relocation table that need no run-time symbol lookup outside the binary
-    (RELATIVE, and 64-bit ones against a symbol the binary defines)."""
-    import struct
-
-    from elftools.elf.elffile import ELFFile
-
-    out: dict[int, int] = {}
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        dynsym = elf.get_section_by_name(".dynsym")
-        syms = b""
-        if dynsym is not None:
-            f.seek(dynsym["sh_offset"])
-            syms = f.read(dynsym["sh_size"])
-        for sec in elf.iter_sections():
-            if sec["sh_type"] != "SHT_RELA" or sec["sh_flags"] & 0x40:   # not SHF_INFO_LINK
-                continue                                                 #   (.rela.plt)
-            f.seek(sec["sh_offset"])
-            raw = f.read(sec["sh_size"])
-            for off, info, addend in struct.iter_unpack("<QQq", raw[:len(raw) // 24 * 24]):
-                kind, sym = info & 0xFFFFFFFF, info >> 32
-                if kind == 8:                                        # R_X86_64_RELATIVE
-                    out[off] = addend
-                elif kind == 1 and 24 * (sym + 1) <= len(syms):      # R_X86_64_64
-                    shndx, value = struct.unpack_from("<HQ", syms, 24 * sym + 6)
-                    if shndx != 0:                                   # defined here
-                        out[off] = value + addend
-    return out
 
 
 def recover(path: str, starts: Iterable[int], elf: ElfInfo, index: SymbolIndex | None = None,

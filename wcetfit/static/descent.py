@@ -474,6 +474,19 @@ class _Descent:
             todo += [(p, None) for p in ps]
         return found
 
+    def _mask_bound(self, reg: str, before: int, blocks, preds) -> int | None:
+        """A table index with no guard, bounded instead by ``and idx, 2^k - 1`` as the
+        one definition reaching the table's load on every path: 2^k entries."""
+        d = self._reaching_def(reg, before, blocks, preds)
+        if d is None or d[2] != "and":
+            return None
+        dest, _, imm = d[3].partition(", ")
+        if jumptables.family(dest) != jumptables.family(reg) or not re.fullmatch(
+                r"0x[0-9a-f]+|\d+", imm.strip()):
+            return None
+        n = int(imm, 0) + 1
+        return n if n & (n - 1) == 0 and 0 < n <= jumptables._MAX_TABLE else None
+
     def _table(self, s: int, blocks, preds) -> list[int] | None:
         chains = self._chains(s, blocks, preds)
         shapes = [jumptables.match_table(c) or self._hoisted(c, s, blocks, preds)
@@ -485,6 +498,12 @@ class _Descent:
         bounds = []
         for c, sh in zip(chains, shapes):
             n = jumptables._bound_from(c[:sh[3]], idx)    # type: ignore[index]
+            if n is None and any(x[2] == "jbe" and x[3] == hex(c[k + 1][0])
+                                 for k, x in enumerate(c[:sh[3]])):   # type: ignore[index]
+                # "cmp idx, n-1; jbe <the code reading the table>" on this path
+                n = jumptables._bound_from(c[:sh[3]], idx, "jbe")   # type: ignore[index]
+            if n is None:
+                n = self._mask_bound(idx, c[sh[3]][0], blocks, preds)   # type: ignore[index]
             if n is None:
                 return None
             bounds.append(n)

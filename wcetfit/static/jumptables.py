@@ -41,6 +41,19 @@ def _writes(op_str: str, mnemonic: str, reg: str) -> bool:
     return dest in (reg, _REG32.get(reg, reg)) or (fam is not None and family(dest) == fam)
 
 
+# Instructions that leave the flags alone: gcc may schedule them between a guard's
+# ``cmp`` and its conditional jump.
+_FLAG_NEUTRAL = ("mov", "lea", "movzx", "movsx", "movsxd", "movabs", "nop", "push", "pop")
+
+
+def _next_branch(insns: list[tuple[int, int, str, str]], i: int) -> str | None:
+    """The mnemonic of the first instruction after ``insns[i]`` that is not flag-neutral."""
+    for j in range(i + 1, len(insns)):
+        if insns[j][2] not in _FLAG_NEUTRAL:
+            return insns[j][2]
+    return None
+
+
 def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = "ja") -> int | None:
     """Scanning ``insns`` backwards: the n of a ``cmp reg, n-1`` followed by ``branch``
     (the conditional jump that leaves when reg > n-1) guarding ``reg``, at any width
@@ -59,7 +72,7 @@ def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = 
             # may write memory or the registers of X.
             if mnem == "cmp" and ops.rsplit(",", 1)[0].strip() == mem:
                 imm = ops.rsplit(",", 1)[1].strip()
-                nxt = insns[i + 1][2] if i + 1 < len(insns) else None
+                nxt = _next_branch(insns, i)
                 if nxt == branch and re.fullmatch(r"0x[0-9a-f]+|\d+", imm):
                     n = int(imm, 0) + 1
                     return n if 0 < n <= _MAX_TABLE else None
@@ -73,7 +86,7 @@ def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = 
             continue
         if mnem == "cmp":
             if len(parts) == 2 and family(parts[0]) == fam and re.fullmatch(r"0x[0-9a-f]+|\d+", parts[1]):
-                nxt = insns[i + 1][2] if i + 1 < len(insns) else None
+                nxt = _next_branch(insns, i)
                 if nxt == branch:
                     n = int(parts[1], 0) + 1
                     return n if 0 < n <= _MAX_TABLE else None

@@ -79,7 +79,13 @@ def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = 
                 return None
             if mnem.startswith("j") or mnem in ("lea", "nop", "test", "cmp"):
                 continue
-            if "ptr [" in parts[0] or mnem in ("call", "push", "pop") \
+            # A push writes below the stack pointer, where no live object is (no alias),
+            # but moves the stack pointer; a pop writes its register.
+            if mnem in ("push", "pop") and "sp" in mem:
+                return None
+            if mnem == "push":
+                continue
+            if "ptr [" in parts[0] or mnem == "call" \
                     or any(family(r) == family(parts[0]) for r in re.findall(r"\w+", mem)
                            if family(r) is not None):
                 return None

@@ -57,7 +57,9 @@ __all__ = ["load_model", "list_functions", "binary_info", "summary_of", "recover
 log = logging.getLogger(__name__)
 
 # Bump when the way models are derived changes: cached models of older formats are not used.
-MODEL_FORMAT = 6   # 6: pointer arrays off a lea and and-masked indices (jumptables)
+# 6: pointer arrays off a lea and and-masked indices (jumptables);
+# 7: whole-binary graphs from wcetfit.static.descent, not CFGFast
+MODEL_FORMAT = 7
 
 # CFGFast options, chosen deliberately (a default CFGFast of libm takes ~40 s, this ~10 s):
 CFG_OPTIONS = dict(

@@ -42,6 +42,9 @@ class RawCFG:
     noreturn_names: frozenset[str] = frozenset()  # imported functions that never return
     # blocks continued past the lifter (wcetfit.static.decode): block -> what was done
     decode_notes: dict[int, str] = field(default_factory=dict)
+    # block -> its instructions (address, size, mnemonic, op_str), when the recovery
+    # decoded them with capstone already (wcetfit.static.descent); else decoded here
+    insns: dict[int, tuple[tuple[int, int, str, str], ...]] = field(default_factory=dict)
 
 
 # --- building function models -------------------------------------------------------------
@@ -100,6 +103,9 @@ class Builder:
     # -- per block --
 
     def _decode(self, addr: int, size: int) -> tuple[tuple[Instruction, ...], str | None]:
+        known = self.raw.insns.get(addr)
+        if known is not None and sum(i[1] for i in known) == size:
+            return tuple(Instruction(a, s, m, o) for a, s, m, o in known), None
         try:
             off = self.elf.file_offset(addr, size)
         except BinaryError:

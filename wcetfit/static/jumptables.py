@@ -41,6 +41,19 @@ def _writes(op_str: str, mnemonic: str, reg: str) -> bool:
     return dest in (reg, _REG32.get(reg, reg)) or (fam is not None and family(dest) == fam)
 
 
+# Instructions that leave the flags alone: gcc may schedule them between a guard's
+# ``cmp`` and its conditional jump.
+_FLAG_NEUTRAL = ("mov", "lea", "movzx", "movsx", "movsxd", "movabs", "nop", "push", "pop")
+
+
+def _next_branch(insns: list[tuple[int, int, str, str]], i: int) -> str | None:
+    """The mnemonic of the first instruction after ``insns[i]`` that is not flag-neutral."""
+    for j in range(i + 1, len(insns)):
+        if insns[j][2] not in _FLAG_NEUTRAL:
+            return insns[j][2]
+    return None
+
+
 def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = "ja") -> int | None:
     """Scanning ``insns`` backwards: the n of a ``cmp reg, n-1`` followed by ``branch``
     (the conditional jump that leaves when reg > n-1) guarding ``reg``, at any width
@@ -59,21 +72,27 @@ def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = 
             # may write memory or the registers of X.
             if mnem == "cmp" and ops.rsplit(",", 1)[0].strip() == mem:
                 imm = ops.rsplit(",", 1)[1].strip()
-                nxt = insns[i + 1][2] if i + 1 < len(insns) else None
+                nxt = _next_branch(insns, i)
                 if nxt == branch and re.fullmatch(r"0x[0-9a-f]+|\d+", imm):
                     n = int(imm, 0) + 1
                     return n if 0 < n <= _MAX_TABLE else None
                 return None
             if mnem.startswith("j") or mnem in ("lea", "nop", "test", "cmp"):
                 continue
-            if "ptr [" in parts[0] or mnem in ("call", "push", "pop") \
+            # A push writes below the stack pointer, where no live object is (no alias),
+            # but moves the stack pointer; a pop writes its register.
+            if mnem in ("push", "pop") and "sp" in mem:
+                return None
+            if mnem == "push":
+                continue
+            if "ptr [" in parts[0] or mnem == "call" \
                     or any(family(r) == family(parts[0]) for r in re.findall(r"\w+", mem)
                            if family(r) is not None):
                 return None
             continue
         if mnem == "cmp":
             if len(parts) == 2 and family(parts[0]) == fam and re.fullmatch(r"0x[0-9a-f]+|\d+", parts[1]):
-                nxt = insns[i + 1][2] if i + 1 < len(insns) else None
+                nxt = _next_branch(insns, i)
                 if nxt == branch:
                     n = int(parts[1], 0) + 1
                     return n if 0 < n <= _MAX_TABLE else None
@@ -216,3 +235,61 @@ def from_memory(insns: list[tuple[int, int, str, str]]) -> bool:
         return False
     mnem, ops = insns[d][2], insns[d][3]
     return mnem == "mov" and "ptr [" in ops.split(",", 1)[-1]
+
+
+CALLER_SAVED = frozenset({"rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11"})
+_PTR_TABLE = re.compile(r"^qword ptr \[(\w+) \+ (\w+)\*8\]$")
+
+
+def pointer_table(insns) -> tuple[int, int, str, int] | None:
+    """``lea base, [rip + TABLE]; ... jmp qword ptr [base + idx*8]`` (a table of 8-byte
+    code addresses, often function entries: a tail call through a pointer table), in
+    :func:`match_table`'s terms."""
+    from wcetfit.static.elfinfo import rip_target
+
+    if not insns or insns[-1][2].split()[-1] != "jmp":
+        return None
+    m = _PTR_TABLE.match(insns[-1][3])
+    if m is None:
+        return None
+    base, idx = m.groups()
+    for j in range(len(insns) - 2, -1, -1):
+        a, size, mnem, ops = insns[j]
+        if mnem == "lea" and ops.startswith(f"{base}, [rip"):
+            table = rip_target(a, size, ops.split(", ", 1)[1])
+            return None if table is None else (table, 8, idx, len(insns) - 1)
+        if _writes(ops, mnem, base):
+            return None
+    return None
+
+
+def word_relocations(path: str) -> dict[int, int]:
+    """Link-time address -> value the loader stores there, for the 8-byte relocations of
+    the dynamic relocation table that need no run-time symbol lookup outside the binary
+    (RELATIVE, and 64-bit ones against a symbol the binary defines)."""
+    import struct
+
+    from elftools.elf.elffile import ELFFile
+
+    out: dict[int, int] = {}
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        dynsym = elf.get_section_by_name(".dynsym")
+        syms = b""
+        if dynsym is not None:
+            f.seek(dynsym["sh_offset"])
+            syms = f.read(dynsym["sh_size"])
+        for sec in elf.iter_sections():
+            if sec["sh_type"] != "SHT_RELA" or sec["sh_flags"] & 0x40:   # not SHF_INFO_LINK
+                continue                                                 #   (.rela.plt)
+            f.seek(sec["sh_offset"])
+            raw = f.read(sec["sh_size"])
+            for off, info, addend in struct.iter_unpack("<QQq", raw[:len(raw) // 24 * 24]):
+                kind, sym = info & 0xFFFFFFFF, info >> 32
+                if kind == 8:                                        # R_X86_64_RELATIVE
+                    out[off] = addend
+                elif kind == 1 and 24 * (sym + 1) <= len(syms):      # R_X86_64_64
+                    shndx, value = struct.unpack_from("<HQ", syms, 24 * sym + 6)
+                    if shndx != 0:                                   # defined here
+                        out[off] = value + addend
+    return out

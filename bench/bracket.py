@@ -160,7 +160,9 @@ def stored_figures(name: str, target_dir: str) -> list[dict[str, Any]]:
                                          / search["random_ticks_own_run"], 3)
             if "search_ticks_own_run" in search else None,
             reference="random inputs of generate(), same budget; both sets' best timed "
-                      "together in the same passes"),
+                      "together in the same passes" if "search_ticks_own_run" in search
+                      else "random inputs of generate(), same budget; each set's best "
+                           "timed in its own run (a store from before the joint timing)"),
         fig(f"bracket.{name}.bound_over_slowest", round(ratio, 3), "x", "<= 1.25",
             1.0 <= ratio <= 1.25, bound_ticks=round(bound), point=round(w.bound_ticks),
             margin=round(w.margin_ticks or 0.0), dispersion=round(w.dispersion, 4),

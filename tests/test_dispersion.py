@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 
 from wcetfit.pipeline import gumbel_quantile
 
@@ -101,3 +102,81 @@ def test_a_slow_period_of_the_machine_enters_as_its_own_factor():
     from types import SimpleNamespace
     flat = call_dispersion(SimpleNamespace(ticks=ticks, counts=system.counts), fit)
     assert flat.machine_speed == 1.0
+
+
+def _disturbances_that_never_meet():
+    """400 inputs, 10 calls each, in the timing run's order (repeat by repeat): inputs
+    0–99 run 1.3× their prediction on every call (a data-dependent misfit), inputs
+    100–199 have noisy calls (up to 1.2× their mean), and the machine is 1.5× slower while
+    the 4th and 5th passes time inputs 200–399.  The worst of the three never meet: no
+    call runs more than 1.5× its prediction, and no fresh call of the same law can."""
+    from types import SimpleNamespace
+
+    from wcetfit.timing.speed import speed_profile
+
+    rng = np.random.default_rng(13)
+    n, r = 400, 10
+    pred = rng.uniform(20_000, 40_000, n)
+    factor = np.ones((n, r))
+    factor[:100] = 1.3
+    factor[100:200] = rng.uniform(1.0, 1.2, (100, r))
+    factor[200:, 4:6] = 1.5
+    ticks = np.round(pred[:, None] * factor / 26) * 26
+    profile = speed_profile(ticks, 26.0)
+    system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)), speed=profile,
+                             ticks_at_reference=ticks / profile.factors)
+    fit = SimpleNamespace(quantum_ticks=26.0, rejected=(),
+                          predict=lambda counts, unknown="zero": pred)
+    return system, fit, ticks / pred[:, None]
+
+
+def test_the_joint_factor_is_what_calls_showed_when_disturbances_never_meet():
+    """The product of the three factors takes the worst misfit, the noisiest call and the
+    slowest machine period together (1.3 × ~1.2 × 1.5 here); the joint factor is measured
+    where they come together: 1.5 as seen, extrapolated to 1e-6 per call by the Gumbel law
+    of block maxima that lie between 1.3 and 1.5 (so somewhat above 1.5, far below the
+    product), and the dispersion keeps the smaller.  It is never below a measured call."""
+    from wcetfit.pipeline import call_dispersion
+
+    system, fit, ratio = _disturbances_that_never_meet()
+    d = call_dispersion(system, fit)
+    assert d.misfit * d.call * d.machine_speed > 2.0           # the three multiplied
+    assert 1.5 - 1e-3 <= ratio.max() <= d.joint < 1.5 * 1.15     # the worst call: 1.5
+    assert 1 + d.excess == d.joint
+
+
+def test_the_dispersion_keeps_the_product_when_it_is_smaller():
+    from wcetfit.pipeline import Dispersion
+
+    assert Dispersion(misfit=1.1, call=1.1, machine_speed=1.0, joint=1.5).excess == \
+        pytest.approx(0.21)
+    assert Dispersion(misfit=1.1, call=1.1, machine_speed=1.5, joint=1.5).excess == \
+        pytest.approx(0.5)
+    assert "joint" not in Dispersion().to_dict()         # none measured: not shown
+
+
+def test_joint_excess_alone():
+    from wcetfit.pipeline import gumbel_quantile
+    from wcetfit.wcet.margin import joint_excess
+
+    t = np.array([[100.0, 110, 500], [200, 190, 210]])
+    keep = np.array([[True, True, False], [True, True, True]])   # 500: an interrupted call
+    got = joint_excess(t, keep, np.array([100.0, 200.0]), exceedance=1e-6,
+                       quantile=gumbel_quantile)
+    assert got == 1.1                       # few calls: the largest seen, 110/100
+    assert joint_excess(t, ~np.ones_like(keep), np.array([100.0, 200.0]), exceedance=1e-6,
+                        quantile=gumbel_quantile) == float("inf")    # no call: no claim
+
+
+def test_the_report_says_which_factor_the_bound_took():
+    from types import SimpleNamespace
+
+    from wcetfit.report._format import dispersion_note
+
+    w = SimpleNamespace(dispersion=0.5, exceedance=1e-6, dispersion_factors={
+        "misfit": 1.3, "call": 1.2, "machine_speed": 1.5, "joint": 1.5})
+    note = dispersion_note(w)
+    assert note.startswith("+50.0% = a timed call over its input's prediction")
+    assert "×1.500" in note and "×1.300" in note and "below the product" in note
+    w.dispersion_factors["joint"] = 3.0                     # the product is smaller: kept
+    assert "worst misfit of an input seen ×1.300" in dispersion_note(w).split(" × ")[0]

@@ -140,3 +140,65 @@ def test_a_flow_fact_an_input_breaks_is_said():
                        observed_paths=False, flow_facts={"len": "16*N(f+0x20) <= 4000"})
     assert res.bound_ticks < 6000
     assert any("does not cover that input" in w for w in res.warnings)
+
+
+# --- nested loops whose inner count grows with the outer one (isort) ---------------------
+
+def _triangle(n_max: int = 16):
+    """isort's shape: outer pass i runs the inner loop up to i times, and the inner loop is
+    one block (a self-loop: nothing inside it for a path envelope to relate).  [loops]
+    facts per entry (outer ≤ n_max, inner ≤ n_max − 1 back edges) allow n_max·(n_max − 1)
+    inner iterations, twice what any input can run: n_max·(n_max − 1)/2."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_wcet import make_fn
+    # 0 entry, 1 outer header, 2 inner loop (self-loop), 3 latch, 4 exit
+    fn = make_fn("n", 0x3000, 5, [(0, 1), (1, 2), (2, 2), (2, 3), (3, 1), (1, 4)], [4],
+                 loops=[(1, [1, 2, 3], [(3, 1)], [(0, 1)], None, 1),
+                        (2, [2], [(2, 2)], [(1, 2)], 1, 2)])
+    rng = np.random.default_rng(3)
+    rows = []
+    for k, n in enumerate(list(range(n_max + 1)) * 3):
+        # sorted backwards (every inner loop runs i times): some, and the longest once
+        full = rng.random() < 0.3 or k == 2 * n_max + 1
+        inner = [i if full else int(rng.integers(0, i + 1)) for i in range(n)]
+        rows.append([1, n + 1, n + sum(inner), n, 1])
+    counts = np.array(rows)
+    columns = [("n", b.address) for b in fn.blocks]
+    costs = {"n": {b.address: 0.0 for b in fn.blocks}}
+    costs["n"][fn.blocks[2].address] = 10.0
+    facts = {"n+0x10": n_max, "n+0x20": n_max - 1}
+    return fn, counts, columns, costs, facts
+
+
+@pytest.mark.parametrize("observed_paths, expected", [
+    (False, (16 + 16 * 15) * 10),        # per-entry bounds alone: every outer pass at 15
+    (True, (16 + 16 * 15 // 2) * 10),    # the loops' observed relation: what inputs ran
+])
+def test_an_inner_loop_growing_with_the_outer_is_held_to_what_inputs_ran(observed_paths,
+                                                                         expected):
+    from wcetfit.wcet.analyze import analyze_wcet
+
+    fn, counts, columns, costs, facts = _triangle()
+    assert counts[:, 2].max() == 16 + 16 * 15 // 2      # the inputs reach the truth
+    res = analyze_wcet({"n": fn}, "n", costs, counts, columns, loop_facts=facts,
+                       use_relations=False, observed_paths=observed_paths)
+    assert res.bound_ticks == pytest.approx(expected)
+    if observed_paths:                        # the bound says what it rests on
+        assert any("envelope" in w and "N(0x3020) ≤" in w for w in res.warnings)
+
+
+def test_the_rising_hull_edge_lies_above_every_input_and_follows_the_trend():
+    fn, counts, columns, _, _ = _triangle()
+    rels = loop_relations(fn, counts, [a for _, a in columns])
+    inner = [r for r in rels if r.blocks == (fn.blocks[2].address,)
+             and r.header == fn.blocks[1].address]
+    assert inner, "no relation of the inner header to the outer"
+    for r in rels:
+        for row in counts:
+            assert r.holds({a: v for (_, a), v in zip(columns, row)})
+    # at the most outer passes seen, the line is at the most inner passes seen
+    top = max(inner, key=lambda r: r.slope)
+    assert top.slope > 0
+    assert top.intercept + top.slope * 17 == pytest.approx(16 + 16 * 15 // 2)

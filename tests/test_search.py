@@ -209,3 +209,30 @@ def test_search_command_refuses_bad_budget(heavy_target):
                         "--budget", "0"], capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.startswith("error:") and r.stderr.count("\n") == 1
+
+
+def test_a_candidate_is_scored_on_what_the_inputs_determine():
+    """Blocks b and c ran equally often on every measured input, so only their sum is
+    known; the fit's solution put it all on b.  A candidate running b twice and c never
+    would be predicted 2·100 by that solution, 2·50 by one that split the sum, and the
+    inputs cannot tell: its determined part (b and c once each) is predicted 100 under
+    every solution, and the rest marks it as outside the measured space."""
+    from types import SimpleNamespace
+
+    from wcetfit.search.engine import determined_prediction
+
+    rng = np.random.default_rng(1)
+    k, m = rng.integers(0, 9, 40), rng.integers(0, 9, 40)
+    rows = np.stack([k, m, m, np.ones(40)], axis=1).astype(float)   # a, b, c, ε
+    u, sv, vt = np.linalg.svd(rows, full_matrices=False)
+    basis = vt[sv > 1e-9].T
+    for b_cost in (100.0, 50.0, 0.0):       # every solution the inputs allow
+        fit = SimpleNamespace(solution=np.array([3.0, b_cost, 100.0 - b_cost]),
+                              overhead_solution=np.array([7.0]), configs=(0,),
+                              row_space=basis)
+        pred, outside = determined_prediction(fit, np.array([0, 2, 0]))
+        assert pred == pytest.approx(100.0 + 7.0)
+        assert outside
+        pred, outside = determined_prediction(fit, np.array([4, 3, 3]))   # inside
+        assert pred == pytest.approx(4 * 3.0 + 300.0 + 7.0)
+        assert not outside

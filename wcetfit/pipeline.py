@@ -9,6 +9,7 @@ or all together (``analyze``) and an interrupted run continues where it stopped.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -293,13 +294,19 @@ class Dispersion:
     misfit: float = 1.0          # worst input mean over its prediction seen (≥ 1)
     call: float = 1.0            # one call over its input's mean, at the exceedance
     machine_speed: float = 1.0   # slowest sustained speed of the run over its fast end
+    # one call as timed over its input's prediction, at the exceedance: the three together
+    # as they came together (wcetfit.wcet.margin.joint_excess); taken when below their product
+    joint: float = math.inf
 
     @property
     def excess(self) -> float:
-        return max(0.0, self.misfit * self.call * self.machine_speed - 1.0)
+        return max(0.0, min(self.misfit * self.call * self.machine_speed, self.joint) - 1.0)
 
     def to_dict(self) -> dict[str, float]:
-        return {"misfit": self.misfit, "call": self.call, "machine_speed": self.machine_speed}
+        d = {"misfit": self.misfit, "call": self.call, "machine_speed": self.machine_speed}
+        if math.isfinite(self.joint):
+            d["joint"] = self.joint
+        return d
 
 
 def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
@@ -356,10 +363,13 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     misfit = misfit[np.isfinite(misfit)]
     if noise.size == 0 or misfit.size == 0:
         return Dispersion(machine_speed=machine)
-    per_call = max(float(noise.max()), gumbel_quantile(
-        noise, exceedance=EXCEEDANCE_PER_CALL if exceedance is None else exceedance))
+    p = EXCEEDANCE_PER_CALL if exceedance is None else exceedance
+    per_call = max(float(noise.max()), gumbel_quantile(noise, exceedance=p))
+    from wcetfit.wcet.margin import joint_excess
+    joint = joint_excess(system.ticks[rows], summary.keep[rows], predicted[rows],
+                         exceedance=p, quantile=gumbel_quantile)
     return Dispersion(misfit=max(1.0, float(misfit.max())), call=max(1.0, per_call),
-                      machine_speed=machine)
+                      machine_speed=machine, joint=joint)
 
 
 # Exceedance probability per call that the dispersion is set for.  The training data

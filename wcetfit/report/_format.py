@@ -99,6 +99,15 @@ def dispersion_note(w) -> str:  # type: ignore[no-untyped-def]
     if f.get("machine_speed", 1.0) != 1.0:
         parts.append(f"slowest sustained machine speed seen ×{f['machine_speed']:.3f} "
                      "(costs are at the timing run's fast end)")
+    product = f.get("misfit", 1.0) * f.get("call", 1.0) * f.get("machine_speed", 1.0)
+    joint = f.get("joint")
+    if joint is not None and joint < product:
+        # the three did not come together on any call measured: the joint factor is kept
+        return (f"+{100 * (w.dispersion or 0):.1f}% = a timed call over its input's "
+                f"prediction, passed with probability ≤ {w.exceedance:.0e} per call "
+                f"×{joint:.3f} (extreme-value fit of every call as timed, slow periods "
+                f"included; below the product of its parts: "
+                + " × ".join(parts).split(" = ", 1)[1] + ")")
     return " × ".join(parts) + " − 1"
 
 

@@ -23,7 +23,7 @@ Layout::
         "coverage": {blocks, executed, never_executed: [address]},
         "wcet": {ipet_ticks, ipet_ns, point_ticks, point_ns, margin_ticks, margin_ns,
                  dispersion, dispersion_ticks, dispersion_ns, exceedance_per_call,
-                 dispersion_factors: {misfit, call, machine_speed},
+                 dispersion_factors: {misfit, call, machine_speed[, joint]},
                  path_envelopes: [{blocks, header, slope, intercept, text}],
                  max_observed_ticks, max_observed_ns, max_observed_input,
                  max_observed_raw_ticks, max_observed_raw_ns,
@@ -48,7 +48,8 @@ Gumbel law fitted to block maxima of the measured calls, at least the largest se
 only, and the slowest sustained speed of the machine during the timing run over its fast
 end (``machine_speed``; the fit's costs are at the fast end, see the fit's
 ``machine_speed``); ``dispersion_factors`` gives the three, 1 + ``dispersion`` is their
-product.  ``dispersion_ticks`` is what that factor adds.
+product, or ``joint`` where that is smaller (a timed call over its input's prediction at the
+same exceedance, the three as they came together on the calls: wcetfit/wcet/margin.py).  ``dispersion_ticks`` is what that factor adds.
 ``path_envelopes`` are the observed envelopes (Σ count(blocks) ≤ intercept + slope ·
 count(header), true on every input; wcetfit/envelope.py) that the worst path touches.
 ``max_observed_ticks`` is the largest per-input median over the timed repeats.

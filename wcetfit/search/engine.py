@@ -47,8 +47,9 @@ class Candidate:
     sequence: ChoiceSequence
     counts: dict[str, np.ndarray]    # function → block counts (model's block order)
     vector: np.ndarray               # the counts in the fit's column order
-    predicted_ticks: float           # Σ count·cost + ε (unexecuted blocks at 0)
+    predicted_ticks: float           # Σ count·cost + ε over the part the inputs determine
     new_blocks: int                  # blocks it runs that no measured input ran
+    outside: bool = False            # its counts leave the space the inputs exercised
 
 
 @dataclass(frozen=True)
@@ -118,9 +119,9 @@ def search(target: Any, model: Any, root: str, system: Any, fit: Any,
         counted += len(batch)
         for key, per_fn in counts.items():
             vec = column_vector(system.columns, blocks_of, per_fn)
-            pred = float(fit.predict(vec, unknown="zero"))
+            pred, outside = determined_prediction(fit, vec)
             new = int(((vec > 0) & ~executed).sum())
-            best[key] = Candidate(key, batch[key], per_fn, vec, pred, new)
+            best[key] = Candidate(key, batch[key], per_fn, vec, pred, new, outside)
         ranked = _distinct(sorted(best.values(), key=_by_time))
         best = {c.key: c for c in _keep(ranked, max(options.timed, options.parents))}
         if options.strategy != "random":
@@ -132,6 +133,35 @@ def search(target: Any, model: Any, root: str, system: Any, fit: Any,
                  root, counted, history[-1], start)
     return SearchOutcome(root, options.strategy, counted, rejected, tuple(failures),
                          tuple(sorted(best.values(), key=_by_time)), start, tuple(history))
+
+
+# A candidate's counts more than this share (by norm) outside the space the measured counts
+# span are "outside": the inputs never ran that combination of blocks.
+OUTSIDE_SHARE = 0.01
+
+
+def determined_prediction(fit: Any, vec: np.ndarray) -> tuple[float, bool]:
+    """(predicted ticks of the part of ``vec`` the measured inputs determine, whether
+    ``vec`` leaves their space by more than :data:`OUTSIDE_SHARE`).
+
+    The fit's costs are one solution of the system; along directions of the count space
+    no input exercised, any other solution fits as well, so a prediction there is
+    arbitrary — and a search that maximises predictions walks into exactly those
+    directions where the arbitrary costs are high (zlib's uncompress: candidates
+    predicted 1.9× random's best ran slower than random's).  The part of ``vec`` in the
+    measured counts' row space has the same prediction under every solution; the rest is
+    what timing the candidate will tell, so an outside candidate is kept like one that
+    reaches new blocks (:func:`_keep`), not ranked on its arbitrary part."""
+    nb = fit.solution.size
+    configs = tuple(getattr(fit, "configs", (0,)))
+    x = np.zeros(nb + len(configs))
+    x[:nb] = vec
+    x[nb + (configs.index(0) if 0 in configs else 0)] = 1.0     # the overhead ε, once
+    sol = np.nan_to_num(np.concatenate([fit.solution, fit.overhead_solution]))  # unknown: 0
+    R = fit.row_space
+    inside = (x @ R) @ R.T
+    share = float(np.linalg.norm(x - inside) / max(np.linalg.norm(x), 1.0))
+    return float(inside @ sol), share > OUTSIDE_SHARE
 
 
 def _by_time(c: Candidate) -> float:
@@ -152,8 +182,9 @@ def _distinct(cands: Sequence[Candidate]) -> list[Candidate]:
 
 def _keep(ranked: Sequence[Candidate], n: int) -> list[Candidate]:
     """The ``n`` candidates to keep: the slowest predicted, and up to a quarter of the
-    places for candidates that reach blocks no measured input ran (the model gives those
-    blocks no cost, so it cannot rank such candidates; timing them is what tells)."""
-    novel = [c for c in ranked if c.new_blocks > 0][:max(1, n // 4)]
-    rest = [c for c in ranked if c.new_blocks == 0][:n - len(novel)]
+    places for candidates that reach blocks no measured input ran or leave the space the
+    measured counts span (the model gives those blocks no cost and those directions no
+    determined one, so it cannot rank such candidates; timing them is what tells)."""
+    novel = [c for c in ranked if c.new_blocks > 0 or c.outside][:max(1, n // 4)]
+    rest = [c for c in ranked if c.new_blocks == 0 and not c.outside][:n - len(novel)]
     return sorted(rest + novel, key=_by_time)

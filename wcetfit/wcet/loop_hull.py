@@ -7,7 +7,11 @@ times and its remainder loop ``len % 16`` times, so with ``len`` ≤ 6,000 the t
 loops of a function (siblings or nested), the inputs' pairs of header counts (x, y) lie
 under the upper convex hull of those points; each edge of that hull is a line
 ``y ≤ a + b·x`` above every input, and together they keep the worst path where the inputs
-were (for adler32_z: y ≤ 15·(375 − x) near the longest inputs).
+were (for adler32_z: y ≤ 15·(375 − x) near the longest inputs).  Of the rising edges only
+the one that ends at the hull's peak is kept: for nested loops whose inner count grows
+with the outer pass (isort: up to i inner passes on outer pass i), per-entry bounds allow
+the inner maximum on every outer pass, twice what any input runs, and the observed
+per-call total they replace is gone with them.
 
 Like observed loop bounds and path envelopes, these are facts about the inputs, not about
 the program: the ones that bind the worst path are listed, and ``[wcet] observed_paths =
@@ -60,8 +64,8 @@ def upper_hull_edges(x: np.ndarray, y: np.ndarray) -> list[tuple[float, float]]:
 def loop_relations(fn: FunctionModel, counts: np.ndarray, addresses: Sequence[int], *,
                    min_inputs: int = 5) -> tuple[CountEnvelope, ...]:
     """Hull edges between the header counts of every pair of ``fn``'s loops, as
-    envelopes ``N(y) ≤ intercept + slope·N(x)``; only those that cut below both loops'
-    observed maxima (an edge that does not is implied by the loop bounds)."""
+    envelopes ``N(y) ≤ intercept + slope·N(x)``: the falling edges that cut below y's
+    observed maximum within x's range, and the rising edge that ends at the peak."""
     col = {a: i for i, a in enumerate(addresses)}
     headers = [lp.header for lp in fn.loops if lp.header in col]
     if len(headers) < 2:
@@ -77,9 +81,20 @@ def loop_relations(fn: FunctionModel, counts: np.ndarray, addresses: Sequence[in
         if entered.sum() < min_inputs or np.ptp(x) == 0:
             continue
         xmax, ymax = x.max(), y.max()
-        for slope, intercept in upper_hull_edges(x, y):
+        edges = upper_hull_edges(x, y)
+        rising = [e for e in edges if e[0] >= 0]
+        if rising:
+            # The rising edge that ends at the hull's peak: y's per-call total at the most
+            # passes of x seen, and its trend beyond them.  A per-entry bound of y (a
+            # [loops] fact, which replaces y's observed total) allows y's maximum on every
+            # pass of x; an inner loop that runs up to i times on outer pass i (isort)
+            # runs half that.  The other rising edges hold where x is small, which the
+            # worst path avoids.
+            slope, intercept = rising[-1]
+            out.append(CountEnvelope((hy,), hx, float(slope), float(intercept)))
+        for slope, intercept in edges:
             if slope >= 0:
-                continue          # rising edges: y's own bound and the envelopes hold them
+                continue
             # The edge matters only where it lies below y's maximum within x's range.
             if intercept + slope * xmax >= ymax:
                 continue

@@ -149,6 +149,8 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
     fits = {}
     skipped: list[str] = []
     for name, r in rows.items():
+        if r.ticks.shape[0] == 0:
+            continue        # no input called it: nothing to fit, its blocks were never run
         try:
             fits[name] = fit_activations(r, quantum=quantum, folds=folds, seed=seed)
         except FitError as exc:

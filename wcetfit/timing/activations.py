@@ -33,7 +33,7 @@ import numpy as np
 
 from wcetfit.errors import MeasurementError
 from wcetfit.measurements import ActivationRows, _failures_from_json, _failures_to_json, _safe
-from wcetfit.model import FunctionModel, hexaddr
+from wcetfit.model import CALL_INDIRECT, FunctionModel, hexaddr
 from wcetfit.store import Store, machine_fingerprint
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,10 @@ def trace_activations(trace: np.ndarray, id_names: Sequence[tuple[str, int]],
     calls = {k: v for k, (kind, v) in transfers.items() if kind == "call"}
     tails = {k: v for k, (kind, v) in transfers.items() if kind == "tail"}
     others = {k: v for k, (kind, v) in transfers.items() if kind not in ("call", "tail")}
+    # Calls and tail calls through pointers the count run followed into relocated
+    # functions (wcetfit.count): any closure function's entry may follow such a block.
+    indirect = {(name, c.block): c.tail for name in names for c in models[name].calls
+                if c.kind == CALL_INDIRECT}
     code = {fb: i for i, fb in enumerate(id_names)}
     edge_codes = []
     for name in names:
@@ -116,6 +120,8 @@ def trace_activations(trace: np.ndarray, id_names: Sequence[tuple[str, int]],
             entered = (fb, False)
         elif tail is not None and fb == tail and b == entry[fb]:
             entered = (fb, True)
+        elif (fa, a) in indirect and b == entry[fb]:
+            entered = (fb, indirect[(fa, a)])
         elif others.get((fa, a)) == fb and b == entry[fb]:
             entered = (fb, True)              # a conditional tail call
         elif others.get((fa, a)) == fb:

@@ -28,8 +28,25 @@ from wcetfit.wcet.result import OVERHEAD, describe_block
 
 
 def path_margin(x: np.ndarray, cov: np.ndarray, z: float) -> float:
-    """z · the standard error of Σ cost·x, for costs of covariance ``cov``."""
-    return float(z * math.sqrt(max(0.0, float(x @ cov @ x))))
+    """z · the standard error of Σ cost·x, for costs of covariance ``cov``.
+
+    A covariance that is not finite along the path (a cost the fit gives no interval, an
+    overflow) is an error, never a margin of NaN: the bound would print as a number it
+    is not."""
+    used = np.flatnonzero(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sub = cov[np.ix_(used, used)]
+        var = float(x[used] @ sub @ x[used]) if used.size else 0.0
+    if not math.isfinite(var):
+        bad = [int(i) for i in used if not np.all(np.isfinite(cov[i, used]))]
+        what = (f"{len(bad)} of its {used.size} costs have no finite interval" if bad else
+                f"the variance of its {used.size} costs overflows: their intervals are "
+                f"astronomically wide (largest standard error "
+                f"{math.sqrt(float(np.max(np.abs(np.diag(sub))))):.3g} ticks)")
+        raise WcetError(f"the fit's covariance is not finite along the worst-case path "
+                        f"({what}): no confidence margin; the inputs do not determine "
+                        "those costs (add inputs, or more of them)")
+    return float(z * math.sqrt(max(0.0, var)))
 
 
 def inlined_margin(functions: Mapping[str, FunctionModel],

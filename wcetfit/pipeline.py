@@ -86,6 +86,13 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
     from wcetfit.fit.system import build_system
 
     options = options or FitOptions()
+    if options.overhead_floor_ticks == 0.0 and getattr(times, "method", None):
+        # the calibrated empty timed region: the overhead's physical floor, for the fit's
+        # plausibility warnings (wcetfit.fit.checks); it changes no estimate
+        from wcetfit.timing.calibrate import empty_region_floor
+        floor = empty_region_floor(times.method)
+        if floor is not None and floor > 0:
+            options = replace(options, overhead_floor_ticks=float(floor))
     functions = session.functions_of(root)
     system = build_system(functions, counts, times)
     if session.target.follow_speed:

@@ -238,6 +238,7 @@ class FitResult:
     # physically implausible figures, structured (their one-line summaries are also in
     # ``warnings``): see wcetfit.fit.checks
     fit_warnings: tuple[FitWarning, ...] = ()
+    overhead_floor_ticks: float = 0.0       # the floor the checks used (FitOptions)
 
     # -- use ------------------------------------------------------------------------------
     def _aug(self, counts: np.ndarray, config_id: int | np.ndarray) -> np.ndarray:

@@ -105,3 +105,25 @@ def test_recursive_callee_stays_per_call():
     ctx = context_bound({"f": f2, "r": r}, "f", costs, {}, per_call_wcet={"r": 100.0},
                         inline=[])
     assert ctx.bound_ticks == pytest.approx(1 + 100 + 1)
+
+
+def test_bound_in_the_observed_span_ignores_non_estimable_costs():
+    """Inputs where site B's loop always runs 2k times (k: site A's calls): h's loop count
+    is 8·(f's site A count) on every input, a relation the CFG does not force.  A cost
+    vector moved along it (h's body dearer by t, f's call block cheaper by 8t) predicts
+    every measured call the same, so the fit cannot tell them apart; the bound kept to
+    the inputs' span must not tell them apart either, and it covers every input."""
+    fns, cols, _, costs = setup()
+    f, h = fns["f"], fns["h"]
+    C = np.array([counts_of(k, 2 * k) for k in range(0, 11)] * 3)
+    bounds = []
+    for t in (0.0, 40.0):
+        moved = {n: dict(c) for n, c in costs.items()}
+        moved["h"][addr(h, 2)] += t
+        moved["f"][addr(f, 2)] -= 8 * t
+        pred = predicted(C, cols, moved, 7.0)
+        res = analyze_wcet(fns, "f", moved, C, cols, entry_cost=7.0, observed_paths=False)
+        assert res.bound_ticks >= pred.max() - 1e-6
+        assert any("affine span" in w for w in res.warnings)
+        bounds.append(res.bound_ticks)
+    assert bounds[1] == pytest.approx(bounds[0], rel=1e-6)

@@ -184,7 +184,31 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                         region_bounds=region_bounds, inputs=inputs)
     result = replace(result, unreached_policy=unreached)
     if per_site:
+        # what each callee's totals per call of the root kept on every input, for the
+        # per-call-site program (where they bound the sum over the callee's call sites);
+        # its count relations are in the observed span below (exact ones per callee cost
+        # a null space per relation: 90 s on zlib's inflate)
+        callee_rel: dict[str, tuple[Any, ...]] = {}
+        callee_env: dict[str, tuple[Any, ...]] = {}
+        for name in names:
+            jdx = [j for j, (f, _) in enumerate(cols) if f == name]
+            if name == root or not jdx:
+                continue
+            addrs = [cols[j][1] for j in jdx]
+            if observed_paths:
+                from wcetfit.wcet.envelope import observed_envelopes
+                from wcetfit.wcet.loop_hull import loop_relations
+                callee_env[name] = observed_envelopes(functions[name], C[:, jdx], addrs) \
+                    + loop_relations(functions[name], C[:, jdx], addrs)
+        span = None
+        if use_relations and len(C):
+            from wcetfit.wcet.relations import ObservedRowSpace
+            ran = [j for j in range(C.shape[1]) if C[:, j].any()]
+            space = ObservedRowSpace(C[:, ran])
+            span = ([cols[j] for j in ran], space.basis)
         result = _per_call_site(result, functions, root, costs, bounds, C, cols,
+                                callee_relations=callee_rel, callee_envelopes=callee_env,
+                                span=span,
                                 entry_cost=entry_cost, cov=cov, cov_index=cov_index, z=z,
                                 relations=relations, envelopes=envelopes, facts=user_facts,
                                 block_bounds=block_max, region_bounds=region_bounds,
@@ -260,12 +284,18 @@ def _per_call_site(result: WcetResult, functions: Mapping[str, FunctionModel], r
     margin = None
     if cov is not None:
         margin = inlined_margin(functions, ctx.inlined_counts, cov, cov_index, z, entry_cost)
+    in_span = "span" in ctx.status
     note = (f"{root}: callees bounded per call site ({ctx.instances - 1} callee instance(s) "
             f"in one program with {root}): a callee's loop totals, block counts and "
             f"activations seen per call of {root} bound all its call sites together "
             f"(observed), instead of its whole-call bound at every call "
             f"({result.bound_ticks:.0f} ticks context-insensitive, "
-            f"{ctx.bound_ticks:.0f} per call site)")
+            f"{ctx.bound_ticks:.0f} per call site)"
+            + ("; the worst path's counts over all functions are kept to the affine span of "
+               "the measured count vectors (every linear relation among the blocks' counts "
+               "that held on every input, observed; linear relaxation): an input breaking "
+               "one could take longer: vary the inputs if they are not facts of the program"
+               if in_span else ""))
     fns = dict(result.functions)
     n = ctx.root.block_counts
     binding = tuple(e for e in facts.get("envelopes", ())

@@ -84,6 +84,9 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                   activation_bounds: Mapping[str, int] = {},
                   total_bounds: Mapping[str, Mapping[int, int]] = {},
                   unreached: Mapping[str, Iterable[int]] = {},
+                  callee_relations: Mapping[str, Sequence[Any]] = {},
+                  callee_envelopes: Mapping[str, Sequence[Any]] = {},
+                  span: tuple[Sequence[tuple[str, int]], np.ndarray] | None = None,
                   time_limit: float | None = 60.0) -> ContextResult | None:
     """The root's bound with one instance of each callee in ``inline`` per call path
     (module docstring).  Calls of other internal functions cost ``per_call_wcet`` per
@@ -91,7 +94,18 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
     large or the solver gives no answer (the caller keeps its context-insensitive bound).
 
     The arguments mean what they mean for :func:`~wcetfit.wcet.interproc.wcet_bound`;
-    ``block_bounds`` are the root's (irreducible flow), ``region_bounds`` the callees'."""
+    ``block_bounds`` are the root's (irreducible flow), ``region_bounds`` the callees'.
+    ``callee_relations`` / ``callee_envelopes``: function → count relations / path
+    envelopes its totals per call of the root kept on every input (observed, like the
+    root's ``relations`` and ``envelopes``): they hold for the sum over its instances.
+
+    ``span``: (columns, basis) of the affine span of the measured count vectors, the
+    rows of ``basis`` an orthonormal basis of the row space of [counts, 1] over those
+    (function, address) columns.  Given, each column's total over the instances must be
+    a point of that span (every count relation that held on every input, across
+    functions: where the fit's costs are determined, whatever particular solution it
+    took); the program is then solved as a linear program (its optimum bounds the integer
+    one), and without the span when that fails."""
     inline = set(inline)
     by_addr: dict[int, str] = {}
     for name, fn in functions.items():
@@ -244,7 +258,37 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                                 f"count relation {rel.text()} (observed)"))
     for coef, hi, label in agg.values():
         rows.append(Row(coef, -np.inf, hi, label))
+    # what a callee's totals per call of the root kept on every input, over all its sites
+    for name, ks in inst_of.items():
+        if ks[0] == 0:
+            continue
+        def total(weights: Iterable[tuple[int, float]], ks=ks) -> dict[int, float]:
+            out: dict[int, float] = {}
+            weights = list(weights)
+            for k in ks:
+                me = inst[k]
+                for a, v in weights:
+                    for i in me.flow.outs.get(a, ()):
+                        out[me.offset + i] = out.get(me.offset + i, 0.0) + float(v)
+            return out
+        for rel in callee_relations.get(name, ()):
+            rows.append(Row(total(rel.coefficients), float(rel.rhs), float(rel.rhs),
+                            f"{name}: count relation {rel.text()} per call of {root}, all "
+                            f"call sites together (observed)"))
+        for env in callee_envelopes.get(name, ()):
+            rows.append(Row(total([(a, 1.0) for a in env.blocks]
+                                  + [(env.header, -float(env.slope))]),
+                            -np.inf, float(env.intercept),
+                            f"{name}: path envelope {env.text()} per call of {root}, all "
+                            f"call sites together (observed)"))
 
+    if span is not None:
+        got = _solve_in_span(inst, inst_of, cost, lb, ub, rows, span, time_limit)
+        if got is not None:
+            return _result(inst, got, cost, float(got @ cost), bounds, root, entry_cost,
+                           per_call_wcet, "optimal (linear relaxation, in the observed span)")
+        log.info("%s: the per-call-site program in the observed span gave no answer: "
+                 "solved without it", root)
     sol = solve(Problem(cost, lb, ub, rows), time_limit=time_limit)
     if sol.flow is None:
         log.info("%s: the per-call-site program gave no answer (%s): callees stay "
@@ -257,16 +301,73 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
             return None
         value = max(value, float(sol.dual_bound))
 
+    return _result(inst, f, cost, value, bounds, root, entry_cost, per_call_wcet, sol.status)
+
+
+def _solve_in_span(inst: Sequence[_Instance], inst_of: Mapping[str, list[int]],
+                   cost: np.ndarray, lb: np.ndarray, ub: np.ndarray, rows: list[Row],
+                   span: tuple[Sequence[tuple[str, int]], np.ndarray],
+                   time_limit: float | None) -> np.ndarray | None:
+    """The optimal flows of the linear relaxation with every column's total over the
+    instances kept to the observed affine span (extra free variables λ: total = Bᵀλ, and
+    the ones-column of B times λ = 1); None on failure or when the check fails."""
+    from wcetfit.wcet.solve import _milp, violations
+
+    cols, B = span
+    B = np.asarray(B, dtype=float)
+    r = B.shape[0]
+    nv = cost.shape[0]
+    extra: list[Row] = []
+    for j, (name, a) in enumerate(cols):
+        coef: dict[int, float] = {}
+        for k in inst_of.get(name, ()):
+            me = inst[k]
+            for i in me.flow.outs.get(a, ()):
+                coef[me.offset + i] = coef.get(me.offset + i, 0.0) + 1.0
+        if not coef:
+            continue            # a function without instances (recursive): free
+        for i in range(r):
+            if B[i, j]:
+                coef[nv + i] = -float(B[i, j])
+        extra.append(Row(coef, 0.0, 0.0, f"count of {name} {a:#x} in the observed span"))
+    extra.append(Row({nv + i: float(B[i, -1]) for i in range(r) if B[i, -1]}, 1.0, 1.0,
+                     "the call itself in the observed span"))
+    p = Problem(np.concatenate([cost, np.zeros(r)]), np.concatenate([lb, np.full(r, -np.inf)]),
+                np.concatenate([ub, np.full(r, np.inf)]), rows + extra)
+    for presolve in (True, False):
+        # (HiGHS's presolve has answered "not set" on zlib's inflate where the plain
+        # simplex finds the optimum)
+        try:
+            res, _ = _milp(p, presolve=presolve, integral=False, time_limit=time_limit)
+        except ValueError as exc:
+            log.info("observed span: %s", exc)
+            return None
+        if res.x is None or res.status != 0:
+            log.info("observed span, presolve %s: %s", presolve, res.message)
+            continue
+        x = np.asarray(res.x, dtype=float)
+        # the relaxation's flows are checked like the integer program's, not for integrality
+        bad = [v for v in violations(p, x, tol=1e-5) if v != "integrality"]
+        if bad:
+            log.info("observed span: the answer breaks %s", "; ".join(bad[:3]))
+            continue
+        return np.maximum(x[:nv], 0.0)
+    return None
+
+
+def _result(inst: Sequence[_Instance], f: np.ndarray, cost: np.ndarray, value: float,
+            bounds: Mapping[str, Mapping[int, Any]], root: str, entry_cost: float,
+            per_call_wcet: Mapping[str, float], status: str) -> ContextResult:
     inlined: dict[tuple[str, int], float] = {}
     site_counts: dict[str, dict[int, int]] = {}
     sub_value = np.zeros(len(inst))          # each instance's ticks, its sub-instances in
     for k in range(len(inst) - 1, -1, -1):
         me = inst[k]
         o = me.offset
-        counts = {a: int(round(sum(f[o + i] for i in me.flow.outs[a]))) for a in me.flow.blocks}
-        site_counts[me.path] = counts
-        for a, n in counts.items():
-            if n:
+        exact = {a: float(sum(f[o + i] for i in me.flow.outs[a])) for a in me.flow.blocks}
+        site_counts[me.path] = {a: int(round(n)) for a, n in exact.items()}
+        for a, n in exact.items():
+            if n > 1e-9:
                 inlined[(me.fn.name, a)] = inlined.get((me.fn.name, a), 0.0) + n
         sub_value[k] += sum(cost[o + i] * f[o + i] for i in range(len(me.flow.edges)))
         if me.parent is not None:
@@ -275,7 +376,7 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                            float(entry_cost), per_call_wcet)
     return ContextResult(bound_ticks=float(entry_cost) + value, inlined_counts=inlined,
                          root=root_view, instances=len(inst), site_counts=site_counts,
-                         status=sol.status)
+                         status=status)
 
 
 def _region(flow: Flow, irr: Sequence[int], lowest: int) -> set[int]:

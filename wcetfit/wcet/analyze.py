@@ -201,7 +201,9 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                 callee_env[name] = observed_envelopes(functions[name], C[:, jdx], addrs) \
                     + loop_relations(functions[name], C[:, jdx], addrs)
         span = None
-        if use_relations and len(C):
+        # (under "require" the blocks no input ran must be able to run: the span, made of
+        # the inputs' counts, would keep them from it through the relations among the rest)
+        if use_relations and unreached == "observed" and len(C):
             from wcetfit.wcet.relations import ObservedRowSpace
             ran = [j for j in range(C.shape[1]) if C[:, j].any()]
             space = ObservedRowSpace(C[:, ran])

@@ -115,16 +115,22 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
 
     from dataclasses import replace
 
+    from wcetfit.blasthreads import limited
+
     functions = session.functions_of(root)
     fi = fit_inputs(fit, functions)
     try:
-        result = analyze_wcet(functions, session.root_model(root).name, fi.costs,
-                              system.counts, system.columns, loop_facts=session.target.loops,
-                              recursion=session.target.recursion, entry_cost=fi.entry_cost,
-                              cov=fi.cov, cov_index=fi.cov_index, z=fi.z,
-                              observed_paths=session.target.observed_paths,
-                              flow_facts=session.target.flow,
-                              unreached=session.target.unreached)
+        # one BLAS thread, as in the fit: the observed span's SVD (wcetfit.wcet.analyze) then
+        # comes out the same to the last bit whatever the machine's thread settings
+        with limited(1):
+                result = analyze_wcet(functions, session.root_model(root).name, fi.costs,
+                                  system.counts, system.columns,
+                                  loop_facts=session.target.loops,
+                                  recursion=session.target.recursion, entry_cost=fi.entry_cost,
+                                  cov=fi.cov, cov_index=fi.cov_index, z=fi.z,
+                                  observed_paths=session.target.observed_paths,
+                                  flow_facts=session.target.flow,
+                                  unreached=session.target.unreached)
     except WcetError as exc:
         log.warning("%s: no WCET bound: %s", root, exc)
         return exc

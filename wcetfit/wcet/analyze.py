@@ -204,10 +204,8 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
         # (under "require" the blocks no input ran must be able to run: the span, made of
         # the inputs' counts, would keep them from it through the relations among the rest)
         if use_relations and unreached == "observed" and len(C):
-            from wcetfit.wcet.relations import ObservedRowSpace
             ran = [j for j in range(C.shape[1]) if C[:, j].any()]
-            space = ObservedRowSpace(C[:, ran])
-            span = ([cols[j] for j in ran], space.basis)
+            span = ([cols[j] for j in ran], _span_rows(C[:, ran]))
         result = _per_call_site(result, functions, root, costs, bounds, C, cols,
                                 callee_relations=callee_rel, callee_envelopes=callee_env,
                                 span=span,
@@ -242,6 +240,21 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
             f"input but are not forced by the CFG ({shown}); an input breaking them could "
             f"take longer: vary the inputs if they are not facts of the program")
     return replace(result, relations=tuple(extra), warnings=result.warnings + (note,))
+
+
+def _span_rows(X: np.ndarray) -> np.ndarray:
+    """Measured rows [counts, 1] that span the row space of all of them (linearly
+    independent, chosen by pivoted QR among the distinct rows).  Integers, unlike an
+    orthonormal basis of the same space: HiGHS's presolve has failed on the latter (and
+    taken 60 s on one run) where it solves the former in under a second (zlib's
+    uncompress, 505 columns, rank 94)."""
+    from scipy.linalg import qr
+
+    A = np.unique(np.hstack([np.asarray(X, dtype=float), np.ones((len(X), 1))]), axis=0)
+    _, R, piv = qr(A.T, mode="economic", pivoting=True)
+    d = np.abs(np.diag(R)) if R.size else np.zeros(0)
+    tol = d.max(initial=0.0) * max(A.shape) * np.finfo(float).eps * 10
+    return A[np.sort(piv[:int((d > tol).sum())])]
 
 
 def _per_call_site(result: WcetResult, functions: Mapping[str, FunctionModel], root: str,

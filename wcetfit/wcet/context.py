@@ -100,8 +100,8 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
     root's ``relations`` and ``envelopes``): they hold for the sum over its instances.
 
     ``span``: (columns, basis) of the affine span of the measured count vectors, the
-    rows of ``basis`` an orthonormal basis of the row space of [counts, 1] over those
-    (function, address) columns.  Given, each column's total over the instances must be
+    rows of ``basis`` spanning the row space of [counts, 1] over those (function,
+    address) columns (measured rows, the last column 1).  Given, each column's total over the instances must be
     a point of that span (every count relation that held on every input, across
     functions: where the fit's costs are determined, whatever particular solution it
     took); the program is then solved as a linear program (its optimum bounds the integer
@@ -283,7 +283,8 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                             f"call sites together (observed)"))
 
     if span is not None:
-        got = _solve_in_span(inst, inst_of, cost, lb, ub, rows, span, time_limit)
+        got = _solve_in_span(inst, inst_of, cost, lb, ub, rows, span,
+                             None if time_limit is None else min(time_limit, 20.0))
         if got is not None:
             return _result(inst, got, cost, float(got @ cost), bounds, root, entry_cost,
                            per_call_wcet, "optimal (linear relaxation, in the observed span)")

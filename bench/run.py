@@ -18,7 +18,7 @@ import time
 import traceback
 
 MODULES = ["static", "corpus", "timing", "count", "fit", "samples", "split", "search", "reach",
-           "bracket", "reliability"]
+           "bracket", "multi", "reliability"]
 
 
 def main(argv: list[str] | None = None) -> int:

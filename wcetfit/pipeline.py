@@ -153,6 +153,13 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
     from wcetfit.fit.system import build_system
 
     options = options or FitOptions()
+    if options.overhead_floor_ticks == 0.0 and getattr(times, "method", None):
+        # the calibrated empty timed region: the overhead's physical floor, for the fit's
+        # plausibility warnings (wcetfit.fit.checks); it changes no estimate
+        from wcetfit.timing.calibrate import empty_region_floor
+        floor = empty_region_floor(times.method)
+        if floor is not None and floor > 0:
+            options = replace(options, overhead_floor_ticks=float(floor))
     functions = session.functions_of(root)
     system = build_system(functions, counts, times)
     if session.target.follow_speed:
@@ -268,16 +275,22 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
 
     from dataclasses import replace
 
+    from wcetfit.blasthreads import limited
+
     functions = session.functions_of(root)
     fi = fit_inputs(fit, functions)
     try:
-        result = analyze_wcet(functions, session.root_model(root).name, fi.costs,
-                              system.counts, system.columns, loop_facts=session.target.loops,
-                              recursion=session.target.recursion, entry_cost=fi.entry_cost,
-                              cov=fi.cov, cov_index=fi.cov_index, z=fi.z,
-                              observed_paths=session.target.observed_paths,
-                              flow_facts=session.target.flow,
-                              unreached=session.target.unreached)
+        # one BLAS thread, as in the fit: the observed span's SVD (wcetfit.wcet.analyze) then
+        # comes out the same to the last bit whatever the machine's thread settings
+        with limited(1):
+                result = analyze_wcet(functions, session.root_model(root).name, fi.costs,
+                                  system.counts, system.columns,
+                                  loop_facts=session.target.loops,
+                                  recursion=session.target.recursion, entry_cost=fi.entry_cost,
+                                  cov=fi.cov, cov_index=fi.cov_index, z=fi.z,
+                                  observed_paths=session.target.observed_paths,
+                                  flow_facts=session.target.flow,
+                                  unreached=session.target.unreached)
     except WcetError as exc:
         log.warning("%s: no WCET bound: %s", root, exc)
         return exc

@@ -238,6 +238,7 @@ class FitResult:
     # physically implausible figures, structured (their one-line summaries are also in
     # ``warnings``): see wcetfit.fit.checks
     fit_warnings: tuple[FitWarning, ...] = ()
+    overhead_floor_ticks: float = 0.0       # the floor the checks used (FitOptions)
     # per-activation fits whose costs replaced the whole-call ones for the columns they
     # cover (wcetfit.fit.activation_root.ActivationAnalysis), None without activation rows
     activations: Any = field(default=None, repr=False, compare=False)

@@ -395,4 +395,5 @@ class _Fitter:
             row_space=row_space, weights=self.opts.weights,
             weight_floor_ticks=self.weight_floor, weight_iterations=self.weight_iterations,
             machine_speed=self.speed.to_dict() if self.speed is not None else None,
-            fit_warnings=tuple(fit_warnings))
+            fit_warnings=tuple(fit_warnings),
+            overhead_floor_ticks=float(self.opts.overhead_floor_ticks))

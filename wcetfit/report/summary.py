@@ -263,10 +263,22 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
         out.append(f"{len(w.relations)} count relation(s) every input kept (observed, "
                    f"not proven)")
     callees = [f for f in report.functions[1:] if f.wcet.ipet_ticks is not None]
+    # (wcetfit.wcet.analyze's note when the root's bound is the per-call-site program's)
+    notes = [x.message for x in (*report.warnings, *fr.warnings)
+             if "callees bounded per call site" in x.message]
+    per_site = bool(notes)
+    if per_site:
+        out.append("callees bounded per call site: their loop totals, block counts and "
+                   "activations seen per call bound all call sites together"
+                   + (", and the path keeps to the span of the measured counts"
+                      if any("affine span" in n for n in notes) else "")
+                   + " (observed, not proven)")
     if callees:
         shown = ", ".join(f"{c.name} {F.num(c.wcet.ipet_ticks)}" for c in callees[:6])
         more = f", … {len(callees) - 6} more" if len(callees) > 6 else ""
-        out.append(f"callees' own bounds in ticks (context-insensitive): {shown}{more}")
+        out.append(f"callees' own bounds in ticks (context-insensitive"
+                   f"{'; not what the bound above charges' if per_site else ''}): "
+                   f"{shown}{more}")
     rec = [f"{f.name} {f.wcet.recursion_depth}" for f in report.functions
            if f.wcet.recursion_depth]
     if rec:

@@ -508,7 +508,38 @@ def auto_method(cache_dir: str | None = None, refresh: bool = False) -> tuple[st
     return result.chosen, result.reason
 
 
+def empty_region_floor(method: str, cache_dir: str | None = None) -> float | None:
+    """The least empty timed region of ``method`` (its ``overhead_min``, in TSC ticks) that
+    this boot's calibration measured: no timed call can cost less, so it is the physical
+    floor of the fit's overhead ε.  Taken from the per-boot calibration of
+    :func:`auto_method` (which runs it, ~0.3 s, when this boot has none); None when the
+    method is not among those calibrated or the calibration cannot run."""
+    import json
+    from pathlib import Path
+
+    from wcetfit.timing.thunk import cache_root
+
+    path = (Path(cache_dir) if cache_dir is not None else cache_root()) / "calibration" \
+        / f"{_boot_id()}.json"
+    for attempt in range(2):
+        try:
+            data = json.loads(path.read_text())
+            for m in data.get("methods", ()):
+                if m.get("name") == method and m.get("overhead_min") is not None:
+                    return float(m["overhead_min"])
+            return None
+        except (OSError, ValueError, TypeError, AttributeError):
+            if attempt:
+                return None
+        try:
+            auto_method(cache_dir)
+        except WcetfitError as exc:
+            log.info("no calibration for the overhead floor: %s", exc)
+            return None
+    return None
+
+
 __all__ = ["SCHEMA", "EnsembleStats", "Resolution", "MethodResult", "Calibration", "Settings",
            "ensemble_stats", "resolution_stats", "validate", "choose", "calibrate",
            "measure_empty", "measure_resolution", "measure_method", "outlier_cutoff",
-           "auto_method"]
+           "auto_method", "empty_region_floor"]

@@ -93,7 +93,8 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                  z: float = Z95, use_relations: bool = True,
                  observed_paths: bool = True,
                  unreached: str = "observed",
-                 flow_facts: Mapping[str, str] = {}) -> WcetResult:
+                 flow_facts: Mapping[str, str] = {},
+                 per_site: bool = True) -> WcetResult:
     """The WCET of ``root`` from the pipeline's data: observed loop bounds from ``counts``
     (columns named by (function, address)), replaced by the target file's [loops] facts
     where given, then :func:`wcet_bound`.  ``recursion`` is the target's [recursion].
@@ -104,7 +105,8 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
     ``unreached``: the target's ``[wcet] unreached``: "observed" leaves the blocks no input
     executed out of the worst path (listed first among the warnings, and in
     ``WcetResult.unreached``); "require" bounds them like the rest (their loops need
-    [loops] facts)."""
+    [loops] facts).  ``per_site``: also bound the callees per call site
+    (:mod:`wcetfit.wcet.context`) and keep the smaller bound."""
     if unreached not in ("observed", "require"):
         raise WcetError(f"unreached policy must be \"observed\" or \"require\", not "
                         f"{unreached!r}")
@@ -181,6 +183,37 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                         total_bounds=totals, unreached=unreached_blocks,
                         region_bounds=region_bounds, inputs=inputs)
     result = replace(result, unreached_policy=unreached)
+    if per_site:
+        # what each callee's totals per call of the root kept on every input, for the
+        # per-call-site program (where they bound the sum over the callee's call sites);
+        # its count relations are in the observed span below (exact ones per callee cost
+        # a null space per relation: 90 s on zlib's inflate)
+        callee_rel: dict[str, tuple[Any, ...]] = {}
+        callee_env: dict[str, tuple[Any, ...]] = {}
+        for name in names:
+            jdx = [j for j, (f, _) in enumerate(cols) if f == name]
+            if name == root or not jdx:
+                continue
+            addrs = [cols[j][1] for j in jdx]
+            if observed_paths:
+                from wcetfit.wcet.envelope import observed_envelopes
+                from wcetfit.wcet.loop_hull import loop_relations
+                callee_env[name] = observed_envelopes(functions[name], C[:, jdx], addrs) \
+                    + loop_relations(functions[name], C[:, jdx], addrs)
+        span = None
+        # (under "require" the blocks no input ran must be able to run: the span, made of
+        # the inputs' counts, would keep them from it through the relations among the rest)
+        if use_relations and unreached == "observed" and len(C):
+            ran = [j for j in range(C.shape[1]) if C[:, j].any()]
+            span = ([cols[j] for j in ran], _span_rows(C[:, ran]))
+        result = _per_call_site(result, functions, root, costs, bounds, C, cols,
+                                callee_relations=callee_rel, callee_envelopes=callee_env,
+                                span=span,
+                                entry_cost=entry_cost, cov=cov, cov_index=cov_index, z=z,
+                                relations=relations, envelopes=envelopes, facts=user_facts,
+                                block_bounds=block_max, region_bounds=region_bounds,
+                                activation_bounds=activations, total_bounds=totals,
+                                unreached=unreached_blocks)
     if user_facts:
         note = (f"{root}: the bound rests on {len(user_facts)} flow fact(s) given in [flow] ("
                 + "; ".join(f.label.split(": ", 1)[1].rsplit(" (", 1)[0]
@@ -207,6 +240,88 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
             f"input but are not forced by the CFG ({shown}); an input breaking them could "
             f"take longer: vary the inputs if they are not facts of the program")
     return replace(result, relations=tuple(extra), warnings=result.warnings + (note,))
+
+
+def _span_rows(X: np.ndarray) -> np.ndarray:
+    """Measured rows [counts, 1] that span the row space of all of them (linearly
+    independent, chosen by pivoted QR among the distinct rows).  Integers, unlike an
+    orthonormal basis of the same space: HiGHS's presolve has failed on the latter (and
+    taken 60 s on one run) where it solves the former in under a second (zlib's
+    uncompress, 505 columns, rank 94)."""
+    from scipy.linalg import qr
+
+    A = np.unique(np.hstack([np.asarray(X, dtype=float), np.ones((len(X), 1))]), axis=0)
+    _, R, piv = qr(A.T, mode="economic", pivoting=True)
+    d = np.abs(np.diag(R)) if R.size else np.zeros(0)
+    tol = d.max(initial=0.0) * max(A.shape) * np.finfo(float).eps * 10
+    return A[np.sort(piv[:int((d > tol).sum())])]
+
+
+def _per_call_site(result: WcetResult, functions: Mapping[str, FunctionModel], root: str,
+                   costs: Mapping[str, Mapping[int, float]],
+                   bounds: Mapping[str, Mapping[int, LoopBound]], C: np.ndarray,
+                   cols: Sequence[tuple[str, int]], *, entry_cost: float,
+                   cov: np.ndarray | None, cov_index: Any, z: float,
+                   **facts: Any) -> WcetResult:
+    """The bound with one instance of each callee per call site (wcetfit.wcet.context)
+    when it is smaller than the context-insensitive ``result``; the root's function
+    result then shows the per-site path."""
+    from wcetfit.wcet.context import context_bound
+    from wcetfit.wcet.interproc import _sccs, call_graph
+    from wcetfit.wcet.margin import inlined_margin
+
+    graph = call_graph(functions, root)
+    recursive = {m for comp in _sccs(graph, root) for m in comp
+                 if len(comp) > 1 or comp[0] in graph[comp[0]]}
+    if len(graph) < 2 or root in recursive:
+        return result
+    inline = [n for n in graph if n != root and n not in recursive
+              and n in result.functions]
+    per_call = {m: r.bound_ticks - r.entry_cost_ticks for m, r in result.functions.items()
+                if m in recursive}
+    ctx = context_bound(functions, root, costs, bounds, per_call_wcet=per_call,
+                        inline=inline, entry_cost=entry_cost, **facts)
+    if ctx is None or ctx.bound_ticks >= result.bound_ticks:
+        return result
+    # Every measured call is one execution the program allows (the observed limits are
+    # its maxima): its predicted time is a floor the optimum must reach.
+    pos = {c: j for j, c in enumerate(cols)}
+    w = np.zeros(len(cols))
+    for name, c in costs.items():
+        for a, v in c.items():
+            if (name, a) in pos:
+                w[pos[(name, a)]] = v
+    measured = float(np.max(C @ w, initial=0.0)) + entry_cost if len(C) else 0.0
+    if ctx.bound_ticks < measured * (1 - 1e-9) - 1e-6:
+        log.warning("%s: the per-call-site bound %.0f is below a measured input's predicted "
+                    "time %.0f: not used", root, ctx.bound_ticks, measured)
+        return result
+    margin = None
+    if cov is not None:
+        margin = inlined_margin(functions, ctx.inlined_counts, cov, cov_index, z, entry_cost)
+    in_span = "span" in ctx.status
+    note = (f"{root}: callees bounded per call site ({ctx.instances - 1} callee instance(s) "
+            f"in one program with {root}): a callee's loop totals, block counts and "
+            f"activations seen per call of {root} bound all its call sites together "
+            f"(observed), instead of its whole-call bound at every call "
+            f"({result.bound_ticks:.0f} ticks context-insensitive, "
+            f"{ctx.bound_ticks:.0f} per call site)"
+            + ("; the worst path's counts over all functions are kept to the affine span of "
+               "the measured count vectors (every linear relation among the blocks' counts "
+               "that held on every input, observed; linear relaxation): an input breaking "
+               "one could take longer: vary the inputs if they are not facts of the program"
+               if in_span else ""))
+    fns = dict(result.functions)
+    n = ctx.root.block_counts
+    binding = tuple(e for e in facts.get("envelopes", ())
+                    if e.intercept + e.slope * n.get(e.header, 0)
+                    - sum(n.get(a, 0) for a in e.blocks) < 1.0)
+    fns[root] = replace(ctx.root, warnings=result.functions[root].warnings,
+                        binding_envelopes=binding)
+    log.info("%s: per-call-site bound %.0f < context-insensitive %.0f ticks", root,
+             ctx.bound_ticks, result.bound_ticks)
+    return replace(result, bound_ticks=ctx.bound_ticks, margin_ticks=margin, functions=fns,
+                   inlined_counts=ctx.inlined_counts, warnings=result.warnings + (note,))
 
 
 def _observed_block_limits(fn: FunctionModel, C: np.ndarray, pos: Mapping[int, int]

@@ -1,0 +1,129 @@
+"""Callees bounded per call site (wcetfit.wcet.context) on CFGs with known costs.
+
+A helper h whose loop runs 2 times per call from a call site inside the root's loop and
+up to 50 times from a site after it, reached through a wrapper g: the count run sees h's
+loop totals per call of the root only, never per call.  Charged per call (context-
+insensitive) every one of the up to 11 calls costs the largest total; per call site the
+totals bound all sites together, and the bound equals the slowest input's predicted
+time (the worst input is among the measured ones), never below any of them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_wcet import addr, costs_of, make_fn
+from wcetfit.model import CALL_INTERNAL
+from wcetfit.wcet.analyze import analyze_wcet
+from wcetfit.wcet.context import context_bound
+
+
+def two_sites():
+    # h: 0 -> 1 header; 1 -> 2 body -> 1; 1 -> 3 exit
+    h = make_fn("h", 0x6000, 4, [(0, 1), (1, 2), (2, 1), (1, 3)], [3],
+                loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)])
+    # g: 0 -> 1 header; 1 -> 2 (calls h) -> 1; 1 -> 3 exit
+    g = make_fn("g", 0x5000, 4, [(0, 1), (1, 2), (2, 1), (1, 3)], [3],
+                loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)],
+                calls=[(2, CALL_INTERNAL, 0x6000, "h")])
+    # f: 0 -> 1 header; 1 -> 2 (site A: calls g) -> 1; 1 -> 3 (site B: calls g) -> 4 exit
+    f = make_fn("f", 0x4000, 5, [(0, 1), (1, 2), (2, 1), (1, 3), (3, 4)], [4],
+                loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)],
+                calls=[(2, CALL_INTERNAL, 0x5000, "g"), (3, CALL_INTERNAL, 0x5000, "g")])
+    return f, g, h
+
+
+def counts_of(k: int, n_b: int) -> np.ndarray:
+    """One call of f: k calls of g at site A (g calls h once, h loops 2 times), one at
+    site B (g calls h 3 times, h loops n_b times each)."""
+    g_calls, h_calls = k + 1, k + 3
+    iters = 2 * k + 3 * n_b
+    return np.array([1, k + 1, k, 1, 1,                               # f
+                     g_calls, g_calls + h_calls, h_calls, g_calls,    # g
+                     h_calls, h_calls + iters, iters, h_calls])       # h
+
+
+def setup(seed: int = 0):
+    f, g, h = two_sites()
+    fns = {"f": f, "g": g, "h": h}
+    cols = [(fn.name, b.address) for fn in (f, g, h) for b in fn.blocks]
+    rng = np.random.default_rng(seed)
+    rows = [counts_of(int(rng.integers(0, 11)), int(rng.integers(0, 51))) for _ in range(40)]
+    rows.append(counts_of(10, 50))               # the worst input is measured
+    costs = {"f": costs_of(f, [3, 2, 4, 5, 1]), "g": costs_of(g, [6, 2, 3, 1]),
+             "h": costs_of(h, [4, 1, 10, 2])}
+    return fns, cols, np.array(rows), costs
+
+
+def predicted(C, cols, costs, eps=0.0):
+    w = np.array([costs[f][a] for f, a in cols])
+    return C @ w + eps
+
+
+def test_per_site_bound_is_the_worst_measured_call():
+    fns, cols, C, costs = setup()
+    res = analyze_wcet(fns, "f", costs, C, cols, entry_cost=7.0, use_relations=False,
+                       observed_paths=False)
+    pred = predicted(C, cols, costs, 7.0)
+    assert res.bound_ticks >= pred.max() - 1e-9            # covers every measured call
+    assert res.bound_ticks == pytest.approx(pred.max())    # and charges nothing more
+    assert any("per call site" in w for w in res.warnings)
+    # h's loop is charged its largest total once, not once per call of the cheap site
+    assert res.inlined_counts[("h", addr(fns["h"], 2))] == 170
+    old = analyze_wcet(fns, "f", costs, C, cols, entry_cost=7.0, use_relations=False,
+                       observed_paths=False, per_site=False)
+    assert old.bound_ticks > 2 * res.bound_ticks           # g's calls of h charged h's total
+
+
+def test_per_entry_facts_hold_per_instance():
+    """A [loops] fact per entry (h's loop: at most 50 per call) applies in each site's
+    instance with that instance's calls: site A's 10 calls may then run 500 iterations."""
+    fns, cols, C, costs = setup()
+    f, g, h = fns["f"], fns["g"], fns["h"]
+    bounds = {"f": {addr(f, 1): 10}, "g": {addr(g, 1): 3}, "h": {addr(h, 1): 50}}
+    ctx = context_bound(fns, "f", costs, bounds, inline=["g", "h"])
+    # 10 iterations of f's loop, 11 calls of g, 3 calls of h per call of g, 50 iterations
+    # of h's loop per call of h
+    g_one = 6 + 4 * 2 + 3 * 3 + 1
+    h_one = 4 + 51 * 1 + 50 * 10 + 2
+    want = (3 + 2 * 11 + 4 * 10 + 5 + 1) + 11 * g_one + 33 * h_one
+    assert ctx.bound_ticks == pytest.approx(want)
+    assert ctx.instances == 5                             # f, g at A and B, h under each
+    # the root's view charges each site its own instance
+    sites = {c.block: c for c in ctx.root.calls}
+    assert sites[addr(f, 2)].count == 10 and sites[addr(f, 3)].count == 1
+    assert sites[addr(f, 3)].callee_wcet_ticks == pytest.approx(g_one + 3 * h_one)
+
+
+def test_recursive_callee_stays_per_call():
+    """A self-recursive callee is not inlined: its per-call WCET is charged at the call."""
+    f, g, h = two_sites()
+    r = make_fn("r", 0x7000, 3, [(0, 1), (0, 2), (1, 2)], [2],
+                calls=[(1, CALL_INTERNAL, 0x7000, "r")])
+    f2 = make_fn("f", 0x4000, 2, [(0, 1)], [1], calls=[(0, CALL_INTERNAL, 0x7000, "r")])
+    costs = {"f": costs_of(f2, [1, 1]), "r": costs_of(r, [2, 3, 4])}
+    ctx = context_bound({"f": f2, "r": r}, "f", costs, {}, per_call_wcet={"r": 100.0},
+                        inline=[])
+    assert ctx.bound_ticks == pytest.approx(1 + 100 + 1)
+
+
+def test_bound_in_the_observed_span_ignores_non_estimable_costs():
+    """Inputs where site B's loop always runs 2k times (k: site A's calls): h's loop count
+    is 8·(f's site A count) on every input, a relation the CFG does not force.  A cost
+    vector moved along it (h's body dearer by t, f's call block cheaper by 8t) predicts
+    every measured call the same, so the fit cannot tell them apart; the bound kept to
+    the inputs' span must not tell them apart either, and it covers every input."""
+    fns, cols, _, costs = setup()
+    f, h = fns["f"], fns["h"]
+    C = np.array([counts_of(k, 2 * k) for k in range(0, 11)] * 3)
+    bounds = []
+    for t in (0.0, 40.0):
+        moved = {n: dict(c) for n, c in costs.items()}
+        moved["h"][addr(h, 2)] += t
+        moved["f"][addr(f, 2)] -= 8 * t
+        pred = predicted(C, cols, moved, 7.0)
+        res = analyze_wcet(fns, "f", moved, C, cols, entry_cost=7.0, observed_paths=False)
+        assert res.bound_ticks >= pred.max() - 1e-6
+        assert any("affine span" in w for w in res.warnings)
+        bounds.append(res.bound_ticks)
+    assert bounds[1] == pytest.approx(bounds[0], rel=1e-6)

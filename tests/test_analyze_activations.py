@@ -137,7 +137,8 @@ def test_analyze_takes_activations_and_reports_them(tmp_path):
         pytest.skip(f"samples do not build: {r.stderr[-300:]}")
     lib = os.path.join(SAMPLE, "build", "libactree.so")
     target = _copy_target(str(tmp_path), SAMPLE, lib,
-                          '\n[recursion]\n"rec" = 8\n\n[search]\nbudget = 0\n',
+                          '\n[recursion]\n"rec" = 8\n\n[search]\nbudget = 0\n'
+                          '\n[timing]\nactivations = "auto"\n',
                           subs=(("inputs = 40", "inputs = 16"), ("repeats = 5", "repeats = 3")))
     out = str(tmp_path / "report.json")
     p = _analyze(target, "--json", out)
@@ -156,7 +157,7 @@ def test_activations_setting_is_validated(tmp_path):
     lib = os.path.join(SAMPLE, "build", "libactree.so")
     if not os.path.exists(lib):
         pytest.skip("samples/actree is not built (make -C samples)")
-    for value, want in (('"auto"', "auto"), ("true", "on"), ("false", "off"), (None, "auto")):
+    for value, want in (('"auto"', "auto"), ("true", "on"), ("false", "off"), (None, "off")):
         d = tmp_path / str(want) / str(value).strip('"')
         d.mkdir(parents=True)
         target = _copy_target(str(d), SAMPLE, lib, "" if value is None else

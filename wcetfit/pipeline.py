@@ -487,8 +487,11 @@ def _with_reach_verdicts(report: Any, reached: Any) -> Any:
         Finding(text, "`wcetfit reach TARGET_DIR` prints each block's verdict"),))
 
 
-def stored_measurements(session: Session, root: str) -> tuple[Any, Any]:
-    """The counts and times of ``root`` in the store, or a clear error saying what to run."""
+def stored_measurements(session: Session, root: str, *,
+                        require_times: bool = True) -> tuple[Any, Any]:
+    """The counts and times of ``root`` in the store (searched and reached inputs
+    included), or a clear error saying what to run; without ``require_times``, times not
+    stored yet are None and the counts are the generated inputs' alone."""
     from wcetfit.errors import FitError
     from wcetfit.measurements import load_counts, load_times
     from wcetfit.timing.run import resolve_method
@@ -500,6 +503,8 @@ def stored_measurements(session: Session, root: str) -> tuple[Any, Any]:
                        f"{session.target.directory}` (or `wcetfit analyze`) first")
     method, _ = resolve_method(session.target)
     times = load_times(session.store, root, m.seed, method, m.repeats)
+    if times is None and not require_times:
+        return counts, None
     if times is None:
         raise FitError(f"{root}: no times stored for seed {m.seed}, method {method}, "
                        f"{m.repeats} repeats: run `wcetfit time {session.target.directory}` "

@@ -21,9 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from wcetfit.measurements import FunctionCounts, load_counts
+from wcetfit.measurements import FunctionCounts
 from wcetfit.search.candidates import SEARCH_BASE, count_candidates, time_candidates
-from wcetfit.search.store import load_search_rows, with_search_rows
 from wcetfit.search.witness import (MAX_BUFFER, REACH_BASE, ReachInputs, ReachRows,
                                     load_reach_rows, merge_reach_rows, save_reach_rows,
                                     template_for)
@@ -82,29 +81,16 @@ class ReachReport:
 
 def _measured(session: Any, root: str) -> tuple[Any, Any]:
     """Counts (generated, searched and reached inputs) and times (None when not timed)."""
-    from wcetfit.errors import FitError
-    from wcetfit.measurements import load_times
-    from wcetfit.timing.run import resolve_method
+    from wcetfit.pipeline import stored_measurements
 
-    m = session.target.measure
-    counts = load_counts(session.store, root, m.seed)
-    if counts is None:
-        raise FitError(f"{root}: no counts stored for seed {m.seed}: run `wcetfit count "
-                       f"{session.target.directory}` (or `wcetfit analyze`) first")
-    method, _ = resolve_method(session.target)
-    times = load_times(session.store, root, m.seed, method, m.repeats)
-    if times is None:
-        return counts, None
-    counts, times = with_search_rows(counts, times, load_search_rows(session.store, root, m.seed))
-    from wcetfit.search.witness import with_reach_rows
-    return with_reach_rows(counts, times, load_reach_rows(session.store, root, m.seed))
+    return stored_measurements(session, root, require_times=False)
 
 
 def run_reach(session: Any, root: str, budget_s: float, *, keep: bool = True,
               max_buffer: int = MAX_BUFFER, groups: bool = True) -> ReachReport:
     """Explore towards ``root``'s unexecuted blocks and unseparated groups for at most
     ``budget_s`` seconds; count, time and (``keep``) store the inputs found."""
-    from wcetfit.static.reach import (INSEPARABLE, REACHED, UNREACHABLE, GroupGoal, RowSpace,
+    from wcetfit.static.reach import (INSEPARABLE, REACHED, GroupGoal, RowSpace,
                                       explore)
     from wcetfit.timing.run import resolve_method
 

@@ -128,8 +128,40 @@ def with_search_rows(counts: CountSet, times: TimeSet, rows: SearchRows | None
     """The measured inputs' counts and times with the searched inputs' rows appended
     (unchanged when there are none, or when they were timed otherwise: another method,
     another number of repeats, or counted on another block layout)."""
-    if rows is None or len(rows.indices) == 0:
+    if rows is None:
         return counts, times
+    return append_rows(counts, times, rows, "searched",
+                       f"{search_name(rows.function, rows.seed)}: counted on another block "
+                       "layout than the stored counts: left out (run `wcetfit search` again)")
+
+
+def append_rows(counts: CountSet, times: TimeSet, rows: Any, kind: str,
+                other_layout: str) -> tuple[CountSet, TimeSet]:
+    """``counts`` and ``times`` with extra inputs' rows (``rows``: indices, method, ticks,
+    functions, as the searched and the reached inputs keep them) appended, or unchanged
+    when there are none or they were timed otherwise (another method or number of
+    repeats: said at info level) or counted on another block layout (``other_layout`` is
+    the warning)."""
+    if len(rows.indices) == 0:
+        return counts, times
+    if rows.method != times.method or rows.ticks.shape[1] != times.ticks.shape[1]:
+        log.info("%s inputs of %s were timed with %s × %d, not %s × %d: left out", kind,
+                 rows.function, rows.method, rows.ticks.shape[1], times.method,
+                 times.ticks.shape[1])
+        return counts, times
+    if [(f.name, f.blocks) for f in rows.functions] != \
+            [(f.name, f.blocks) for f in counts.functions]:
+        log.warning("%s", other_layout)
+        return counts, times
+    fcs = tuple(FunctionCounts(a.name, a.address, a.blocks, np.vstack([a.counts, b.counts]))
+                for a, b in zip(counts.functions, rows.functions))
+    counts = replace(counts, indices=np.concatenate([counts.indices, rows.indices]),
+                     functions=fcs)
+    done = times.done if times.done is not None else np.isfinite(times.ticks)
+    times = replace(times, indices=np.concatenate([times.indices, rows.indices]),
+                    ticks=np.vstack([times.ticks, rows.ticks]),
+                    done=np.vstack([done, np.isfinite(rows.ticks)]))
+    return counts, times
     if rows.method != times.method or rows.ticks.shape[1] != times.ticks.shape[1]:
         log.info("searched inputs of %s were timed with %s × %d, not %s × %d: left out",
                  rows.function, rows.method, rows.ticks.shape[1], times.method,

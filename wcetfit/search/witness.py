@@ -215,8 +215,13 @@ def with_reach_rows(counts: CountSet, times: TimeSet, rows: ReachRows | None
                     ) -> tuple[CountSet, TimeSet]:
     """The stored inputs' counts and times with the reached inputs' rows appended (the same
     rules as the searched inputs': left out when timed or counted otherwise)."""
-    if rows is None or len(rows.indices) == 0:
+    from wcetfit.search.store import append_rows
+
+    if rows is None:
         return counts, times
+    return append_rows(counts, times, rows, "reached",
+                       f"{reach_name(rows.function, rows.seed)}: counted on another block "
+                       "layout than the stored counts: left out (run `wcetfit reach` again)")
     if rows.method != times.method or rows.ticks.shape[1] != times.ticks.shape[1]:
         log.info("reached inputs of %s were timed with %s × %d, not %s × %d: left out",
                  rows.function, rows.method, rows.ticks.shape[1], times.method,

@@ -71,7 +71,7 @@ import numpy as np
 
 from wcetfit.count import x86enc as enc
 from wcetfit.errors import MeasurementError, SelfCheckError
-from wcetfit.model import FunctionModel, hexaddr
+from wcetfit.model import FunctionModel
 from wcetfit.split.placement import JMP_LEN, ProbePlacementError, _Cfg, _direct_region
 from wcetfit.split.stubs import (INT3, LFENCE, MFENCE, OFF_ARMED, OFF_NSITES, OFF_SLOT,
                                  RDTSC, RDTSCP, STATE_SIZE, _Asm, _relocated)
@@ -345,33 +345,18 @@ class ActivationProbes:
 
     # -- patches -------------------------------------------------------------------------
     def install(self) -> None:
-        from wcetfit.split.install import _write_code
+        from wcetfit.split.install import apply_patches
 
         if self.installed:
             return
-        for at, original, _patch in self.patches:
-            if ctypes.string_at(at, len(original)) != original:
-                raise MeasurementError(f"activation probe: the code at "
-                                       f"{hexaddr(self.binary.link_time(at))} is not what the "
-                                       "static model says (already patched?)")
-        done = []
-        try:
-            for at, _original, patch in self.patches:
-                _write_code(at, patch)
-                done.append(at)
-        except BaseException:
-            for at, original, _patch in self.patches:
-                if at in done:
-                    _write_code(at, original)
-            raise
+        apply_patches(self.binary, self.patches, "activation probe")
         self.installed = True
 
     def remove(self) -> None:
-        from wcetfit.split.install import _write_code
+        from wcetfit.split.install import restore_patches
 
         if self.installed:
-            for at, original, _patch in self.patches:
-                _write_code(at, original)
+            restore_patches(self.patches)
             self.installed = False
 
     def close(self) -> None:

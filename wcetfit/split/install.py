@@ -16,7 +16,7 @@ import ctypes
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -46,6 +46,31 @@ def _protect(address: int, size: int, prot: int) -> None:
         err = ctypes.get_errno()
         raise MeasurementError(f"mprotect({lo:#x}, {hi - lo}) for a probe patch failed: "
                                f"{os.strerror(err)}")
+
+
+def apply_patches(binary: Any, patches: Sequence[tuple[int, bytes, bytes]], what: str) -> None:
+    """Write every (address, original bytes, patch) after checking that the code there is
+    still the original; all or none: a failure part-way puts back what was written."""
+    for at, original, _patch in patches:
+        if ctypes.string_at(at, len(original)) != original:
+            raise MeasurementError(f"{what}: the code at {hexaddr(binary.link_time(at))} is "
+                                   "not what the static model says (already patched?)")
+    done = []
+    try:
+        for at, _original, patch in patches:
+            _write_code(at, patch)
+            done.append(at)
+    except BaseException:
+        for at, original, _patch in patches:
+            if at in done:
+                _write_code(at, original)
+        raise
+
+
+def restore_patches(patches: Sequence[tuple[int, bytes, bytes]]) -> None:
+    """Put the original bytes back at every patched address."""
+    for at, original, _patch in patches:
+        _write_code(at, original)
 
 
 def _write_code(address: int, data: bytes) -> None:
@@ -120,29 +145,13 @@ class InstalledProbe:
     def install(self) -> None:
         if self.installed:
             return
-        for at, original, _patch in self.patches:
-            now = ctypes.string_at(at, len(original))
-            if now != original:
-                raise MeasurementError(f"probe {self.layout.probe.key}: the code at "
-                                       f"{hexaddr(self.binary.link_time(at))} is not what "
-                                       "the static model says (already patched?)")
-        done = []
-        try:
-            for at, _original, patch in self.patches:
-                _write_code(at, patch)
-                done.append(at)
-        except BaseException:
-            for at, original, _patch in self.patches:
-                if at in done:
-                    _write_code(at, original)
-            raise
+        apply_patches(self.binary, self.patches, f"probe {self.layout.probe.key}")
         self.installed = True
 
     def remove(self) -> None:
         if not self.installed:
             return
-        for at, original, _patch in self.patches:
-            _write_code(at, original)
+        restore_patches(self.patches)
         self.installed = False
 
     def close(self) -> None:

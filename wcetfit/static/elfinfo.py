@@ -420,15 +420,31 @@ def _fdes(elf, symbols) -> tuple[tuple[tuple[int, int], ...], frozenset[int]]:
     fragment.  Only FDEs without a symbol are decoded (decoding costs time); a symbol
     named ``*.cold`` marks a fragment directly.
     """
-    if elf.get_section_by_name(".eh_frame") is None:
+    section = elf.get_section_by_name(".eh_frame")
+    if section is None:
         return (), frozenset()
+    sym_addrs = {s.address for s in symbols if not is_fragment_name(s.name)}
+    cold_addrs = {s.address for s in symbols if is_fragment_name(s.name)}
+    from wcetfit.static.ehframe import RSP, EhFrameUnsupported, read_fdes
+
+    try:
+        fast = read_fdes(section.data(), section["sh_addr"])
+    except (EhFrameUnsupported, IndexError, ValueError, struct.error) as exc:
+        log.debug("reading .eh_frame directly failed (%s): decoding it with pyelftools", exc)
+    else:
+        fdes, fragments = [], set()
+        for start, size, cfa in fast:
+            fdes.append((start, size))
+            if start in cold_addrs and start not in sym_addrs:
+                fragments.add(start)
+            elif start not in sym_addrs and cfa is not None and cfa != (RSP, 8):
+                fragments.add(start)
+        return tuple(sorted(set(fdes))), frozenset(fragments)
     try:
         entries = list(elf.get_dwarf_info(relocate_dwarf_sections=False).EH_CFI_entries())
     except Exception as exc:  # noqa: BLE001 -- a bad .eh_frame only loses hints
         log.warning("cannot read .eh_frame: %s", exc)
         return (), frozenset()
-    sym_addrs = {s.address for s in symbols if not is_fragment_name(s.name)}
-    cold_addrs = {s.address for s in symbols if is_fragment_name(s.name)}
     fdes = []
     fragments = set()
     for ent in entries:

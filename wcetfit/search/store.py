@@ -144,11 +144,6 @@ def append_rows(counts: CountSet, times: TimeSet, rows: Any, kind: str,
     the warning)."""
     if len(rows.indices) == 0:
         return counts, times
-    if rows.method != times.method or rows.ticks.shape[1] != times.ticks.shape[1]:
-        log.info("%s inputs of %s were timed with %s × %d, not %s × %d: left out", kind,
-                 rows.function, rows.method, rows.ticks.shape[1], times.method,
-                 times.ticks.shape[1])
-        return counts, times
     if [(f.name, f.blocks) for f in rows.functions] != \
             [(f.name, f.blocks) for f in counts.functions]:
         log.warning("%s", other_layout)

@@ -222,25 +222,6 @@ def with_reach_rows(counts: CountSet, times: TimeSet, rows: ReachRows | None
     return append_rows(counts, times, rows, "reached",
                        f"{reach_name(rows.function, rows.seed)}: counted on another block "
                        "layout than the stored counts: left out (run `wcetfit reach` again)")
-    if rows.method != times.method or rows.ticks.shape[1] != times.ticks.shape[1]:
-        log.info("reached inputs of %s were timed with %s × %d, not %s × %d: left out",
-                 rows.function, rows.method, rows.ticks.shape[1], times.method,
-                 times.ticks.shape[1])
-        return counts, times
-    if [(f.name, f.blocks) for f in rows.functions] != \
-            [(f.name, f.blocks) for f in counts.functions]:
-        log.warning("%s: counted on another block layout than the stored counts: left out "
-                    "(run `wcetfit reach` again)", reach_name(rows.function, rows.seed))
-        return counts, times
-    fcs = tuple(FunctionCounts(a.name, a.address, a.blocks, np.vstack([a.counts, b.counts]))
-                for a, b in zip(counts.functions, rows.functions))
-    counts = replace(counts, indices=np.concatenate([counts.indices, rows.indices]),
-                     functions=fcs)
-    done = times.done if times.done is not None else np.isfinite(times.ticks)
-    times = replace(times, indices=np.concatenate([times.indices, rows.indices]),
-                    ticks=np.vstack([times.ticks, rows.ticks]),
-                    done=np.vstack([done, np.isfinite(rows.ticks)]))
-    return counts, times
 
 
 def describe_reached(target: Target, rows: ReachRows, index: int) -> str | None:

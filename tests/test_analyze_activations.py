@@ -174,6 +174,8 @@ def test_search_inputs_are_named_by_their_search_number():
 
     assert input_label(7) == "input 7"
     assert input_label(SEARCH_BASE + 41) == "search input 41"
+    from wcetfit.search.witness import REACH_BASE
+    assert input_label(REACH_BASE + 2) == "reached input 2"
 
 
 ZLIB_INPUTS = '''"""uncompress of 1-6 KiB of zlib data (Python's zlib, level 1-9)."""

@@ -49,12 +49,15 @@ ESTIMABLE_TOL = 1e-6
 def input_label(number: int | None) -> str:
     """An input as the user names it: "input 7" (generate's own numbering) or "search
     input 41" (the worst-case search's candidates, stored from SEARCH_BASE on: the raw
-    number means nothing to a reader)."""
+    number means nothing to a reader) or "reached input 2" (from REACH_BASE on)."""
     from wcetfit.search.candidates import SEARCH_BASE
+    from wcetfit.search.witness import REACH_BASE
 
     if number is None:
         return "no input"
     number = int(number)
+    if number >= REACH_BASE:            # inputs `wcetfit reach` found (above the search's)
+        return f"reached input {number - REACH_BASE}"
     if number >= SEARCH_BASE:
         return f"search input {number - SEARCH_BASE}"
     return f"input {number}"

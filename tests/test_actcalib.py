@@ -39,3 +39,23 @@ def test_calibration_gives_positive_eps_and_delta():
     # a second calibration from new calls: ε + δ again (a noisy VM: within a quarter)
     k1, k2 = one["kappa"]["value_ticks"], two["kappa"]["value_ticks"]
     assert abs(k1 - k2) <= 0.25 * max(k1, k2)
+
+
+def test_slope_of_groups_whose_readings_are_all_equal():
+    """On a quiet machine every kept reading of a group can be the same TSC multiple: a
+    standard error of exactly 0.  CI once saw the slope's variance come out negative
+    from that (a math domain error); the slope must stay exact and its SE finite."""
+    import numpy as np
+
+    from wcetfit.errors import MeasurementError
+    from wcetfit.split.actcalib import slope_of
+
+    ns = np.array([0, 4, 8, 16])
+    slope, se = slope_of(ns, 52.0 + 26.0 * ns, np.zeros(4))
+    assert slope == pytest.approx(26.0) and 0 <= se < 1
+    # mixed: zero and non-zero SEs, one group without readings (nan mean, infinite SE)
+    slope, se = slope_of(ns, np.array([52.0, 156.0, np.nan, 468.0]),
+                         np.array([0.0, 3.0, np.inf, 5.0]))
+    assert slope == pytest.approx(26.0) and 0 < se < float("inf")
+    with pytest.raises(MeasurementError):
+        slope_of(ns, np.array([52.0, np.nan, np.nan, np.nan]), np.array([0, np.inf, np.inf, np.inf]))

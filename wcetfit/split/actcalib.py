@@ -117,14 +117,24 @@ def _trimmed(x: np.ndarray) -> tuple[float, float, int]:
     return float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size)), int(x.size)
 
 
+# Smallest standard error a group mean is given.  On a quiet machine every kept reading of
+# a group can be the same multiple of the TSC step, so the measured SE is exactly 0; a
+# zero would give that group an infinite weight and make the normal equations singular
+# (CI saw a negative variance from it).  One tick is far below any probe cost yet keeps
+# the weights finite.
+SE_FLOOR_TICKS = 1.0
+
+
 def slope_of(ns: np.ndarray, means: np.ndarray, ses: np.ndarray) -> tuple[float, float]:
     """Weighted least-squares slope of the group means over n, and its standard error."""
-    w = 1.0 / np.maximum(ses, 1e-9) ** 2
-    X = np.column_stack([np.ones_like(ns, dtype=float), ns.astype(float)])
-    XtW = X.T * w
-    cov = np.linalg.inv(XtW @ X)
-    beta = cov @ (XtW @ means)
-    return float(beta[1]), float(math.sqrt(cov[1, 1]))
+    keep = np.isfinite(means) & np.isfinite(ses)
+    if np.unique(ns[keep]).size < 2:
+        raise MeasurementError("probe calibration: fewer than two groups with readings")
+    sw = 1.0 / np.maximum(ses[keep], SE_FLOOR_TICKS)          # sqrt of the weights
+    X = np.column_stack([np.ones(int(keep.sum())), ns[keep].astype(float)]) * sw[:, None]
+    beta, *_ = np.linalg.lstsq(X, means[keep] * sw, rcond=None)
+    cov = np.linalg.pinv(X.T @ X)
+    return float(beta[1]), float(math.sqrt(max(float(cov[1, 1]), 0.0)))
 
 
 def combine(l_mean: float, l_se: float, sp: float, sp_se: float, c_iter: float,

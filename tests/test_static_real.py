@@ -237,6 +237,61 @@ def test_switch_with_its_lea_in_another_block_records_its_table(cache):
     assert block.address <= jmp and lea_at < jmp
 
 
+def test_switch_guarded_on_the_copys_source_after_the_copy(cache):
+    """``movzbl %bpl,%eax; cmp $7,%bpl; ja``: the index is a copy whose source is compared
+    after the copy (libpng's png_set_filter); the guard bounds the table to n entries."""
+    path = need("libpng16.so.16")
+    rows = objdump(path)
+    for i in range(len(rows) - 8):
+        a, m, ops = rows[i]
+        mz = re.fullmatch(r"%(\w+l),%(e\w+)", ops.strip()) if m == "movzbl" else None
+        mc = re.fullmatch(rf"\$0x([0-9a-f]+),%{mz.group(1)}", rows[i + 1][2].strip()) \
+            if mz and rows[i + 1][1] == "cmp" else None
+        if not mc or rows[i + 2][1] != "ja":
+            continue
+        window = rows[i + 3:i + 8]
+        lea = next((r for r in window if r[1] == "lea" and "(%rip)" in r[2]), None)
+        jmp = next((r for r in window if r[1] == "jmp" and r[2].startswith("*%")), None)
+        if lea and jmp:
+            break
+    else:
+        pytest.skip(f"no `movzbl %Xl; cmp $N,%Xl; ja` switch in {path}")
+    n = int(mc.group(1), 16) + 1
+    table = int(re.search(r"#\s*([0-9a-f]+)", lea[2]).group(1), 16)
+    start, _ = fde_of(path, jmp[0])
+    fn = binary.load_model(path, [start], with_callees=False, use_cache=cache).function(start)
+    _check_table(path, fn, n, table, jmp[0])
+    # and in the whole-library recovery (wcetfit's own descent, not angr's resolver)
+    _check_table(path, binary.load_model(path, use_cache=cache).function(start), n, table, jmp[0])
+
+
+def test_byte_indexed_table_without_a_guard_has_256_entries(cache):
+    """``movzbl %dil,%edi; movslq (%rdx,%rdi,4),%rax; ...; jmp *%rax`` with no comparison:
+    a byte index has 256 values, so the table has 256 entries (libexpat)."""
+    path = need("libexpat.so.1")
+    rows = objdump(path)
+    for i in range(len(rows) - 4):
+        a, m, ops = rows[i]
+        mz = re.fullmatch(r"%(\w+l),%(e\w+)", ops.strip()) if m == "movzbl" else None
+        if not mz or rows[i + 1][1] != "movslq" or rows[i + 3][1] != "jmp" \
+                or not rows[i + 3][2].startswith("*%"):
+            continue
+        if f"%r{mz.group(2)[1:]},4)" not in rows[i + 1][2]:
+            continue
+        lea = next((r for r in rows[max(i - 3, 0):i] if r[1] == "lea" and "(%rip)" in r[2]), None)
+        if lea is None or any(r[1] == "cmp" for r in rows[max(i - 3, 0):i]):
+            continue
+        break
+    else:
+        pytest.skip(f"no unguarded byte-indexed switch in {path}")
+    table = int(re.search(r"#\s*([0-9a-f]+)", lea[2]).group(1), 16)
+    jmp = rows[i + 3][0]
+    start, _ = fde_of(path, jmp)
+    fn = binary.load_model(path, [start], with_callees=False, use_cache=cache).function(start)
+    _check_table(path, fn, 256, table, jmp)
+    _check_table(path, binary.load_model(path, use_cache=cache).function(start), 256, table, jmp)
+
+
 @pytest.mark.slow
 def test_whole_library_switches_and_tail_calls(cache):
     """In a whole-library recovery, every other function's code is around: a misread

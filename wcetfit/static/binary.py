@@ -58,8 +58,9 @@ log = logging.getLogger(__name__)
 
 # Bump when the way models are derived changes: cached models of older formats are not used.
 # 6: pointer arrays off a lea and and-masked indices (jumptables);
-# 7: whole-binary graphs from wcetfit.static.descent, not CFGFast
-MODEL_FORMAT = 7
+# 7: whole-binary graphs from wcetfit.static.descent, not CFGFast;
+# 8: guards on a copy's source after the copy, byte-extended indices (256 entries)
+MODEL_FORMAT = 8
 
 # CFGFast options, chosen deliberately (a default CFGFast of libm takes ~40 s, this ~10 s):
 CFG_OPTIONS = dict(

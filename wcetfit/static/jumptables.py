@@ -54,15 +54,45 @@ def _next_branch(insns: list[tuple[int, int, str, str]], i: int) -> str | None:
     return None
 
 
+_BYTE_REGS = {n for n, f in _FAMILY.items() if n.endswith(("l", "b")) or n in ("ah", "bh", "ch", "dh")}
+_IMM = re.compile(r"0x[0-9a-f]+|\d+")
+
+
+def _guard_after(insns: list[tuple[int, int, str, str]], i: int, src: str, branch: str) -> int | None:
+    """``movzx eax, bpl; cmp bpl, 7; ja``: the guard compares the copy's source after the
+    copy.  The n of the first ``cmp src, n-1; <branch>`` after ``insns[i]`` at exactly
+    the source's width (a wider source value would not bound a narrower copy, nor the
+    reverse), provided nothing writes the source in between."""
+    for j in range(i + 1, len(insns)):
+        _, _, mnem, ops = insns[j]
+        parts = [p.strip() for p in ops.split(",")]
+        if mnem == "cmp" and len(parts) == 2 and parts[0] == src and _IMM.fullmatch(parts[1]) \
+                and _next_branch(insns, j) == branch:
+            n = int(parts[1], 0) + 1
+            return n if 0 < n <= _MAX_TABLE else None
+        if _writes(ops, mnem, src):
+            return None
+    return None
+
+
 def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = "ja") -> int | None:
     """Scanning ``insns`` backwards: the n of a ``cmp reg, n-1`` followed by ``branch``
     (the conditional jump that leaves when reg > n-1) guarding ``reg``, at any width
     (``cmp al, 7; ja`` bounds rax to 8 values), across register copies and zero/sign
-    extensions (``movzx eax, al``, ``mov eax, edx``: the guard may then be on the source);
-    None if ``reg`` is otherwise written first or no guard is found."""
+    extensions (``movzx eax, al``, ``mov eax, edx``: the guard may then be on the source,
+    before the copy or between it and the table's load); an index zero-extended from a
+    byte (``movzx edi, dil``) has at most 256 values whatever precedes it.  None if
+    ``reg`` is otherwise written first and no guard or byte extension is found."""
     fam = family(reg)
     if fam is None:
         return None
+    # the byte extension's bound: it holds from the extension on, whatever came before
+    cap: int | None = None
+
+    def found(n: int) -> int | None:
+        n = min(n, cap) if cap is not None else n
+        return n if 0 < n <= _MAX_TABLE else cap
+
     mem: str | None = None      # the index was loaded from here: a guard may compare it
     for i in range(len(insns) - 1, -1, -1):
         _, _, mnem, ops = insns[i]
@@ -73,48 +103,52 @@ def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = 
             if mnem == "cmp" and ops.rsplit(",", 1)[0].strip() == mem:
                 imm = ops.rsplit(",", 1)[1].strip()
                 nxt = _next_branch(insns, i)
-                if nxt == branch and re.fullmatch(r"0x[0-9a-f]+|\d+", imm):
-                    n = int(imm, 0) + 1
-                    return n if 0 < n <= _MAX_TABLE else None
-                return None
+                if nxt == branch and _IMM.fullmatch(imm):
+                    return found(int(imm, 0) + 1)
+                return cap
             if mnem.startswith("j") or mnem in ("lea", "nop", "test", "cmp"):
                 continue
             # A push writes below the stack pointer, where no live object is (no alias),
             # but moves the stack pointer; a pop writes its register.
             if mnem in ("push", "pop") and "sp" in mem:
-                return None
+                return cap
             if mnem == "push":
                 continue
             if "ptr [" in parts[0] or mnem == "call" \
                     or any(family(r) == family(parts[0]) for r in re.findall(r"\w+", mem)
                            if family(r) is not None):
-                return None
+                return cap
             continue
         if mnem == "cmp":
-            if len(parts) == 2 and family(parts[0]) == fam and re.fullmatch(r"0x[0-9a-f]+|\d+", parts[1]):
+            if len(parts) == 2 and family(parts[0]) == fam and _IMM.fullmatch(parts[1]):
                 nxt = _next_branch(insns, i)
                 if nxt == branch:
-                    n = int(parts[1], 0) + 1
-                    return n if 0 < n <= _MAX_TABLE else None
+                    return found(int(parts[1], 0) + 1)
             continue
         if len(parts) == 2 and family(parts[0]) == fam:
-            if mnem == "and" and re.fullmatch(r"0x[0-9a-f]+|\d+", parts[1]) \
+            if mnem == "and" and _IMM.fullmatch(parts[1]) \
                     and re.fullmatch(r"r\w*|e\w*", parts[0]) and not parts[0].endswith(("w", "b")):
                 # ``and edx, 1`` (``finishers[acc & 1]``): at 32 or 64 bits the mask clears
                 # every higher bit, so the index is at most the mask (not at 8/16 bits,
                 # which keep the register's upper bits).
-                n = int(parts[1], 0) + 1
-                return n if 0 < n <= _MAX_TABLE else None
+                return found(int(parts[1], 0) + 1)
             if mnem in ("mov", "movzx", "movsx", "movsxd") and family(parts[1]) is not None:
+                after = _guard_after(insns, i, parts[1], branch)
+                if after is not None:
+                    return found(after)
+                if mnem == "movzx" and parts[1] in _BYTE_REGS and cap is None:
+                    cap = 256
                 fam = family(parts[1])      # the index is a copy (or extension) of this one
                 continue
             if mnem in ("mov", "movzx") and "ptr [" in parts[1]:
+                if mnem == "movzx" and parts[1].startswith("byte ptr") and cap is None:
+                    cap = 256
                 mem = ops.split(",", 1)[1].strip()
                 continue
-            return None
+            return cap
         if _writes(ops, mnem, fam):
-            return None
-    return None
+            return cap
+    return cap
 
 
 def match_table(insns: list[tuple[int, int, str, str]]) -> tuple[int, int, str, int] | None:

@@ -292,6 +292,31 @@ def test_byte_indexed_table_without_a_guard_has_256_entries(cache):
     _check_table(path, binary.load_model(path, use_cache=cache).function(start), 256, table, jmp)
 
 
+def test_computed_index_without_a_guard_is_bounded_by_its_value_range(cache):
+    """libgmp's hand-written __gmpn_redc_1: ``and $3,%eax; lea 4(%rax),%r9; cmp $4,%ecx;
+    cmovg %r9,%rax`` then the table: no comparison guards the index, its range does
+    (0..3 or 4..7, so 8 entries), in both recoveries."""
+    path = need("libgmp.so.10")
+    out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True).stdout
+    m = re.search(r"^([0-9a-f]+) T __gmpn_redc_1$", out, re.M)
+    if m is None:
+        pytest.skip(f"no __gmpn_redc_1 in {path}")
+    start = int(m.group(1), 16)
+    # hand-written: no .eh_frame entry; the dispatch is in its first instructions
+    rows = objdump(path, start, start + 0x60)
+    jmp = next((r for r in rows if r[1] == "jmp" and r[2].startswith("*%")), None)
+    mask = next((r for r in rows if r[1] == "and" and re.fullmatch(r"\$0x[0-9a-f]+,%eax", r[2])), None)
+    lea4 = next((r for r in rows if r[1] == "lea" and re.fullmatch(r"0x[0-9a-f]+\(%rax\),%\w+", r[2])), None)
+    lea = next((r for r in rows if r[1] == "lea" and "(%rip)" in r[2]), None)
+    if not (jmp and mask and lea4 and lea and any(r[1].startswith("cmov") for r in rows)):
+        pytest.skip(f"__gmpn_redc_1 in {path} is not the and/lea/cmov form")
+    n = int(mask[2][1:].split(",")[0], 16) + int(lea4[2].split("(")[0], 16) + 1
+    table = int(re.search(r"#\s*([0-9a-f]+)", lea[2]).group(1), 16)
+    fn = binary.load_model(path, [start], with_callees=False, use_cache=cache).function(start)
+    _check_table(path, fn, n, table, jmp[0])
+    _check_table(path, binary.load_model(path, use_cache=cache).function(start), n, table, jmp[0])
+
+
 @pytest.mark.slow
 def test_whole_library_switches_and_tail_calls(cache):
     """In a whole-library recovery, every other function's code is around: a misread

@@ -76,6 +76,15 @@ def _guard_after(insns: list[tuple[int, int, str, str]], i: int, src: str, branc
 
 
 def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = "ja") -> int | None:
+    """The number of values the table index ``reg`` can have where ``insns`` end: from its
+    guard (:func:`_guarded_bound`) or, in hand-written code that computes the index
+    instead (libgmp's ``and eax, 3; lea r9, [rax + 4]; cmovg rax, r9``), from the value
+    ranges along the path (:func:`_range_bound`)."""
+    n = _guarded_bound(insns, reg, branch)
+    return n if n is not None else _range_bound(insns, reg)
+
+
+def _guarded_bound(insns: list[tuple[int, int, str, str]], reg: str, branch: str = "ja") -> int | None:
     """Scanning ``insns`` backwards: the n of a ``cmp reg, n-1`` followed by ``branch``
     (the conditional jump that leaves when reg > n-1) guarding ``reg``, at any width
     (``cmp al, 7; ja`` bounds rax to 8 values), across register copies and zero/sign
@@ -119,6 +128,8 @@ def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = 
                            if family(r) is not None):
                 return cap
             continue
+        if mnem != "pop" and (mnem in _IMPLICIT_WRITES or mnem.startswith(("rep", "lods"))):
+            return cap          # may write the index without naming it (mul, call, ...)
         if mnem == "cmp":
             if len(parts) == 2 and family(parts[0]) == fam and _IMM.fullmatch(parts[1]):
                 nxt = _next_branch(insns, i)
@@ -149,6 +160,92 @@ def _bound_from(insns: list[tuple[int, int, str, str]], reg: str, branch: str = 
         if _writes(ops, mnem, fam):
             return cap
     return cap
+
+
+# Instructions that write registers they do not name as their first operand (or more than
+# it): after one, no range is trusted.
+_IMPLICIT_WRITES = ("mul", "div", "idiv", "cpuid", "rdtsc", "rdtscp", "xchg", "cmpxchg", "cdq",
+                    "cqo", "cwd", "cdqe", "cwde", "lodsb", "lodsd", "lodsq", "call", "syscall",
+                    "xadd", "rdrand", "rdseed", "xgetbv", "rdpid", "pop")
+_LEA_OFF = re.compile(r"^\w+ ptr \[(\w+)(?: ([+-]) (0x[0-9a-f]+|\d+))?\]$|^\[(\w+)(?: ([+-]) (0x[0-9a-f]+|\d+))?\]$")
+
+
+def _width(reg: str) -> int:
+    """64, 32, or 0 (a narrower register, which keeps the upper bits: no range kept)."""
+    if reg in ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp") or re.fullmatch(r"r\d+", reg):
+        return 64
+    if re.fullmatch(r"e[a-ds][xip]|e[sb]p|r\d+d", reg):
+        return 32
+    return 0
+
+
+def _range_bound(insns: list[tuple[int, int, str, str]], reg: str) -> int | None:
+    """The index's value range computed forwards along the path (no guard needed): ``and``
+    with a constant, constants, copies, byte/word zero extensions, constant adds and
+    ``lea r, [s + k]``, and ``cmov`` (either value).  Registers start unknown; anything
+    else that writes one makes it unknown again.  The table has hi + 1 entries if the
+    index's range is [lo, hi] with lo >= 0."""
+    ranges: dict[str, tuple[int, int]] = {}
+
+    def imm(x: str) -> int | None:
+        return int(x, 0) if _IMM.fullmatch(x) else None
+
+    for _, _, mnem, ops in insns:
+        parts = [p.strip() for p in ops.split(",")] if ops else []
+        if mnem in _IMPLICIT_WRITES or mnem.startswith(("rep", "lods")):
+            ranges.clear()
+            continue
+        if mnem.startswith("j") or mnem in ("cmp", "test", "nop", "push") or not parts:
+            continue
+        dest = parts[0]
+        fd = family(dest)
+        if fd is None:
+            continue                      # memory or a vector register: no GPR written
+        src = parts[1] if len(parts) == 2 else None
+        w = _width(dest)
+        new: tuple[int, int] | None = None
+        if w and len(parts) == 2:
+            k = imm(src)
+            if mnem == "and" and k is not None and 0 <= k < 2 ** 31:
+                new = (0, k)
+            elif mnem == "mov" and k is not None and 0 <= k < 2 ** 31:
+                new = (k, k)
+            elif mnem == "xor" and src == dest:
+                new = (0, 0)
+            elif mnem in ("mov", "movsxd") and family(src) is not None and _width(src) and \
+                    family(src) in ranges:
+                new = ranges[family(src)]
+            elif mnem == "movzx":
+                new = (0, 255) if src in _BYTE_REGS or src.startswith("byte ptr") else \
+                    (0, 65535) if _width(src) == 0 and family(src) is not None or \
+                    src.startswith("word ptr") else None
+            elif mnem in ("add", "sub") and k is not None and fd in ranges and 0 <= k < 2 ** 31:
+                lo, hi = ranges[fd]
+                new = (lo + k, hi + k) if mnem == "add" else (lo - k, hi - k)
+            elif mnem == "lea":
+                m = _LEA_OFF.match(src)
+                if m:
+                    base, sign, off = (m.group(1), m.group(2), m.group(3)) if m.group(1) \
+                        else (m.group(4), m.group(5), m.group(6))
+                    if family(base) in ranges and _width(base) == 64:
+                        d = 0 if off is None else (int(off, 0) if sign == "+" else -int(off, 0))
+                        lo, hi = ranges[family(base)]
+                        new = (lo + d, hi + d)
+            elif mnem.startswith("cmov") and family(src) is not None and _width(src) == w \
+                    and fd in ranges and family(src) in ranges:
+                a, b = ranges[fd], ranges[family(src)]
+                new = (min(a[0], b[0]), max(a[1], b[1]))
+        if new is not None and new[0] >= 0 and new[1] < 2 ** 32:
+            ranges[fd] = new
+        else:
+            ranges.pop(fd, None)
+        if mnem == "xchg" and src is not None and family(src) is not None:
+            ranges.pop(family(src), None)
+    r = ranges.get(family(reg) or "")
+    if r is None or r[0] < 0:
+        return None
+    n = r[1] + 1
+    return n if 0 < n <= _MAX_TABLE else None
 
 
 def match_table(insns: list[tuple[int, int, str, str]]) -> tuple[int, int, str, int] | None:

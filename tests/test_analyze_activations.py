@@ -112,8 +112,17 @@ def _check_coherent(target: str, out_json: str, timed_callees: set[str]):
     assert "fitted from its own activations" in fit_line
     assert "root calls predicted from these costs" in fit_line
     called = {name for name, r in rows.items() if r.ticks.shape[0]}   # some input called it
-    for name in called:
+    fitted = set(act.fits)
+    for name in called & fitted:
         assert f"{name} " in fit_line.split("held-out activations", 1)[1], name
+    # a called function without its own fit (too few activations for an interval) is
+    # named, with its blocks costed by the whole calls
+    for name in called - fitted:
+        assert any(n.startswith(f"{name}: ") and "keep the whole-call fit's costs" in n
+                   for n in act.notes), (name, act.notes)
+        own = [j for j, c in enumerate(act.columns) if c[0] == name]
+        assert all(act.source[j] is None for j in own)
+        assert f"{name} (" in fit_line.split("costed from the whole calls instead", 1)[1], name
     assert "κ = ε + δ" in fit_line and " ns" in fit_line
     assert "come from per-activation fits" not in text     # information, not a warning
     for ln in text.splitlines():
@@ -123,7 +132,8 @@ def _check_coherent(target: str, out_json: str, timed_callees: set[str]):
     # the JSON report carries the same (per function, root check held out)
     d = json.load(open(out_json))
     ra = next(f for f in d["functions"] if f["name"] == root)["activations"]
-    assert set(ra["functions"]) == called
+    assert set(ra["functions"]) == called & fitted
+    assert {w["name"] for w in ra["whole_call_functions"]} == called - fitted
     assert ra["root_check"]["heldout_median_rel_error"] is not None
     return a, text
 

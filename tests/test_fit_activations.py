@@ -196,3 +196,34 @@ def test_report_shows_per_function_heldout_errors():
         label = next(k for k in lines if k.startswith(f"held-out error per activation, {fn} "))
         assert "median" in lines[label] and "p95" in lines[label]
     assert "ticks" in lines["probe overhead per activation κ = ε + δ (root check)"]
+
+
+def test_function_with_too_few_activations_keeps_whole_call_costs():
+    """A timed function whose activations leave fewer than MIN_RESIDUAL_DOF residual
+    degrees of freedom (zlib's inflate: 528 block columns, 30 activations) has no
+    interval: its blocks keep the whole-call fit's costs and covariance, and it is named."""
+    from dataclasses import replace
+
+    from wcetfit.fit.activation_root import MIN_RESIDUAL_DOF
+    from wcetfit.fit.solve import fit_function
+    rows, tr, root = simulate(150, 31)
+    r = rows["rec"]
+    few = replace(r, counts=r.counts[:2], ticks=r.ticks[:2], children=r.children[:2],
+                  input_index=r.input_index[:2], call_site=r.call_site[:2])
+    f = fit_activations(few)
+    assert f.activations - f.rank < MIN_RESIDUAL_DOF
+    rows = dict(rows, rec=few)
+    system = _system(root)
+    whole = fit_function(system.counts, system.ticks, system.addresses, tsc_hz=2.4e9)
+    an = fit_root_activations(system, whole, rows)
+    assert "rec" not in an.fits and {"main", "leaf"} <= set(an.fits)
+    assert [w[0] for w in an.whole_call_functions] == ["rec"]
+    assert any(n.startswith("rec: ") and "whole-call fit's costs" in n for n in an.notes)
+    own = [j for j, c in enumerate(root["columns"]) if c[0] == "rec"]
+    assert own and all(an.source[j] is None for j in own)
+    fit = apply_activation_fits(whole, an)
+    assert np.allclose(np.asarray(fit.solution)[own], np.asarray(whole.solution)[own])
+    cov, old = np.asarray(fit.covariance), np.asarray(whole.covariance)
+    assert np.allclose(cov[np.ix_(own, own)], old[np.ix_(own, own)])
+    js = json.loads(json.dumps(fit.to_json()))
+    assert js["activations"]["whole_call_functions"][0]["name"] == "rec"

@@ -59,6 +59,11 @@ from wcetfit.fit.activation_overhead import (_applied, _apply_check, _calibratio
 
 log = logging.getLogger(__name__)
 
+# Fewest residual degrees of freedom a function's activation fit needs to cost its blocks:
+# with fewer its intervals are infinite (0) or too wide to use (t95 = 12.7 at 1, 4.3 at 2;
+# 3.2 at 3); the function's blocks then keep the whole-call fit's costs.
+MIN_RESIDUAL_DOF = 3
+
 
 @dataclass(frozen=True)
 class RootCheck:
@@ -120,10 +125,15 @@ class ActivationAnalysis:
     # half-width (ε's and δ's intervals added linearly: conservative)
     removed: np.ndarray | None = field(repr=False, compare=False, default=None)
     removed_ci95: np.ndarray | None = field(repr=False, compare=False, default=None)
+    # timed functions whose own fit was not used (too few residual degrees of freedom):
+    # (name, activations, residual degrees of freedom); their blocks keep whole-call costs
+    whole_call_functions: tuple[tuple[str, int, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"root": self.root,
                 "functions": {name: f.to_json() for name, f in self.fits.items()},
+                "whole_call_functions": [{"name": n, "activations": a, "residual_dof": d}
+                                         for n, a, d in self.whole_call_functions],
                 "root_check": self.check.to_json() if self.check else None,
                 "warnings": [w.to_json() for w in self.warnings], "notes": list(self.notes)}
 
@@ -148,16 +158,34 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
 
     fits = {}
     skipped: list[str] = []
+    too_few: list[tuple[str, int, int]] = []
     for name, r in rows.items():
         if r.ticks.shape[0] == 0:
             continue        # no input called it: nothing to fit, its blocks were never run
         try:
-            fits[name] = fit_activations(r, quantum=quantum, folds=folds, seed=seed)
+            f = fit_activations(r, quantum=quantum, folds=folds, seed=seed)
         except FitError as exc:
             # e.g. every activation discarded: its blocks keep the whole-call fit's costs
             log.warning("%s: no activation fit of %s: %s", system.root, name, exc)
             skipped.append(f"{name}: no activation fit ({exc}); its blocks keep the "
                            "whole-call fit's costs")
+            continue
+        dof = f.activations - f.rank
+        if dof < MIN_RESIDUAL_DOF:
+            # as many distinct activations as the costs it would fit (zlib's inflate: 528
+            # block columns, 30 activations from 30 inputs): no interval, so no margin for
+            # a bound; the whole calls, which carry every input's full path, cost its
+            # blocks instead
+            log.info("%s: %s's activation fit has %d residual degree(s) of freedom: its "
+                     "blocks keep the whole-call fit's costs", system.root, name, dof)
+            skipped.append(f"{name}: its {f.activations} activation(s) leave {max(dof, 0)} "
+                           f"residual degree(s) of freedom for {f.rank} estimable "
+                           f"quantities (at least {MIN_RESIDUAL_DOF} are needed for an "
+                           "interval); its blocks keep the whole-call fit's costs (time more "
+                           "inputs for a per-activation fit)")
+            too_few.append((name, int(f.activations), int(max(dof, 0))))
+            continue
+        fits[name] = f
     rows = {n: r for n, r in rows.items() if n in fits}
     columns = tuple(system.columns)
     col_index = {c: j for j, c in enumerate(columns)}
@@ -243,7 +271,7 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
     elif check is not None and check.kappa_ci95_ticks is not None:
         removed_ci = np.where(removed > 0, check.kappa_ci95_ticks, 0.0)
     return ActivationAnalysis(system.root, fits, check, columns, costs, tuple(source), allw,
-                              tuple(notes), removed, removed_ci)
+                              tuple(notes), removed, removed_ci, tuple(too_few))
 
 
 def _assemble(fits: Mapping[str, ActivationFit], col_index: Mapping[tuple[str, int], int],

@@ -350,6 +350,12 @@ def activation_fit_in_words(act, hz: float | None) -> str:  # type: ignore[no-un
     n_whole = int(ch.get("columns_from_whole_call") or 0)
     rest = (f"; {n_whole} block(s) no activation ran keep the whole-call fit's cost"
             if n_whole else "")
+    few = act.get("whole_call_functions") or []
+    if few:
+        rest += ("; costed from the whole calls instead, too few activations for an "
+                 "interval: " + ", ".join(f"{w['name']} ({w['activations']} activations, "
+                                          f"{w['residual_dof']} residual degrees of freedom)"
+                                          for w in few))
     return head + root + acts + kappa + whole + rest
 
 

@@ -34,6 +34,12 @@ def path_margin(x: np.ndarray, cov: np.ndarray, z: float) -> float:
     overflow) is an error, never a margin of NaN: the bound would print as a number it
     is not."""
     used = np.flatnonzero(x)
+    if used.size and not math.isfinite(z):
+        # t95 of a fit with no residual degrees of freedom: a margin of inf would print
+        # as a bound of "—" beside a ratio of inf
+        raise WcetError("the fit leaves no residual degrees of freedom (as many estimable "
+                        "quantities as distinct inputs): its costs have no confidence "
+                        "interval, so the bound has no margin (time more inputs)")
     with np.errstate(over="ignore", invalid="ignore"):
         sub = cov[np.ix_(used, used)]
         var = float(x[used] @ sub @ x[used]) if used.size else 0.0

@@ -22,7 +22,12 @@ asks.  Per target, each figure against a reference measured in the same run:
   count and timing runs of the same 300 inputs): the larger bound over the smaller
   (goal <= 1.1).
 
-Run alone: ``python -m bench.multi [target ...]``.
+With ``--activations`` (not part of ``make bench`` yet): the first analysis only, with
+per-activation rows (``multi.<t>.act.*``: analyze time with the activation run, the root's
+held-out error from the activation-fitted costs, per function its activations' held-out
+error, the bound over the slowest of 1,000 fresh calls).
+
+Run alone: ``python -m bench.multi [--activations] [target ...]``.
 """
 
 from __future__ import annotations
@@ -95,9 +100,12 @@ def make_target(name: str, where: str) -> str | None:
     return str(d)
 
 
-def analyse(target_dir: str, stages: dict | None = None):  # type: ignore[no-untyped-def]
-    """(session, analysis, seconds of count + time + fit + WCET) in the target's store;
-    ``stages`` receives the seconds of each (count, time, fit + WCET + report)."""
+def analyse(target_dir: str, stages: dict | None = None, *,  # type: ignore[no-untyped-def]
+            activations: bool = False):
+    """(session, analysis, seconds of count + time [+ activations] + fit + WCET) in the
+    target's store; ``stages`` receives the seconds of each.  ``activations``: the count run
+    keeps its trace and every activation of the root's own functions is timed too
+    (``[timing] activations = true``), so the fit takes per-activation rows."""
     from wcetfit import pipeline
     from wcetfit.count.run import run_counts
     from wcetfit.timing.run import run_times
@@ -105,16 +113,73 @@ def analyse(target_dir: str, stages: dict | None = None):  # type: ignore[no-unt
     s = pipeline.open_session(target_dir)
     root = s.target.functions[0]
     t0 = time.perf_counter()
-    counts = run_counts(s.target, s.store, s.model, [root])[root]
+    counts = run_counts(s.target, s.store, s.model, [root], trace=activations)[root]
     t1 = time.perf_counter()
     times = run_times(s.target, s.store, s.roots)[root]
     t2 = time.perf_counter()
+    if activations:
+        pipeline.activation_step(s, root, required=True)
+    t25 = time.perf_counter()
     a = pipeline.analyze_stage(s, root, counts, times)
     t3 = time.perf_counter()
     if stages is not None:
         stages.update(count=round(t1 - t0, 2), time=round(t2 - t1, 2),
-                      fit_wcet_report=round(t3 - t2, 2))
+                      fit_wcet_report=round(t3 - t25, 2))
+        if activations:
+            stages["activations"] = round(t25 - t2, 2)
     return s, a, t3 - t0
+
+
+def activation_figures(name: str, where: str) -> list[dict]:
+    """The same target analysed with per-activation rows (``--activations``): analyze time,
+    the root's held-out error from the activation-fitted costs, per function the held-out
+    error of its activations, and the bound over the slowest of 1,000 fresh calls."""
+    from bench.samples import _preempted
+    from wcetfit import pipeline
+    from wcetfit.timing.run import run_times
+    from wcetfit.wcet.result import WcetResult
+
+    first = make_target(name, os.path.join(where, "act"))
+    if first is None:
+        return [fig(f"multi.{name}.act", None, "", note=f"library absent: {TARGETS[name][0]}")]
+    s0 = pipeline.open_session(first)        # the static model, cached
+    root = s0.target.functions[0]
+    s0.store.lock.release()
+    stages: dict = {}
+    s, a, wall = analyse(first, stages, activations=True)
+    act = a.fit.activations
+    if act is None:
+        return [fig(f"multi.{name}.act", None, "", ok=False, note="no activation rows used")]
+    ch = act.check
+    per = {n: [None if v is None else round(100 * v, 2) for v in f[:2]] + [f[2]]
+           for n, f in act.heldout().items()}
+    figs = [fig(f"multi.{name}.act.analyze_wall_time", round(wall, 2), "s", "<= 60",
+                wall <= 60, stages=stages),
+            fig(f"multi.{name}.act.heldout_median_rel_error",
+                None if ch is None or ch.heldout_median_rel_error is None
+                else round(100 * ch.heldout_median_rel_error, 3), "%", "<= 5",
+                ch is not None and (ch.heldout_median_rel_error or 1) <= 0.05,
+                p95=None if ch is None or ch.heldout_p95_rel_error is None
+                else round(100 * ch.heldout_p95_rel_error, 3),
+                per_function_heldout_median_p95_pct_activations=per,
+                whole_call_functions=[w[0] for w in act.whole_call_functions])]
+    codes = sorted({w.code for w in getattr(a.fit, "fit_warnings", ())})
+    if not isinstance(a.wcet, WcetResult):
+        figs.append(fig(f"multi.{name}.act.bound_over_max_observed", None, "x", "<= 2", False,
+                        error=str(a.wcet), fit_warnings=codes))
+        return figs
+    bound = float(a.wcet.upper_ticks)
+    fresh = pipeline.open_session(first, seed=FRESH_SEED, inputs=FRESH_INPUTS)
+    ft = run_times(fresh.target, fresh.store, fresh.roots)[root]
+    fresh.store.lock.release()
+    s.store.lock.release()
+    pre = _preempted(ft.ticks, a.fit.quantum_ticks)
+    max_obs = float(np.nanmax(np.where(pre, np.nan, ft.ticks)))
+    figs.append(fig(f"multi.{name}.act.bound_over_max_observed", round(bound / max_obs, 3),
+                    "x", "<= 2", 1.0 <= bound / max_obs <= 2.0, covers=bool(bound >= max_obs),
+                    point=round(float(a.wcet.bound_ticks)), margin=a.wcet.margin_ticks,
+                    dispersion_factors=dict(a.wcet.dispersion_factors), fit_warnings=codes))
+    return figs
 
 
 def target_figures(name: str, where: str) -> list[dict]:
@@ -185,12 +250,13 @@ def target_figures(name: str, where: str) -> list[dict]:
     return figs
 
 
-def run(only: list[str] | None = None) -> list[dict]:
+def run(only: list[str] | None = None, *, activations: bool = False) -> list[dict]:
     figs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="wcetfit-multi-") as tmp:
         for name in only or list(TARGETS):
             try:
-                figs.extend(target_figures(name, os.path.join(tmp, name)))
+                figs.extend((activation_figures if activations else target_figures)(
+                    name, os.path.join(tmp, name)))
             except Exception as exc:     # one target's failure is a figure, not the end
                 figs.append(fig(f"multi.{name}", None, "", ok=False,
                                 note=f"{type(exc).__name__}: {exc}"))
@@ -200,5 +266,6 @@ def run(only: list[str] | None = None) -> list[dict]:
 if __name__ == "__main__":
     import json
     import sys
-    for f in run(sys.argv[1:] or None):
+    args = [a for a in sys.argv[1:] if a != "--activations"]
+    for f in run(args or None, activations="--activations" in sys.argv[1:]):
         print(json.dumps(f, default=str))

@@ -144,6 +144,11 @@ def append_rows(counts: CountSet, times: TimeSet, rows: Any, kind: str,
     the warning)."""
     if len(rows.indices) == 0:
         return counts, times
+    if rows.method != times.method or rows.ticks.shape[1] != times.ticks.shape[1]:
+        log.info("%s inputs of %s were timed with %s × %d, not %s × %d: left out", kind,
+                 rows.function, rows.method, rows.ticks.shape[1], times.method,
+                 times.ticks.shape[1])
+        return counts, times
     if [(f.name, f.blocks) for f in rows.functions] != \
             [(f.name, f.blocks) for f in counts.functions]:
         log.warning("%s", other_layout)
@@ -157,24 +162,3 @@ def append_rows(counts: CountSet, times: TimeSet, rows: Any, kind: str,
                     ticks=np.vstack([times.ticks, rows.ticks]),
                     done=np.vstack([done, np.isfinite(rows.ticks)]))
     return counts, times
-    if rows.method != times.method or rows.ticks.shape[1] != times.ticks.shape[1]:
-        log.info("searched inputs of %s were timed with %s × %d, not %s × %d: left out",
-                 rows.function, rows.method, rows.ticks.shape[1], times.method,
-                 times.ticks.shape[1])
-        return counts, times
-    if [(f.name, f.blocks) for f in rows.functions] != \
-            [(f.name, f.blocks) for f in counts.functions]:
-        log.warning("%s: counted on another block layout than the stored counts: left "
-                    "out (run `wcetfit search` again)", search_name(rows.function, rows.seed))
-        return counts, times
-    fcs = tuple(FunctionCounts(a.name, a.address, a.blocks, np.vstack([a.counts, b.counts]))
-                for a, b in zip(counts.functions, rows.functions))
-    counts = replace(counts, indices=np.concatenate([counts.indices, rows.indices]),
-                     functions=fcs)
-    done = times.done if times.done is not None else np.isfinite(times.ticks)
-    times = replace(times, indices=np.concatenate([times.indices, rows.indices]),
-                    ticks=np.vstack([times.ticks, rows.ticks]),
-                    done=np.vstack([done, np.isfinite(rows.ticks)]))
-    return counts, times
-
-

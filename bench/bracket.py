@@ -64,7 +64,6 @@ def target_figures(name: str, target_dir: str, *, fresh: int = FRESH_INPUTS,
     """Measure (training inputs, random and searched candidates, fresh inputs) and the
     figures of :func:`stored_figures` on them."""
     from wcetfit import pipeline
-    from wcetfit.count.run import run_counts
     from wcetfit.search.engine import SearchOptions
     from wcetfit.search.workflow import run_search
     from wcetfit.timing.run import run_times
@@ -72,7 +71,8 @@ def target_figures(name: str, target_dir: str, *, fresh: int = FRESH_INPUTS,
     t0 = time.perf_counter()
     s = pipeline.open_session(target_dir, inputs=train)
     root = s.target.functions[0]
-    run_counts(s.target, s.store, s.model, [root])
+    # the model with the in-binary targets of indirect calls, as `wcetfit analyze` counts
+    s = pipeline.count_following_indirect(s, [root])
     run_times(s.target, s.store, s.roots)
     rnd = run_search(s, root, SearchOptions(budget=budget, strategy="random"), keep=False)
     found = run_search(s, root, SearchOptions(budget=budget))

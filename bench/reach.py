@@ -71,14 +71,13 @@ def _library_target(name: str, tmp: str) -> str | None:
 
 def target_figures(name: str, target_dir: str) -> list[dict]:
     from wcetfit import pipeline
-    from wcetfit.count.run import run_counts
     from wcetfit.search.reaching import run_reach
     from wcetfit.timing.run import run_times
 
     s = pipeline.open_session(target_dir, inputs=INPUTS, repeats=REPEATS)
     figs = []
     for root in s.target.functions:
-        run_counts(s.target, s.store, s.model, [root])
+        s = pipeline.count_following_indirect(s, [root])     # as `wcetfit analyze` counts
         run_times(s.target, s.store, {root: s.roots[root]})
         t = time.perf_counter()
         rep = run_reach(s, root, BUDGET)

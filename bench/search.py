@@ -81,7 +81,6 @@ def _library_target(name: str, tmp: str) -> str | None:
 
 def target_figures(name: str, target_dir: str) -> list[dict]:
     from wcetfit import pipeline
-    from wcetfit.count.run import run_counts
     from wcetfit.search.engine import SearchOptions
     from wcetfit.search.workflow import run_search
     from wcetfit.timing.run import run_times
@@ -89,7 +88,8 @@ def target_figures(name: str, target_dir: str) -> list[dict]:
 
     s = pipeline.open_session(target_dir)
     root = s.target.functions[0]
-    run_counts(s.target, s.store, s.model, [root])
+    # the model with the in-binary targets of indirect calls, as `wcetfit analyze` counts
+    s = pipeline.count_following_indirect(s, [root])
     run_times(s.target, s.store, s.roots)
     rnd = run_search(s, root, SearchOptions(budget=BUDGET, strategy="random"), keep=False)
     found = run_search(s, root, SearchOptions(budget=BUDGET))

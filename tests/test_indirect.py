@@ -275,3 +275,37 @@ def test_count_command_follows_indirect_calls_and_keeps_them(tmp_path):
     assert "another block layout" not in second.stderr     # the stored targets were used
     assert [ln for ln in second.stdout.splitlines() if "indirect" in ln] == \
         [ln for ln in first.stdout.splitlines() if "indirect" in ln]
+
+
+def test_counts_older_than_the_indirect_targets_name_them_for_the_bound(tmp_path):
+    """Counts taken without following indirect calls (run_counts alone), then a session
+    whose model has the observed targets as callees: the bound is refused naming those
+    callees and what to do, not "no cost for 1 reachable block" of the first one."""
+    import shutil
+
+    from wcetfit import pipeline
+    from wcetfit.count.run import run_counts
+    from wcetfit.errors import WcetError
+    from wcetfit.timing.run import run_times
+
+    tg, _ = _dispatch_case()
+    if not os.path.exists(tg.binary):
+        pytest.skip(f"{tg.binary} is not built (make -C samples)")
+    d = tmp_path / "dispatch"
+    d.mkdir()
+    shutil.copy(DISPATCH / "inputs.py", d)
+    toml = (DISPATCH / "wcetfit.toml").read_text().replace(
+        'binary = "build/libdispatch.so"', f'binary = "{tg.binary}"').replace(
+        "inputs = 300", "inputs = 16")
+    (d / "wcetfit.toml").write_text(toml + "\n[measure]\nrepeats = 2\n"
+                                    if "[measure]" not in toml else toml)
+    s = pipeline.open_session(str(d))
+    root = s.target.functions[0]
+    run_counts(s.target, s.store, s.model, [root])
+    run_times(s.target, s.store, s.roots)
+    s.store.lock.release()
+    later = pipeline.open_session(str(d))      # its model has the observed targets
+    a = pipeline.analyze_stage(later, root, *pipeline.stored_measurements(later, root))
+    assert isinstance(a.wcet, WcetError)
+    msg = str(a.wcet)
+    assert "op_add" in msg and "not in its stored counts" in msg and "count again" in msg

@@ -278,6 +278,18 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     from wcetfit.blasthreads import limited
 
     functions = session.functions_of(root)
+    counted = {c[0] for c in system.columns}
+    absent = [n for n in functions if n not in counted]
+    if absent:
+        # the IPET would stop at the first such function with "no cost for N blocks"
+        exc = WcetError(
+            f"{', '.join(absent)}: reached by {root} in the model but not in its stored "
+            "counts, so their blocks have no cost: either the count run ran them as "
+            "original code (its warnings say why), or they are targets of indirect calls "
+            "observed after these counts were taken (count again: `wcetfit count` and "
+            "`wcetfit analyze` count them as callees)")
+        log.warning("%s: no WCET bound: %s", root, exc)
+        return exc
     fi = fit_inputs(fit, functions)
     try:
         # one BLAS thread, as in the fit: the observed span's SVD (wcetfit.wcet.analyze) then

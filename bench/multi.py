@@ -130,13 +130,25 @@ def analyse(target_dir: str, stages: dict | None = None, *,  # type: ignore[no-u
     return s, a, t3 - t0
 
 
+def fresh_slowest(target_dir: str, root: str, quantum: float | None):  # type: ignore[no-untyped-def]
+    """The slowest call of ``FRESH_INPUTS`` fresh inputs (another seed) timed now, calls the
+    fit's repeat rule treats as preempted left out: (ticks, preempted mask, the TimeSet)."""
+    from bench.samples import _preempted
+    from wcetfit import pipeline
+    from wcetfit.timing.run import run_times
+
+    fresh = pipeline.open_session(target_dir, seed=FRESH_SEED, inputs=FRESH_INPUTS)
+    ft = run_times(fresh.target, fresh.store, fresh.roots)[root]
+    fresh.store.lock.release()
+    pre = _preempted(ft.ticks, quantum)
+    return float(np.nanmax(np.where(pre, np.nan, ft.ticks))), pre, ft
+
+
 def activation_figures(name: str, where: str) -> list[dict]:
     """The same target analysed with per-activation rows (``--activations``): analyze time,
     the root's held-out error from the activation-fitted costs, per function the held-out
     error of its activations, and the bound over the slowest of 1,000 fresh calls."""
-    from bench.samples import _preempted
     from wcetfit import pipeline
-    from wcetfit.timing.run import run_times
     from wcetfit.wcet.result import WcetResult
 
     first = make_target(name, os.path.join(where, "act"))
@@ -169,12 +181,8 @@ def activation_figures(name: str, where: str) -> list[dict]:
                         error=str(a.wcet), fit_warnings=codes))
         return figs
     bound = float(a.wcet.upper_ticks)
-    fresh = pipeline.open_session(first, seed=FRESH_SEED, inputs=FRESH_INPUTS)
-    ft = run_times(fresh.target, fresh.store, fresh.roots)[root]
-    fresh.store.lock.release()
     s.store.lock.release()
-    pre = _preempted(ft.ticks, a.fit.quantum_ticks)
-    max_obs = float(np.nanmax(np.where(pre, np.nan, ft.ticks)))
+    max_obs, _pre, _ft = fresh_slowest(first, root, a.fit.quantum_ticks)
     figs.append(fig(f"multi.{name}.act.bound_over_max_observed", round(bound / max_obs, 3),
                     "x", "<= 2", 1.0 <= bound / max_obs <= 2.0, covers=bool(bound >= max_obs),
                     point=round(float(a.wcet.bound_ticks)), margin=a.wcet.margin_ticks,
@@ -183,9 +191,7 @@ def activation_figures(name: str, where: str) -> list[dict]:
 
 
 def target_figures(name: str, where: str) -> list[dict]:
-    from bench.samples import _preempted
     from wcetfit import pipeline
-    from wcetfit.timing.run import run_times
     from wcetfit.wcet.result import WcetResult
 
     first = make_target(name, os.path.join(where, "a"))
@@ -216,11 +222,7 @@ def target_figures(name: str, where: str) -> list[dict]:
         return figs
     bound = float(a.wcet.upper_ticks)
     slowest_training = float(np.nanmax(np.nanmedian(a.system.ticks, axis=1)))
-    fresh = pipeline.open_session(first, seed=FRESH_SEED, inputs=FRESH_INPUTS)
-    ft = run_times(fresh.target, fresh.store, fresh.roots)[root]
-    fresh.store.lock.release()
-    pre = _preempted(ft.ticks, a.fit.quantum_ticks)
-    max_obs = float(np.nanmax(np.where(pre, np.nan, ft.ticks)))
+    max_obs, pre, ft = fresh_slowest(first, root, a.fit.quantum_ticks)
     figs += [
         fig(f"multi.{name}.bound_covers_all", bool(bound >= max_obs), "", "yes",
             bound >= max_obs, bound_ticks=round(bound), max_observed_fresh=round(max_obs),

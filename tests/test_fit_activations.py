@@ -221,6 +221,11 @@ def test_function_with_too_few_activations_keeps_whole_call_costs():
     assert any(n.startswith("rec: ") and "whole-call fit's costs" in n for n in an.notes)
     own = [j for j, c in enumerate(root["columns"]) if c[0] == "rec"]
     assert own and all(an.source[j] is None for j in own)
+    # rec's blocks are not counted among the blocks no activation ran
+    wsol = np.asarray(whole.solution, dtype=float)
+    others = sum(1 for j, c in enumerate(root["columns"])
+                 if an.source[j] is None and c[0] != "rec" and np.isfinite(wsol[j]))
+    assert an.check.columns_from_whole_call == others
     fit = apply_activation_fits(whole, an)
     assert np.allclose(np.asarray(fit.solution)[own], np.asarray(whole.solution)[own])
     cov, old = np.asarray(fit.covariance), np.asarray(whole.covariance)

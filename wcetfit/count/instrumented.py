@@ -349,11 +349,16 @@ class Counter:
         pid = os.fork()
         if pid == 0:                                    # the child: never returns
             code = 0
+            me = os.getpid()
             try:
                 os.close(r)
                 # Die with the counting process (the isolation layer kills it on a hang).
                 _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
                 ret = h.call(self.call_name, self.copy.original(self.function), pack)
+                if os.getpid() != me:
+                    # a child the target forked returned here too: only this process
+                    # reports (two writers would interleave their results in the pipe)
+                    os._exit(0)
                 msg = ("ok", outcome(self._returns, ret, pack, h.snapshot(pack),
                                      self._data.save()))
             except BaseException as exc:  # noqa: BLE001 - reported by the parent
@@ -410,7 +415,13 @@ def _collect(pid: int, r: int, index: int, fn: str) -> Outcome:
     if not data:
         raise SelfCheckError(f"differential check for input {index}: the original {fn}'s "
                              f"process exited (status {status:#x}) without a result")
-    kind, value = pickle.loads(data)
+    try:
+        kind, value = pickle.loads(data)
+    except Exception as exc:  # noqa: BLE001 - whatever wrote into the pipe, it is no result
+        raise SelfCheckError(f"differential check for input {index}: the original {fn}'s "
+                             f"process wrote no readable result ({type(exc).__name__}: "
+                             f"{exc}); did the function fork or write to inherited file "
+                             "descriptors?") from None
     if kind != "ok":
         raise SelfCheckError(f"differential check for input {index}: calling the original "
                              f"{fn} failed: {value}")

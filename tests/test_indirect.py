@@ -238,13 +238,9 @@ def test_dispatch_trace_mode_follows_indirect_calls():
 
 
 @pytest.mark.slow
-def test_count_command_follows_indirect_calls_and_keeps_them(tmp_path):
-    """`wcetfit count` on a copy of the dispatch target: the first run records the
-    targets, the second (in the same command) counts op_* and fin_* as callees and says
-    so per site; a later command builds its model with the stored targets at once and
-    counts nothing again."""
+def _dispatch_target(tmp_path, inputs: int):
+    """A copy of the dispatch target with ``inputs`` inputs, its binary the built one."""
     import shutil
-    import subprocess
 
     tg, _ = _dispatch_case()
     if not os.path.exists(tg.binary):
@@ -254,8 +250,19 @@ def test_count_command_follows_indirect_calls_and_keeps_them(tmp_path):
     shutil.copy(DISPATCH / "inputs.py", d)
     toml = (DISPATCH / "wcetfit.toml").read_text().replace(
         'binary = "build/libdispatch.so"', f'binary = "{tg.binary}"').replace(
-        "inputs = 300", "inputs = 24")
+        "inputs = 300", f"inputs = {inputs}")
     (d / "wcetfit.toml").write_text(toml)
+    return d
+
+
+def test_count_command_follows_indirect_calls_and_keeps_them(tmp_path):
+    """`wcetfit count` on a copy of the dispatch target: the first run records the
+    targets, the second (in the same command) counts op_* and fin_* as callees and says
+    so per site; a later command builds its model with the stored targets at once and
+    counts nothing again."""
+    import subprocess
+
+    d = _dispatch_target(tmp_path, 24)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
 
     def count():
@@ -281,24 +288,13 @@ def test_counts_older_than_the_indirect_targets_name_them_for_the_bound(tmp_path
     """Counts taken without following indirect calls (run_counts alone), then a session
     whose model has the observed targets as callees: the bound is refused naming those
     callees and what to do, not "no cost for 1 reachable block" of the first one."""
-    import shutil
 
     from wcetfit import pipeline
     from wcetfit.count.run import run_counts
     from wcetfit.errors import WcetError
     from wcetfit.timing.run import run_times
 
-    tg, _ = _dispatch_case()
-    if not os.path.exists(tg.binary):
-        pytest.skip(f"{tg.binary} is not built (make -C samples)")
-    d = tmp_path / "dispatch"
-    d.mkdir()
-    shutil.copy(DISPATCH / "inputs.py", d)
-    toml = (DISPATCH / "wcetfit.toml").read_text().replace(
-        'binary = "build/libdispatch.so"', f'binary = "{tg.binary}"').replace(
-        "inputs = 300", "inputs = 16")
-    (d / "wcetfit.toml").write_text(toml + "\n[measure]\nrepeats = 2\n"
-                                    if "[measure]" not in toml else toml)
+    d = _dispatch_target(tmp_path, 16)
     s = pipeline.open_session(str(d))
     root = s.target.functions[0]
     run_counts(s.target, s.store, s.model, [root])

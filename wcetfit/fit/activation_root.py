@@ -196,7 +196,8 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
     notes: list[str] = list(skipped)
     # the blocks of functions costed from the whole calls instead (too few activations)
     # are named with those functions, not counted as blocks no activation ran
-    fallback = np.array([c[0] in {n for n, _a, _d in too_few} for c in columns], dtype=bool)
+    fallen = {n for n, _a, _d in too_few}
+    fallback = np.array([c[0] in fallen for c in columns], dtype=bool)
     n_whole = int(np.sum(uncovered & np.isfinite(whole_sol) & ~fallback))
     if n_whole:
         notes.append(f"{n_whole} block(s) that no timed activation executed keep the "

@@ -180,3 +180,29 @@ def test_the_report_says_which_factor_the_bound_took():
     assert "×1.500" in note and "×1.300" in note and "below the product" in note
     w.dispersion_factors["joint"] = 3.0                     # the product is smaller: kept
     assert "worst misfit of an input seen ×1.300" in dispersion_note(w).split(" × ")[0]
+
+
+def test_inputs_the_fit_rejected_are_covered_by_the_dispersion():
+    """A rejected outlier (here 15 % over its prediction, as zlib crc32's input 27 was
+    in an end-to-end run) left the bound below its median: it was measured, so the
+    dispersion must reach it; so must an input predicted short but measured long."""
+    from types import SimpleNamespace
+
+    from wcetfit.fit.result import Rejection
+    from wcetfit.pipeline import call_dispersion
+
+    rng = np.random.default_rng(11)
+    n, r = 200, 5
+    pred = rng.uniform(20_000, 40_000, n)
+    pred[7] = 40_000.0
+    pred[9] = 2_000.0                       # predicted far below the long calls
+    ticks = pred[:, None] * (1 + np.abs(rng.normal(0, 0.004, (n, r))))
+    ticks[7] *= 1.15
+    ticks[9] = 41_000.0
+    system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)))
+    fit = SimpleNamespace(quantum_ticks=1.0,
+                          rejected=(Rejection(7, "residual"), Rejection(9, "residual")),
+                          predict=lambda counts, unknown="zero": pred)
+    d = call_dispersion(system, fit)
+    for i in (7, 9):
+        assert pred[i] * (1 + d.excess) >= np.median(ticks[i])

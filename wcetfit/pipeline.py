@@ -348,10 +348,15 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     state) and the whole machine slows for seconds at a time (a co-runner on the same
     core).  A WCET bound must cover single calls, so the IPET bound is scaled by the
     worst of each seen in the measurements.  Calls the repeat statistic treats as
-    interrupted (the same rule as the fit's: far from the input's median) and inputs
-    the fit rejected are left out; so are short calls (below ``long_share`` of the
-    longest prediction, and below ``min_quanta`` TSC steps) where one quantum alone is
-    a large fraction and which say little about the long paths a bound is made of.
+    interrupted (the same rule as the fit's: far from the input's median) are left out;
+    so are short calls (below ``long_share`` of the longest prediction, and below
+    ``min_quanta`` TSC steps) where one quantum alone is a large fraction and which say
+    little about the long paths a bound is made of.
+
+    Inputs the fit rejected as outliers stay in.  The fit leaves them out so that they
+    do not pull the costs; but they were measured, and a bound below a measured input is
+    wrong whatever the reason the model missed it (a data-dependent cost, a disturbed
+    timing pass).  Their misfit is part of what single calls may show.
     """
     import numpy as np
 
@@ -362,17 +367,16 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     ticks = getattr(system, "ticks_at_reference", system.ticks)
     summary = summarize_repeats(ticks, quantum=fit.quantum_ticks)
     predicted = np.asarray(fit.predict(system.counts, unknown="zero"), dtype=float)
-    used = np.ones(len(predicted), dtype=bool)
-    for r in fit.rejected:
-        if 0 <= r.input < used.size:
-            used[r.input] = False
     floor = max(min_quanta * (fit.quantum_ticks or 1.0),
                 long_share * float(np.nanmax(predicted, initial=0.0)))
-    rows = used & np.isfinite(predicted) & (predicted >= floor)
+    # A call predicted short but measured long is a misfit the bound must cover, not a
+    # short call: the floor applies to what was predicted and what was measured alike.
+    measured = np.nan_to_num(np.asarray(summary.value, dtype=float), nan=0.0)
+    rows = np.isfinite(predicted) & (predicted > 0) & ((predicted >= floor) | (measured >= floor))
     if rows.sum() < 10:
         # a short function: every call is "short", so take them all but the ones within
         # two TSC steps of nothing (their relative excess is pure quantization)
-        rows = used & np.isfinite(predicted) & (predicted >= 2 * (fit.quantum_ticks or 1))
+        rows = np.isfinite(predicted) & (predicted >= 2 * (fit.quantum_ticks or 1))
     if not rows.any():
         return Dispersion(machine_speed=machine)
     # Two different things make a call exceed its prediction, and they extrapolate

@@ -609,7 +609,9 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                 f"fit: {fit_rows['rejected']} of {fit_rows.get('total', '?')} rows rejected "
                 f"as outliers"
                 + (" (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")"
-                   if reasons else ""),
+                   if reasons else "")
+                + ("; they do not set the costs, but the bound's dispersion covers their "
+                   "calls" if is_root else ""),
                 "many rejections point to preemption (pin the core, quiet the machine) or to "
                 "costs that depend on data"))
     if is_root:

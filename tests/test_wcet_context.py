@@ -127,3 +127,105 @@ def test_bound_in_the_observed_span_ignores_non_estimable_costs():
         assert any("affine span" in w for w in res.warnings)
         bounds.append(res.bound_ticks)
     assert bounds[1] == pytest.approx(bounds[0], rel=1e-6)
+
+
+# --- [loops] facts of one call site ------------------------------------------------------
+# f calls g at site A (block 2, inside f's loop: call at f+0x2b) and at site B (block 3:
+# f+0x3b); g's loop runs once per call from A and 3 times from B (counts_of).
+
+SITE_FACTS = {"f+0x10": 10, "h+0x10": 50,
+              "g+0x10 @ f+0x2b": 1,        # the call instruction's address
+              "g+0x10 @ f+0x30": 3}        # any address of the calling block
+
+
+def _site_bound(loop_facts):
+    fns, cols, C, costs = setup()
+    res = analyze_wcet(fns, "f", costs, C, cols, loop_facts=loop_facts,
+                       use_relations=False, observed_paths=False)
+    return res, predicted(C, cols, costs)
+
+
+def test_a_call_sites_loop_fact_holds_at_that_site_only():
+    """Per site, g's loop is charged 1 iteration at A and 3 at B; with one fact for both
+    sites (3), every one of A's 10 calls runs 3 and calls h 3 times."""
+    res, pred = _site_bound(SITE_FACTS)
+    f_own = 3 + 2 * 11 + 4 * 10 + 5 + 1
+    h_one = 4 + 51 * 1 + 50 * 10 + 2
+    g_at_a = (6 + 2 * 2 + 3 * 1 + 1) + 1 * h_one
+    g_at_b = (6 + 2 * 4 + 3 * 3 + 1) + 3 * h_one
+    assert res.bound_ticks == pytest.approx(f_own + 10 * g_at_a + g_at_b)
+    assert res.bound_ticks >= pred.max()
+    general, _ = _site_bound({"f+0x10": 10, "h+0x10": 50, "g+0x10": 3})
+    assert general.bound_ticks == pytest.approx(f_own + 11 * g_at_b)
+
+
+def test_user_loop_facts_beyond_the_inputs_are_not_capped_by_their_totals():
+    """f's loop given 30 (the inputs ran it at most 10 times): the calls of g and h inside
+    it are governed by the fact, not by the most calls the inputs made per call of f."""
+    facts = dict(SITE_FACTS, **{"f+0x10": 30})
+    res, _ = _site_bound(facts)
+    ten, _ = _site_bound(SITE_FACTS)
+    h_one = 4 + 51 * 1 + 50 * 10 + 2
+    g_at_a = (6 + 2 * 2 + 3 * 1 + 1) + 1 * h_one
+    assert res.bound_ticks == pytest.approx(ten.bound_ticks + 20 * (2 + 4 + g_at_a))
+
+
+def test_site_facts_malformed_or_not_a_call_are_one_clear_error():
+    from wcetfit.errors import TargetError
+    from wcetfit.wcet.loops import parse_site_loop_facts
+
+    fns, *_ = setup()
+    with pytest.raises(TargetError, match="not a call of g; its calls: f\\+0x2b, f\\+0x3b"):
+        parse_site_loop_facts({"g+0x10 @ f+0x0": 1}, fns)
+    with pytest.raises(TargetError, match="not a call of h"):
+        parse_site_loop_facts({"h+0x10 @ f+0x2b": 1}, fns)   # f calls h only through g
+    with pytest.raises(TargetError, match="LOOP @ SITE"):
+        parse_site_loop_facts({"g+0x10 @ ": 1}, fns)
+    with pytest.raises(TargetError, match="not a loop header of g"):
+        parse_site_loop_facts({"g+0x20 @ f+0x2b": 1}, fns)
+    got = parse_site_loop_facts({"0x5010 @ 0x402b": {"max": 2, "total": 9}}, fns)
+    (key, sites), = got.items()
+    assert key == ("g", 0x5010) and list(sites) == [("f", 0x4020)]
+    assert sites[("f", 0x4020)].per_entry == 2 and sites[("f", 0x4020)].total == 9
+
+
+def test_the_context_insensitive_bound_takes_the_loosest_figure():
+    from wcetfit.wcet.loops import loosest
+    from wcetfit.wcet.result import SOURCE_FACT, SOURCE_OBSERVED, LoopBound
+
+    observed = LoopBound(per_entry=3, total=3, source=SOURCE_OBSERVED)
+    b = loosest(observed, [LoopBound(per_entry=1, source=SOURCE_FACT),
+                           LoopBound(total=7, source=SOURCE_FACT)])
+    assert (b.per_entry, b.total, b.source) == (7, None, SOURCE_FACT)
+    b = loosest(observed, [LoopBound(per_entry=2, total=2, source=SOURCE_FACT)])
+    assert (b.per_entry, b.total, b.source) == (3, 3, SOURCE_OBSERVED)
+
+
+def test_a_site_without_a_fact_leaves_an_unobserved_loop_unbounded():
+    """g's loop never entered and a fact for site A only: site B has no bound, so the
+    context-insensitive bound may not borrow A's (analyze asks for a fact instead)."""
+    from wcetfit.errors import WcetError
+
+    fns, cols, C, costs = setup()
+    g = fns["g"]
+    C = C.copy()
+    for j, (fn, a) in enumerate(cols):
+        if fn in ("g", "h") and a != g.entry and fn == "g" and a in (0x5010, 0x5020):
+            C[:, j] = 0
+    facts = {"f+0x10": 10, "h+0x10": 50, "g+0x10 @ f+0x2b": 1}
+    with pytest.raises(WcetError, match="g\\+0x10"):
+        analyze_wcet(fns, "f", costs, C, cols, loop_facts=facts, unreached="require",
+                     use_relations=False, observed_paths=False)
+    # with a fact at B as well, both sites are bounded
+    facts["g+0x10 @ f+0x3b"] = 3
+    res = analyze_wcet(fns, "f", costs, C, cols, loop_facts=facts, unreached="require",
+                       use_relations=False, observed_paths=False)
+    assert res.bound_ticks > 0
+
+
+def test_site_facts_are_listed_where_the_bound_is_read():
+    res, _ = _site_bound(SITE_FACTS)
+    note = [w for w in res.warnings if "per call site in [loops]" in w]
+    assert note and "g+0x10 ≤ 1 per entry (fact) at the call at f+0x2b" in note[0]
+    assert "g+0x10 ≤ 3 per entry (fact) at the call at f+0x3b" in note[0]
+    assert "that site's instance" in note[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -13,7 +13,8 @@ from wcetfit.errors import WcetError
 from wcetfit.model import FunctionModel
 from wcetfit.wcet.flow import Flow, irreducible_blocks
 from wcetfit.wcet.interproc import call_graph, wcet_bound
-from wcetfit.wcet.loops import merge_loop_bounds, observed_loop_bounds, parse_loop_facts
+from wcetfit.wcet.loops import (loosest, merge_loop_bounds, observed_loop_bounds,
+                                parse_loop_facts, parse_site_loop_facts)
 from wcetfit.wcet.relations import is_structural, observed_relations
 from wcetfit.wcet.result import OVERHEAD, Z95, LoopBound, WcetResult, loop_key
 
@@ -111,6 +112,7 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
         raise WcetError(f"unreached policy must be \"observed\" or \"require\", not "
                         f"{unreached!r}")
     facts = parse_loop_facts(loop_facts, functions)
+    site_facts = parse_site_loop_facts(loop_facts, functions)
     from wcetfit.wcet.flowfacts import parse_flow_facts, root_constraints
     user_facts = root_constraints(parse_flow_facts(flow_facts, functions), functions[root])
     names = call_graph(functions, root)
@@ -126,6 +128,17 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
         observed[name] = observed_loop_bounds(functions[name], np.asarray(counts)[:, idx],
                                               [cols[j][1] for j in idx])
     bounds = merge_loop_bounds({n: functions[n] for n in names}, facts, observed)
+    # one WCET per call of a function (context-insensitive) holds at every call site: a
+    # loop with call sites' facts takes the loosest of them and its general bound there
+    uniform = {n: dict(b) for n, b in bounds.items()}
+    for (name, header), sites in site_facts.items():
+        if name not in uniform:
+            continue
+        general = bounds[name].get(header)
+        if general is None and not _every_site(functions, names, name, sites):
+            continue        # a site without a fact has no bound: the bound asks for one
+        uniform[name][header] = loosest(general, sites.values())
+    user_bounded = _user_bounded_blocks(functions, names, set(facts) | set(site_facts))
     idx = [j for j, (f, _) in enumerate(cols) if f == root]
     relations = observed_relations(np.asarray(counts)[:, idx], [cols[j][1] for j in idx]) \
         if idx and use_relations else ()
@@ -164,11 +177,13 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
         fn = functions[name]
         pos = [j for j, (f, a) in enumerate(cols) if f == name and a == fn.entry]
         if name != root and pos and not fn.predecessors(fn.entry):
-            activations[name] = int(C[:, pos[0]].max(initial=0))
+            if fn.entry not in user_bounded.get(name, ()):
+                activations[name] = int(C[:, pos[0]].max(initial=0))
             # (under "require", blocks no input ran are bounded by the facts, not by 0)
             totals[name] = {a: int(C[:, j].max(initial=0))
                             for j, (f, a) in enumerate(cols)
-                            if f == name and (unreached == "observed" or C[:, j].any())}
+                            if f == name and (unreached == "observed" or C[:, j].any())
+                            and a not in user_bounded.get(name, ())}
     envelopes: tuple[Any, ...] = ()
     if idx and observed_paths:
         from wcetfit.wcet.envelope import observed_envelopes
@@ -176,7 +191,7 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
         addrs = [cols[j][1] for j in idx]
         envelopes = observed_envelopes(functions[root], np.asarray(counts)[:, idx], addrs) \
             + loop_relations(functions[root], np.asarray(counts)[:, idx], addrs)
-    result = wcet_bound(functions, root, costs, bounds, recursion, entry_cost=entry_cost,
+    result = wcet_bound(functions, root, costs, uniform, recursion, entry_cost=entry_cost,
                         cov=cov, cov_index=cov_index, z=z, relations=relations,
                         envelopes=envelopes, facts=user_facts,
                         block_bounds=block_max, activation_bounds=activations,
@@ -204,9 +219,11 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
         # (under "require" the blocks no input ran must be able to run: the span, made of
         # the inputs' counts, would keep them from it through the relations among the rest)
         if use_relations and unreached == "observed" and len(C):
-            ran = [j for j in range(C.shape[1]) if C[:, j].any()]
+            ran = [j for j in range(C.shape[1]) if C[:, j].any()
+                   and cols[j][1] not in user_bounded.get(cols[j][0], ())]
             span = ([cols[j] for j in ran], _span_rows(C[:, ran]))
         result = _per_call_site(result, functions, root, costs, bounds, C, cols,
+                                site_bounds=site_facts,
                                 callee_relations=callee_rel, callee_envelopes=callee_env,
                                 span=span,
                                 entry_cost=entry_cost, cov=cov, cov_index=cov_index, z=z,
@@ -214,6 +231,22 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                                 block_bounds=block_max, region_bounds=region_bounds,
                                 activation_bounds=activations, total_bounds=totals,
                                 unreached=unreached_blocks)
+    if site_facts:
+        def call_at(c: str, blk: int) -> str:
+            ins = [cs.instruction for cs in functions[c].calls if cs.block == blk]
+            return loop_key(functions[c], ins[0] if ins else blk)
+
+        listed = [f"{loop_key(functions[n], h)} {b.describe()} at the call at "
+                  f"{call_at(c, blk)}"
+                  for (n, h), sites in site_facts.items() for (c, blk), b in sites.items()]
+        per_site_used = any("per call site" in w for w in result.warnings)
+        note = (f"{root}: {len(listed)} loop bound(s) given per call site in [loops] ("
+                + "; ".join(listed[:4]) + ("; …" if len(listed) > 4 else "") + ")"
+                + (": each holds in that site's instance of its function" if per_site_used
+                   else ": the per-call-site bound was not used, so each loop is charged "
+                        "the loosest of its bounds at every call site")
+                + "; if one is not a fact of the program, the bound does not hold")
+        result = replace(result, warnings=result.warnings + (note,))
     if user_facts:
         note = (f"{root}: the bound rests on {len(user_facts)} flow fact(s) given in [flow] ("
                 + "; ".join(f.label.split(": ", 1)[1].rsplit(" (", 1)[0]
@@ -240,6 +273,46 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
             f"input but are not forced by the CFG ({shown}); an input breaking them could "
             f"take longer: vary the inputs if they are not facts of the program")
     return replace(result, relations=tuple(extra), warnings=result.warnings + (note,))
+
+
+def _user_bounded_blocks(functions: Mapping[str, FunctionModel], names: Iterable[str],
+                         loops: set[tuple[str, int]]) -> dict[str, set[int]]:
+    """Function → the blocks whose counts a [loops] fact governs: the bodies of the loops
+    the user bounded (``loops``: (function, header)), and every block of the functions
+    called from them, transitively.  The inputs' per-call totals of these blocks (and the
+    span of the inputs' count vectors over them) must not cap the worst path: the user's
+    figure may lie beyond what the inputs ran, and it is the figure the user gave."""
+    from wcetfit.wcet.loops import functions_called
+
+    names = list(names)
+    out: dict[str, set[int]] = {}
+    for name in names:
+        for lp in functions[name].loops:
+            if (name, lp.header) in loops:
+                out.setdefault(name, set()).update(lp.body)
+    todo = list(out)
+    while todo:
+        name = todo.pop()
+        for cs in functions[name].calls:
+            if cs.block not in out.get(name, ()):
+                continue
+            g = functions_called(functions[name], cs.block, functions)
+            if g is None or g not in names:
+                continue
+            every = set(functions[g].block_addresses)
+            if not every <= out.get(g, set()):
+                out.setdefault(g, set()).update(every)
+                todo.append(g)
+    return out
+
+
+def _every_site(functions: Mapping[str, FunctionModel], names: Iterable[str], callee: str,
+                sites: Mapping[tuple[str, int], Any]) -> bool:
+    """Whether every direct call of ``callee`` among the functions ``names`` has a fact."""
+    from wcetfit.wcet.loops import functions_called
+
+    return all((name, cs.block) in sites for name in names for cs in functions[name].calls
+               if functions_called(functions[name], cs.block, functions) == callee)
 
 
 def _span_rows(X: np.ndarray) -> np.ndarray:

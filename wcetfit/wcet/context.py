@@ -87,6 +87,8 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                   callee_relations: Mapping[str, Sequence[Any]] = {},
                   callee_envelopes: Mapping[str, Sequence[Any]] = {},
                   span: tuple[Sequence[tuple[str, int]], np.ndarray] | None = None,
+                  site_bounds: Mapping[tuple[str, int],
+                                       Mapping[tuple[str, int], Any]] = {},
                   time_limit: float | None = 60.0) -> ContextResult | None:
     """The root's bound with one instance of each callee in ``inline`` per call path
     (module docstring).  Calls of other internal functions cost ``per_call_wcet`` per
@@ -105,7 +107,12 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
     a point of that span (every count relation that held on every input, across
     functions: where the fit's costs are determined, whatever particular solution it
     took); the program is then solved as a linear program (its optimum bounds the integer
-    one), and without the span when that fails."""
+    one), and without the span when that fails.
+
+    ``site_bounds``: (callee, loop header) → (caller, calling block) → bound, the [loops]
+    facts of one call site (:func:`wcetfit.wcet.loops.parse_site_loop_facts`): in the
+    instances called there, the fact replaces the loop's bound in ``bounds`` and stays out
+    of the observed total over all sites."""
     inline = set(inline)
     by_addr: dict[int, str] = {}
     for name, fn in functions.items():
@@ -200,6 +207,9 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                                             f"calling block"))
         for lp in fn.loops:
             b = bounds.get(name, {}).get(lp.header)
+            if me.parent is not None:
+                b = site_bounds.get((name, lp.header), {}).get(
+                    (inst[me.parent].fn.name, me.site), b)
             if b is None:
                 continue
             b = as_loop_bound(b)

@@ -168,51 +168,19 @@ def parse_loop_facts(spec: Mapping[str, Any], functions: Mapping[str, FunctionMo
     to the loop's header, or an absolute address — and the same meaning of the number,
     since OTAWA's IPET also bounds the back edges by max × the entry edges.  Two
     differences: OTAWA's totals count over the whole task run, ours over one call of the
-    function the loop belongs to; and call contexts (``in "f" / "g"``) are not supported
-    (our WCETs are context-insensitive).
+    function the loop belongs to; and a call context is one call site, written after
+    ``@`` (:func:`parse_site_loop_facts`; those keys are skipped here).
 
     An address that is not a loop header is an error naming the nearest headers.
     """
     out: dict[tuple[str, int], LoopBound] = {}
     origin: dict[tuple[str, int], str] = {}
     for key, value in spec.items():
+        if SITE_SEPARATOR in str(key):
+            continue                    # a call site's fact: parse_site_loop_facts
         where = f"[loops] '{key}'"
         bound = _fact_value(where, value, key)
-        text = str(key).strip().strip('"')
-        targets: list[tuple[str, int]]
-        if "+" in text or ("-" in text and not text.startswith("-")):
-            sep = "+" if "+" in text else "-"
-            name, _, off_text = text.rpartition(sep)
-            name = name.strip().strip('"')
-            try:
-                off = _parse_int(off_text.strip())
-            except ValueError:
-                raise TargetError(f"{where}: '{off_text.strip()}' is not an offset "
-                                  f"(write e.g. \"{name}+0x4c\")") from None
-            if name not in functions:
-                import difflib
-                close = difflib.get_close_matches(name, list(functions), n=1)
-                raise TargetError(f"{where}: no function {name!r} among the analysed ones"
-                                  + (f" (did you mean '{close[0]}'?)" if close else
-                                     f" ({', '.join(sorted(functions))})"))
-            fn = functions[name]
-            addr = fn.address + (off if sep == "+" else -off)
-            if addr not in {lp.header for lp in fn.loops}:
-                raise TargetError(f"{where}: {hexaddr(addr)} is not a loop header of {name}; "
-                                  + _nearest_headers([fn], addr))
-            targets = [(name, addr)]
-        else:
-            try:
-                addr = _parse_int(text)
-            except ValueError:
-                raise TargetError(f"{where}: name a loop as \"function+0xOFFSET\" or by its "
-                                  f"header's address \"0x...\"") from None
-            targets = [(fn.name, addr) for fn in functions.values()
-                       if addr in {lp.header for lp in fn.loops}]
-            if not targets:
-                raise TargetError(f"{where}: {hexaddr(addr)} is not a loop header of any "
-                                  f"analysed function; " + _nearest_headers(functions.values(),
-                                                                            addr))
+        targets = _loop_targets(where, str(key), functions)
         for t in targets:
             if t in out and out[t] != bound:
                 raise TargetError(f"{where}: loop {t[0]}+{t[1] - functions[t[0]].address:#x} "
@@ -220,6 +188,165 @@ def parse_loop_facts(spec: Mapping[str, Any], functions: Mapping[str, FunctionMo
             out[t] = bound
             origin[t] = str(key)
     return out
+
+
+# A [loops] key with a call site: "LOOP @ SITE"
+SITE_SEPARATOR = "@"
+
+# (function of the loop, its header) → (calling function, calling block) → bound
+SiteFacts = dict[tuple[str, int], dict[tuple[str, int], LoopBound]]
+
+
+def parse_site_loop_facts(spec: Mapping[str, Any], functions: Mapping[str, FunctionModel]
+                          ) -> SiteFacts:
+    """The [loops] facts that hold at one call site: ``"h+0x24 @ f+0x61" = 5`` bounds the
+    loop of ``h`` at 0x24 when ``h`` is called from the call at ``f+0x61`` (the call
+    instruction's address as ``objdump -d`` prints it, or any address of the block that
+    ends with it; ``"0x6024 @ 0x4061"`` with link-time addresses alike).  The value means
+    what it means without a site (per entry, ``{max, total}``; the total per call of ``h``
+    from that site).  Such a fact holds in that site's instance of ``h`` and of everything
+    below it; the per-call-site bound (:mod:`wcetfit.wcet.context`) applies it there in
+    place of the loop's general bound.  The context-insensitive bound, which charges one
+    WCET per call of ``h`` everywhere, takes the loosest of the loop's general bound and
+    its sites' facts (:func:`loosest`).
+
+    The site must be a call of the loop's function (directly, not through a wrapper):
+    anything else is an error naming the calls of the caller to it."""
+    out: SiteFacts = {}
+    for key, value in spec.items():
+        text = str(key)
+        if SITE_SEPARATOR not in text:
+            continue
+        where = f"[loops] '{key}'"
+        loop_text, _, site_text = text.partition(SITE_SEPARATOR)
+        if not loop_text.strip() or not site_text.strip() or SITE_SEPARATOR in site_text:
+            raise TargetError(f"{where}: write a call site's fact as \"LOOP @ SITE\", e.g. "
+                              f"\"h+0x24 @ f+0x61\" (the loop's header, then the call)")
+        bound = _fact_value(where, value, key)
+        targets = _loop_targets(where, loop_text, functions)
+        callees = {name for name, _ in targets}
+        caller, block = _call_site(where, site_text.strip(), functions, callees)
+        for t in targets:
+            if t[0] != functions_called(functions[caller], block, functions):
+                continue
+            sites = out.setdefault(t, {})
+            if (caller, block) in sites and sites[(caller, block)] != bound:
+                raise TargetError(f"{where}: that loop at that call site already has "
+                                  f"another bound")
+            sites[(caller, block)] = bound
+    return out
+
+
+def functions_called(fn: FunctionModel, block: int,
+                     functions: Mapping[str, FunctionModel]) -> str | None:
+    """The analysed function the internal call ending ``block`` of ``fn`` goes to."""
+    from wcetfit.model import CALL_INTERNAL
+
+    for cs in fn.calls:
+        if cs.block != block or cs.kind != CALL_INTERNAL:
+            continue
+        for name, g in functions.items():
+            if cs.target in (g.address, g.entry):
+                return name
+        if cs.target_name in functions:
+            return cs.target_name
+    return None
+
+
+def _call_site(where: str, text: str, functions: Mapping[str, FunctionModel],
+               callees: set[str]) -> tuple[str, int]:
+    """(caller, calling block) of a site written "f+0x61" or "0x4061": a call of one of
+    ``callees`` at that instruction or in that block."""
+    text = text.strip().strip('"')
+    if "+" in text:
+        name, _, off_text = text.rpartition("+")
+        name = name.strip().strip('"')
+        if name not in functions:
+            raise TargetError(f"{where}: no function {name!r} among the analysed ones "
+                              f"({', '.join(sorted(functions))})")
+        try:
+            addr = functions[name].address + _parse_int(off_text)
+        except ValueError:
+            raise TargetError(f"{where}: '{off_text.strip()}' is not an offset") from None
+        candidates = [functions[name]]
+    else:
+        try:
+            addr = _parse_int(text)
+        except ValueError:
+            raise TargetError(f"{where}: name the call site as \"function+0xOFFSET\" or by "
+                              f"the call's address \"0x...\"") from None
+        candidates = list(functions.values())
+    for fn in candidates:
+        for b in fn.blocks:
+            if b.address <= addr < b.address + max(b.size, 1) and \
+                    functions_called(fn, b.address, functions) in callees:
+                return fn.name, b.address
+    calls = [f"{fn.name}+{cs.instruction - fn.address:#x}" for fn in candidates
+             for cs in fn.calls if functions_called(fn, cs.block, functions) in callees]
+    raise TargetError(f"{where}: {hexaddr(addr)} is not a call of "
+                      f"{' or '.join(sorted(callees))}"
+                      + (f"; its calls: {', '.join(calls[:6])}" if calls else
+                         f"; no analysed function calls it directly"))
+
+
+def loosest(general: LoopBound | None, sites: Iterable[LoopBound]) -> LoopBound | None:
+    """One bound implied by each of ``general`` and the site facts (it holds wherever any
+    of them does): the largest per entry — a bound given only in total bounds each entry
+    too — and the largest total where every one gives a total."""
+    every = ([general] if general is not None else []) + list(sites)
+    if not every:
+        return None
+    per = [b.per_entry if b.per_entry is not None else b.total for b in every]
+    tot = [b.total for b in every]
+    most = max(int(v) for v in per if v is not None)
+    # the source of the figure that sets it: a site's fact or the general bound
+    general_sets = general is not None and per[0] == most
+    return LoopBound(per_entry=most,
+                     total=None if any(v is None for v in tot) else max(tot),
+                     source=general.source if general_sets else SOURCE_FACT,
+                     note="the loosest of the loop's general bound and its call sites' facts "
+                          "(one WCET per call, all sites alike)")
+
+
+def _loop_targets(where: str, key: str, functions: Mapping[str, FunctionModel]
+                  ) -> list[tuple[str, int]]:
+    """The (function, header) pairs a [loops] key names: "f+0x4c" or "0x114c"."""
+    text = key.strip().strip('"')
+    targets: list[tuple[str, int]]
+    if "+" in text or ("-" in text and not text.startswith("-")):
+        sep = "+" if "+" in text else "-"
+        name, _, off_text = text.rpartition(sep)
+        name = name.strip().strip('"')
+        try:
+            off = _parse_int(off_text.strip())
+        except ValueError:
+            raise TargetError(f"{where}: '{off_text.strip()}' is not an offset "
+                              f"(write e.g. \"{name}+0x4c\")") from None
+        if name not in functions:
+            import difflib
+            close = difflib.get_close_matches(name, list(functions), n=1)
+            raise TargetError(f"{where}: no function {name!r} among the analysed ones"
+                              + (f" (did you mean '{close[0]}'?)" if close else
+                                 f" ({', '.join(sorted(functions))})"))
+        fn = functions[name]
+        addr = fn.address + (off if sep == "+" else -off)
+        if addr not in {lp.header for lp in fn.loops}:
+            raise TargetError(f"{where}: {hexaddr(addr)} is not a loop header of {name}; "
+                              + _nearest_headers([fn], addr))
+        targets = [(name, addr)]
+    else:
+        try:
+            addr = _parse_int(text)
+        except ValueError:
+            raise TargetError(f"{where}: name a loop as \"function+0xOFFSET\" or by its "
+                              f"header's address \"0x...\"") from None
+        targets = [(fn.name, addr) for fn in functions.values()
+                   if addr in {lp.header for lp in fn.loops}]
+        if not targets:
+            raise TargetError(f"{where}: {hexaddr(addr)} is not a loop header of any "
+                              f"analysed function; " + _nearest_headers(functions.values(),
+                                                                        addr))
+    return targets
 
 
 def _parse_int(text: str) -> int:

@@ -91,3 +91,22 @@ def test_a_site_that_does_not_call_the_loops_function_names_the_real_calls(zlib)
     msg = str(err.value)
     for cs in sites:
         assert f"inflate+{cs.instruction - inflate.address:#x}" in msg
+
+
+def test_init_offers_a_fact_per_call_site_that_parses(tmp_path):
+    """`wcetfit init`'s commented [loops] lists, for a function called from several
+    sites, one entry per site; uncommented, every one is a valid fact."""
+    if not os.path.exists(LIBZ):
+        pytest.skip(f"{LIBZ} is absent")
+    from wcetfit.scaffold.create import loop_entries
+    from wcetfit.static import binary
+    from wcetfit.static.cfgcache import CfgCache
+
+    model = binary.load_model(LIBZ, ["uncompress"],
+                              use_cache=CfgCache(str(tmp_path / "cache"), enabled=True))
+    entries = loop_entries(model, "uncompress")
+    with_sites = [e for e in entries if e.sites]
+    assert with_sites, "no loop of a function called from several sites"
+    keys = {f"{e.key} @ {s}": 7 for e in with_sites for s in e.sites}
+    facts = parse_site_loop_facts(keys, model.functions)
+    assert sum(len(v) for v in facts.values()) == len(keys)

@@ -34,6 +34,9 @@ class LoopEntry:
     blocks: int
     depth: int
     reducible: bool
+    # the direct calls of its function, "f+0x61", when there are several: a loop whose
+    # bound differs between them takes a fact per site ("h+0x24 @ f+0x61")
+    sites: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,8 +77,18 @@ def loop_entries(model: BinaryModel, root: str) -> tuple[LoopEntry, ...]:
     root_fn = model.function(root)
     order = [root_fn] + sorted((f for f in model.functions.values() if f is not root_fn),
                                key=lambda f: f.address)
+    from wcetfit.wcet.loops import functions_called
+
+    sites: dict[str, list[str]] = {}
+    for caller in order:
+        for cs in caller.calls:
+            g = functions_called(caller, cs.block, model.functions)
+            if g is not None and g != caller.name:
+                sites.setdefault(g, []).append(loop_key(caller, cs.instruction))
     return tuple(LoopEntry(loop_key(fn, lp.header), fn.name, lp.header, len(lp.body),
-                           lp.depth, lp.reducible)
+                           lp.depth, lp.reducible,
+                           tuple(sites.get(fn.name, ())) if len(sites.get(fn.name, ())) > 1
+                           else ())
                  for fn in order for lp in sorted(fn.loops, key=lambda lp: lp.header))
 
 
@@ -222,6 +235,9 @@ def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: D
         if not lp.reducible:
             what += "; not a natural loop: it cannot be bounded"
         lines.append(f"# {_toml_string(lp.key)} = N    # {what}")
+        for site in lp.sites:
+            lines.append(f"# {_toml_string(f'{lp.key} @ {site}')} = N    # only when "
+                         f"{lp.function} is called at {site}")
     if recursive:
         lines += ["", "[recursion]          # most nested activations of a recursive function"]
         lines += [f"# {_toml_string(r)} = N" for r in recursive]

@@ -144,12 +144,22 @@ def fresh_slowest(target_dir: str, root: str, quantum: float | None):  # type: i
     return float(np.nanmax(np.where(pre, np.nan, ft.ticks))), pre, ft
 
 
+def _bound_or_why(figure: str, a) -> tuple[list[str], dict | None]:  # type: ignore[no-untyped-def]
+    """The codes of the analysis' fit warnings, and (when it has no bound) the figure
+    ``figure`` that says why."""
+    from wcetfit.wcet.result import WcetResult
+
+    codes = sorted({w.code for w in getattr(a.fit, "fit_warnings", ())})
+    if isinstance(a.wcet, WcetResult):
+        return codes, None
+    return codes, fig(figure, None, "x", "<= 2", False, error=str(a.wcet), fit_warnings=codes)
+
+
 def activation_figures(name: str, where: str) -> list[dict]:
     """The same target analysed with per-activation rows (``--activations``): analyze time,
     the root's held-out error from the activation-fitted costs, per function the held-out
     error of its activations, and the bound over the slowest of 1,000 fresh calls."""
     from wcetfit import pipeline
-    from wcetfit.wcet.result import WcetResult
 
     first = make_target(name, os.path.join(where, "act"))
     if first is None:
@@ -175,11 +185,9 @@ def activation_figures(name: str, where: str) -> list[dict]:
                 else round(100 * ch.heldout_p95_rel_error, 3),
                 per_function_heldout_median_p95_pct_activations=per,
                 whole_call_functions=[w[0] for w in act.whole_call_functions])]
-    codes = sorted({w.code for w in getattr(a.fit, "fit_warnings", ())})
-    if not isinstance(a.wcet, WcetResult):
-        figs.append(fig(f"multi.{name}.act.bound_over_max_observed", None, "x", "<= 2", False,
-                        error=str(a.wcet), fit_warnings=codes))
-        return figs
+    codes, failed = _bound_or_why(f"multi.{name}.act.bound_over_max_observed", a)
+    if failed is not None:
+        return figs + [failed]
     bound = float(a.wcet.upper_ticks)
     s.store.lock.release()
     max_obs, _pre, _ft = fresh_slowest(first, root, a.fit.quantum_ticks)
@@ -215,11 +223,9 @@ def target_figures(name: str, where: str) -> list[dict]:
                  "%", "<= 5", v.median_rel_error <= 0.05),
              fig(f"multi.{name}.heldout_p95_rel_error", round(100 * v.p95_rel_error, 3), "%",
                  "<= 20", v.p95_rel_error <= 0.20)]
-    codes = sorted({w.code for w in getattr(a.fit, "fit_warnings", ())})
-    if not isinstance(a.wcet, WcetResult):
-        figs.append(fig(f"multi.{name}.bound_over_max_observed", None, "x", "<= 2", False,
-                        error=str(a.wcet), fit_warnings=codes))
-        return figs
+    codes, failed = _bound_or_why(f"multi.{name}.bound_over_max_observed", a)
+    if failed is not None:
+        return figs + [failed]
     bound = float(a.wcet.upper_ticks)
     slowest_training = float(np.nanmax(np.nanmedian(a.system.ticks, axis=1)))
     max_obs, pre, ft = fresh_slowest(first, root, a.fit.quantum_ticks)

@@ -77,12 +77,14 @@ def loop_entries(model: BinaryModel, root: str) -> tuple[LoopEntry, ...]:
     root_fn = model.function(root)
     order = [root_fn] + sorted((f for f in model.functions.values() if f is not root_fn),
                                key=lambda f: f.address)
+    from wcetfit.wcet.interproc import entry_names
     from wcetfit.wcet.loops import functions_called
 
+    by_addr = entry_names(model.functions)
     sites: dict[str, list[str]] = {}
     for caller in order:
         for cs in caller.calls:
-            g = functions_called(caller, cs.block, model.functions)
+            g = functions_called(caller, cs.block, model.functions, by_addr)
             if g is not None and g != caller.name:
                 sites.setdefault(g, []).append(loop_key(caller, cs.instruction))
     return tuple(LoopEntry(loop_key(fn, lp.header), fn.name, lp.header, len(lp.body),

@@ -12,9 +12,10 @@ import numpy as np
 from wcetfit.errors import WcetError
 from wcetfit.model import FunctionModel
 from wcetfit.wcet.flow import Flow, irreducible_blocks
-from wcetfit.wcet.interproc import call_graph, wcet_bound
-from wcetfit.wcet.loops import (loosest, merge_loop_bounds, observed_loop_bounds,
-                                parse_loop_facts, parse_site_loop_facts)
+from wcetfit.wcet.interproc import call_graph, entry_names, wcet_bound
+from wcetfit.wcet.loops import (functions_called, loosest, merge_loop_bounds,
+                                observed_loop_bounds, parse_loop_facts,
+                                parse_site_loop_facts)
 from wcetfit.wcet.relations import is_structural, observed_relations
 from wcetfit.wcet.result import OVERHEAD, Z95, LoopBound, WcetResult, loop_key
 
@@ -198,6 +199,7 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                         total_bounds=totals, unreached=unreached_blocks,
                         region_bounds=region_bounds, inputs=inputs)
     result = replace(result, unreached_policy=unreached)
+    insensitive = result      # the per-call-site bound below replaces it when smaller
     if per_site:
         # what each callee's totals per call of the root kept on every input, for the
         # per-call-site program (where they bound the sum over the callee's call sites);
@@ -239,7 +241,7 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
         listed = [f"{loop_key(functions[n], h)} {b.describe()} at the call at "
                   f"{call_at(c, blk)}"
                   for (n, h), sites in site_facts.items() for (c, blk), b in sites.items()]
-        per_site_used = any("per call site" in w for w in result.warnings)
+        per_site_used = result is not insensitive
         note = (f"{root}: {len(listed)} loop bound(s) given per call site in [loops] ("
                 + "; ".join(listed[:4]) + ("; …" if len(listed) > 4 else "") + ")"
                 + (": each holds in that site's instance of its function" if per_site_used
@@ -282,9 +284,8 @@ def _user_bounded_blocks(functions: Mapping[str, FunctionModel], names: Iterable
     called from them, transitively.  The inputs' per-call totals of these blocks (and the
     span of the inputs' count vectors over them) must not cap the worst path: the user's
     figure may lie beyond what the inputs ran, and it is the figure the user gave."""
-    from wcetfit.wcet.loops import functions_called
-
     names = list(names)
+    by_addr = entry_names(functions)
     out: dict[str, set[int]] = {}
     for name in names:
         for lp in functions[name].loops:
@@ -296,7 +297,7 @@ def _user_bounded_blocks(functions: Mapping[str, FunctionModel], names: Iterable
         for cs in functions[name].calls:
             if cs.block not in out.get(name, ()):
                 continue
-            g = functions_called(functions[name], cs.block, functions)
+            g = functions_called(functions[name], cs.block, functions, by_addr)
             if g is None or g not in names:
                 continue
             every = set(functions[g].block_addresses)
@@ -309,10 +310,9 @@ def _user_bounded_blocks(functions: Mapping[str, FunctionModel], names: Iterable
 def _every_site(functions: Mapping[str, FunctionModel], names: Iterable[str], callee: str,
                 sites: Mapping[tuple[str, int], Any]) -> bool:
     """Whether every direct call of ``callee`` among the functions ``names`` has a fact."""
-    from wcetfit.wcet.loops import functions_called
-
+    by_addr = entry_names(functions)
     return all((name, cs.block) in sites for name in names for cs in functions[name].calls
-               if functions_called(functions[name], cs.block, functions) == callee)
+               if functions_called(functions[name], cs.block, functions, by_addr) == callee)
 
 
 def _span_rows(X: np.ndarray) -> np.ndarray:

@@ -39,6 +39,7 @@ import numpy as np
 
 from wcetfit.model import CALL_INTERNAL, FunctionModel
 from wcetfit.wcet.flow import SOURCE, Flow, irreducible_blocks
+from wcetfit.wcet.interproc import callee_name, entry_names
 from wcetfit.wcet.result import (SOURCE_OBSERVED, CallOutcome, IpetResult, LoopBound,
                                  LoopOutcome, PathStep, as_loop_bound, loop_key)
 from wcetfit.wcet.solve import Problem, Row, solve
@@ -114,10 +115,7 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
     instances called there, the fact replaces the loop's bound in ``bounds`` and stays out
     of the observed total over all sites."""
     inline = set(inline)
-    by_addr: dict[int, str] = {}
-    for name, fn in functions.items():
-        by_addr.setdefault(fn.address, name)
-        by_addr.setdefault(fn.entry, name)
+    by_addr = entry_names(functions)
     flows: dict[str, Flow] = {}
 
     def flow_of(name: str) -> Flow:
@@ -126,11 +124,7 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
         return flows[name]
 
     def callee(cs) -> str | None:
-        if cs.kind != CALL_INTERNAL:
-            return None
-        if cs.target is not None and cs.target in by_addr:
-            return by_addr[cs.target]
-        return cs.target_name if cs.target_name in functions else None
+        return callee_name(functions, by_addr, cs) if cs.kind == CALL_INTERNAL else None
 
     # the call tree, breadth first
     inst: list[_Instance] = [_Instance(functions[root], flow_of(root), 0, None, None, root)]

@@ -27,8 +27,19 @@ from wcetfit.wcet.result import (Z95, CountRelation, InfeasibleError, IpetResult
 log = logging.getLogger(__name__)
 
 
-def _callee_name(functions: Mapping[str, FunctionModel], by_addr: Mapping[int, str],
-                 cs) -> str | None:
+def entry_names(functions: Mapping[str, FunctionModel]) -> dict[int, str]:
+    """Each function's name by its address and by its entry (the first one listed wins):
+    what :func:`callee_name` resolves a call's target with."""
+    by_addr: dict[int, str] = {}
+    for name, fn in functions.items():
+        by_addr.setdefault(fn.address, name)
+        by_addr.setdefault(fn.entry, name)
+    return by_addr
+
+
+def callee_name(functions: Mapping[str, FunctionModel], by_addr: Mapping[int, str],
+                cs) -> str | None:
+    """The analysed function an internal call site goes to (None: not among them)."""
     if cs.target is not None and cs.target in by_addr:
         return by_addr[cs.target]
     if cs.target_name and cs.target_name in functions:
@@ -40,10 +51,7 @@ def call_graph(functions: Mapping[str, FunctionModel], root: str) -> dict[str, l
     """Internal callees of every function reachable from ``root`` (in call-site order)."""
     if root not in functions:
         raise WcetError(f"no model of the root function {root!r}")
-    by_addr: dict[int, str] = {}
-    for name, fn in functions.items():
-        by_addr.setdefault(fn.address, name)
-        by_addr.setdefault(fn.entry, name)
+    by_addr = entry_names(functions)
     graph: dict[str, list[str]] = {}
     todo = [root]
     while todo:
@@ -61,7 +69,7 @@ def call_graph(functions: Mapping[str, FunctionModel], root: str) -> dict[str, l
                 continue
             if cs.kind != CALL_INTERNAL:
                 continue
-            callee = _callee_name(functions, by_addr, cs)
+            callee = callee_name(functions, by_addr, cs)
             if callee is None:
                 raise WcetError(
                     f"{name} calls {cs.target_name or '?'} "
@@ -167,10 +175,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
     """
     graph = call_graph(functions, root)
     order_sccs = _sccs(graph, root)
-    by_addr: dict[int, str] = {}
-    for name, fn in functions.items():
-        by_addr.setdefault(fn.address, name)
-        by_addr.setdefault(fn.entry, name)
+    by_addr = entry_names(functions)
 
     results: dict[str, IpetResult] = {}
     lumps: dict[str, tuple[IpetResult, dict]] = {}
@@ -189,7 +194,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                 continue
             if cs.kind != CALL_INTERNAL or cs.target is None:
                 continue
-            callee = _callee_name(functions, by_addr, cs)
+            callee = callee_name(functions, by_addr, cs)
             if callee is not None and callee in level_w:
                 out[cs.target] = level_w[callee]
         return out
@@ -203,7 +208,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
             if cs.kind != CALL_INTERNAL:
                 continue
             n = res.block_counts.get(cs.block, 0)
-            callee = _callee_name(functions, by_addr, cs)
+            callee = callee_name(functions, by_addr, cs)
             if not n or callee is None or callee not in level_inl:
                 continue
             for k, v in level_inl[callee].items():
@@ -216,7 +221,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
     def caps(name: str) -> dict[int, int]:
         out: dict[int, int] = {}
         for cs in functions[name].calls:
-            callee = _callee_name(functions, by_addr, cs) if cs.kind == CALL_INTERNAL else None
+            callee = callee_name(functions, by_addr, cs) if cs.kind == CALL_INTERNAL else None
             if callee is not None and callee in activation_bounds and cs.target is not None:
                 out[cs.target] = int(activation_bounds[callee])
         return out
@@ -297,7 +302,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                 f"IPET solves (limit {max_recursion_solves})", cycle)
         in_cycle_blocks = {
             m: {cs.block for cs in functions[m].calls
-                if cs.kind == CALL_INTERNAL and _callee_name(functions, by_addr, cs) in members}
+                if cs.kind == CALL_INTERNAL and callee_name(functions, by_addr, cs) in members}
             for m in comp}
         level_res: dict[str, IpetResult] = {}
         level_w: dict[str, float] = {}

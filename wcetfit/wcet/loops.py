@@ -212,7 +212,10 @@ def parse_site_loop_facts(spec: Mapping[str, Any], functions: Mapping[str, Funct
 
     The site must be a call of the loop's function (directly, not through a wrapper):
     anything else is an error naming the calls of the caller to it."""
+    from wcetfit.wcet.interproc import entry_names
+
     out: SiteFacts = {}
+    by_addr = entry_names(functions)
     for key, value in spec.items():
         text = str(key)
         if SITE_SEPARATOR not in text:
@@ -225,9 +228,9 @@ def parse_site_loop_facts(spec: Mapping[str, Any], functions: Mapping[str, Funct
         bound = _fact_value(where, value, key)
         targets = _loop_targets(where, loop_text, functions)
         callees = {name for name, _ in targets}
-        caller, block = _call_site(where, site_text.strip(), functions, callees)
+        caller, block = _call_site(where, site_text.strip(), functions, callees, by_addr)
         for t in targets:
-            if t[0] != functions_called(functions[caller], block, functions):
+            if t[0] != functions_called(functions[caller], block, functions, by_addr):
                 continue
             sites = out.setdefault(t, {})
             if (caller, block) in sites and sites[(caller, block)] != bound:
@@ -237,24 +240,26 @@ def parse_site_loop_facts(spec: Mapping[str, Any], functions: Mapping[str, Funct
     return out
 
 
-def functions_called(fn: FunctionModel, block: int,
-                     functions: Mapping[str, FunctionModel]) -> str | None:
-    """The analysed function the internal call ending ``block`` of ``fn`` goes to."""
+def functions_called(fn: FunctionModel, block: int, functions: Mapping[str, FunctionModel],
+                     by_addr: Mapping[int, str] | None = None) -> str | None:
+    """The analysed function the internal call ending ``block`` of ``fn`` goes to
+    (``by_addr``: :func:`~wcetfit.wcet.interproc.entry_names` of ``functions``, made here
+    when not given)."""
     from wcetfit.model import CALL_INTERNAL
+    from wcetfit.wcet.interproc import callee_name, entry_names
 
+    if by_addr is None:
+        by_addr = entry_names(functions)
     for cs in fn.calls:
-        if cs.block != block or cs.kind != CALL_INTERNAL:
-            continue
-        for name, g in functions.items():
-            if cs.target in (g.address, g.entry):
+        if cs.block == block and cs.kind == CALL_INTERNAL:
+            name = callee_name(functions, by_addr, cs)
+            if name is not None:
                 return name
-        if cs.target_name in functions:
-            return cs.target_name
     return None
 
 
 def _call_site(where: str, text: str, functions: Mapping[str, FunctionModel],
-               callees: set[str]) -> tuple[str, int]:
+               callees: set[str], by_addr: Mapping[int, str]) -> tuple[str, int]:
     """(caller, calling block) of a site written "f+0x61" or "0x4061": a call of one of
     ``callees`` at that instruction or in that block."""
     text = text.strip().strip('"')
@@ -279,14 +284,14 @@ def _call_site(where: str, text: str, functions: Mapping[str, FunctionModel],
     for fn in candidates:
         for b in fn.blocks:
             if b.address <= addr < b.address + max(b.size, 1) and \
-                    functions_called(fn, b.address, functions) in callees:
+                    functions_called(fn, b.address, functions, by_addr) in callees:
                 return fn.name, b.address
     calls = [f"{fn.name}+{cs.instruction - fn.address:#x}" for fn in candidates
-             for cs in fn.calls if functions_called(fn, cs.block, functions) in callees]
+             for cs in fn.calls if functions_called(fn, cs.block, functions, by_addr) in callees]
     raise TargetError(f"{where}: {hexaddr(addr)} is not a call of "
                       f"{' or '.join(sorted(callees))}"
                       + (f"; its calls: {', '.join(calls[:6])}" if calls else
-                         f"; no analysed function calls it directly"))
+                         "; no analysed function calls it directly"))
 
 
 def loosest(general: LoopBound | None, sites: Iterable[LoopBound]) -> LoopBound | None:

@@ -635,3 +635,35 @@ def test_loops_table_name_reaches_the_reader(built):
                  summary.to_text([dataclasses_replace_root(report, f"f{i}")
                                   for i in range(6)], width=200)):
         assert "under [loops] in wcetfit.toml" in text
+
+
+def test_rests_on_lists_facts_first_site_facts_and_no_zero_callee_bound():
+    """What the bound rests on, read the way a user of zlib's uncompress reads it: loop
+    facts from [loops] before the observed ones (never hidden among "more loop bounds"),
+    the facts of single call sites, and no callee bound of 0 ticks (a figure no call has:
+    its costs are sums the inputs did not separate)."""
+    from types import SimpleNamespace as NS
+
+    from wcetfit.report.summary import MAX_LOOPS, _rests_on
+    from wcetfit.wcet.result import SOURCE_FACT, SOURCE_OBSERVED, LoopBound
+
+    def loop(name, source):
+        return NS(name=name, bound=LoopBound(per_entry=5, total=5, source=source))
+
+    observed = [loop(f"f+{0x10 * i:#x}", SOURCE_OBSERVED) for i in range(1, MAX_LOOPS + 2)]
+    wcet = NS(loops=observed + [loop("f+0x400", SOURCE_FACT)], envelopes=(), relations=(),
+              ipet_ticks=1000.0, recursion_depth=None, path_residual=None)
+    note = NS(message="f: 1 loop bound(s) given per call site in [loops] (h+0x60 ≤ 19 per "
+                      "entry (fact) at the call at f+0x1c42): each holds in that site's "
+                      "instance of its function; if one is not a fact of the program, the "
+                      "bound does not hold")
+    root = NS(name="f", wcet=wcet, warnings=(note,))
+    callees = [NS(name="h", wcet=NS(loops=(), ipet_ticks=0.04, recursion_depth=None)),
+               NS(name="g", wcet=NS(loops=(), ipet_ticks=350.0, recursion_depth=None))]
+    report = NS(functions=[root, *callees], warnings=())
+    lines = _rests_on(report, root)
+    assert lines[0].startswith("loop f+0x400") and "from [loops]" in lines[0]
+    assert any(x.startswith("1 loop bound(s) given per call site in [loops] (h+0x60 ≤ 19")
+               for x in lines)
+    own = next(x for x in lines if x.startswith("callees' own bounds"))
+    assert "h —," in own and "h 0" not in own and "g 350" in own

@@ -242,7 +242,10 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
     loops' sources in a word)."""
     w = fr.wcet
     out = []
-    loops = [lo for f in report.functions for lo in f.wcet.loops]
+    # the user's facts first: what the bound takes from the user must not hide among
+    # "more loop bounds"
+    loops = sorted((lo for f in report.functions for lo in f.wcet.loops),
+                   key=lambda lo: lo.bound.source != "fact")
     for lo in loops[:MAX_LOOPS]:
         b = lo.bound
         src = (("observed only" if short else "the most the inputs reached: add a [loops] "
@@ -262,6 +265,11 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
     if w.relations:
         out.append(f"{len(w.relations)} count relation(s) every input kept (observed, "
                    f"not proven)")
+    # (wcetfit.wcet.analyze's note on the [loops] facts of single call sites)
+    site = [x.message for x in (*report.warnings, *fr.warnings)
+            if "loop bound(s) given per call site in [loops]" in x.message]
+    if site:
+        out.append(site[0].split(": ", 1)[1].split("; if one is not", 1)[0] + " (facts)")
     callees = [f for f in report.functions[1:] if f.wcet.ipet_ticks is not None]
     # (wcetfit.wcet.analyze's note when the root's bound is the per-call-site program's)
     notes = [x.message for x in (*report.warnings, *fr.warnings)
@@ -274,11 +282,18 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
                       if any("affine span" in n for n in notes) else "")
                    + " (observed, not proven)")
     if callees:
-        shown = ", ".join(f"{c.name} {F.num(c.wcet.ipet_ticks)}" for c in callees[:6])
+        # a bound below one tick is no physical figure (a call costs at least its
+        # instructions): its blocks' costs are sums the inputs did not separate from its
+        # callers' (the fit's particular solution), not a WCET of 0
+        shown = ", ".join(f"{c.name} {F.num(c.wcet.ipet_ticks)}" if c.wcet.ipet_ticks >= 1
+                          else f"{c.name} —" for c in callees[:6])
         more = f", … {len(callees) - 6} more" if len(callees) > 6 else ""
+        none = any(c.wcet.ipet_ticks < 1 for c in callees[:6])
         out.append(f"callees' own bounds in ticks (context-insensitive"
                    f"{'; not what the bound above charges' if per_site else ''}): "
-                   f"{shown}{more}")
+                   f"{shown}{more}"
+                   + ("; —: none, the inputs do not determine its blocks' costs apart from "
+                      "its callers'" if none else ""))
     rec = [f"{f.name} {f.wcet.recursion_depth}" for f in report.functions
            if f.wcet.recursion_depth]
     if rec:

@@ -17,6 +17,8 @@ from wcetfit.fit.solve import fit_function
 import cfgsim
 
 QUIET = FitOptions(folds=0)
+# the unconstrained fit, for the tests of its own machinery (nonneg, intervals, weights)
+LINEAR = FitOptions(folds=0, costs="linear")
 
 
 def addrs_for(n: int) -> list[int]:
@@ -304,8 +306,8 @@ def test_nonneg_never_touches_non_estimable_directions():
     ticks = cfgsim.simulate_ticks(counts, costs, 60.0, rng, sigma0=1.0, quantum=0.0,
                                   outlier_rate=0.0)
     addrs = [0x10, 0x20, 0x30, 0x40]
-    plain = fit_function(counts, ticks, addrs, options=QUIET)
-    nn = fit_function(counts, ticks, addrs, options=FitOptions(folds=0, nonneg=True))
+    plain = fit_function(counts, ticks, addrs, options=LINEAR)
+    nn = fit_function(counts, ticks, addrs, options=FitOptions(folds=0, costs="linear", nonneg=True))
     assert plain.block(0x40).solution_ticks < 0          # the arbitrary split is negative
     assert nn.nonneg_active == 0
     np.testing.assert_allclose(nn.solution, plain.solution, atol=1e-6)
@@ -323,10 +325,10 @@ def test_nonneg_clamps_an_estimable_block():
         r = np.random.default_rng(seed)
         ticks = cfgsim.simulate_ticks(counts, costs, 50.0, r, sigma0=20.0, quantum=0.0,
                                       outlier_rate=0.0)
-        plain = fit_function(counts, ticks, [1, 2, 3], options=QUIET)
+        plain = fit_function(counts, ticks, [1, 2, 3], options=LINEAR)
         if plain.block(3).cost_ticks < 0:
             found_negative = True
-            nn = fit_function(counts, ticks, [1, 2, 3], options=FitOptions(folds=0, nonneg=True))
+            nn = fit_function(counts, ticks, [1, 2, 3], options=FitOptions(folds=0, costs="linear", nonneg=True))
             assert nn.nonneg_active >= 1
             assert nn.block(3).cost_ticks == pytest.approx(0.0, abs=1e-6)
             assert nn.block(2).cost_ticks >= 0
@@ -478,13 +480,13 @@ def test_bootstrap_intervals():
     counts = single_loop(rng, 120)
     costs = np.array([25.0, 12.0, 31.0])
     ticks = cfgsim.simulate_ticks(counts, costs, 70.0, rng)
-    s = fit_function(counts, ticks, [1, 2, 3], options=QUIET)
+    s = fit_function(counts, ticks, [1, 2, 3], options=LINEAR)
     b = fit_function(counts, ticks, [1, 2, 3],
-                     options=FitOptions(folds=0, intervals="bootstrap", bootstrap=300, seed=4))
+                     options=FitOptions(folds=0, costs="linear", intervals="bootstrap", bootstrap=300, seed=4))
     b2 = fit_function(counts, ticks, [1, 2, 3],
-                      options=FitOptions(folds=0, intervals="bootstrap", bootstrap=300, seed=4))
+                      options=FitOptions(folds=0, costs="linear", intervals="bootstrap", bootstrap=300, seed=4))
     both = fit_function(counts, ticks, [1, 2, 3],
-                        options=FitOptions(folds=0, intervals="both", bootstrap=300, seed=4))
+                        options=FitOptions(folds=0, costs="linear", intervals="both", bootstrap=300, seed=4))
     assert s.interval_method == "sandwich-hc3" and b.interval_method == "bootstrap"
     assert both.interval_method.startswith("max(")
     for addr in (2, 3):
@@ -721,7 +723,7 @@ def test_relative_weights_match_an_independent_irls():
     _, ticks = misfit_ticks(counts, np.array([20.0, 11.0, 23.0]), 60.0, rng, quantum=0.0,
                             outlier_rate=0.0)
     res = fit_function(counts, ticks, [1, 2, 3],
-                       options=FitOptions(folds=0, robust="none", statistic="mean",
+                       options=FitOptions(folds=0, costs="linear", robust="none", statistic="mean",
                                           weight_floor_quanta=5.0))
     assert res.weights == "relative" and res.weight_floor_ticks == 5.0   # no TSC step: 1 tick
     X = np.hstack([counts[:, 1:], np.ones((counts.shape[0], 1))])       # entry ≡ ε: merge
@@ -732,7 +734,7 @@ def test_relative_weights_match_an_independent_irls():
     assert res.block(3).cost_ticks == pytest.approx(th[1], rel=5e-4)
     np.testing.assert_allclose(res.predict(counts), X @ th, rtol=5e-4)
     ols = fit_function(counts, ticks, [1, 2, 3],
-                       options=FitOptions(folds=0, robust="none", statistic="mean",
+                       options=FitOptions(folds=0, costs="linear", robust="none", statistic="mean",
                                           weights="none"))
     th0 = np.linalg.lstsq(X, ticks.mean(axis=1), rcond=None)[0]
     assert ols.block(2).cost_ticks == pytest.approx(th0[0], rel=1e-9)

@@ -17,7 +17,7 @@ from wcetfit.fit.solve import fit_function
 
 import cfgsim
 
-QUIET = FitOptions(folds=0)
+QUIET = FitOptions(costs="linear", folds=0)
 
 
 def addrs_for(n: int) -> list[int]:
@@ -104,7 +104,7 @@ def test_plausible_truth_gives_no_warning_and_costs_within_intervals(seed):
     costs = rng.uniform(3, 40, counts.shape[1])
     ticks = cfgsim.simulate_ticks(counts, costs, 52.0, rng, repeats=10)
     addrs = addrs_for(counts.shape[1])
-    res = fit_function(counts, ticks, addrs, options=FitOptions(folds=5))
+    res = fit_function(counts, ticks, addrs, options=FitOptions(costs="linear", folds=5))
     assert res.unknowns > 50 and res.rank < res.unknowns - 10
     assert res.fit_warnings == ()
     quantities = res.estimable_quantities()
@@ -166,7 +166,7 @@ def test_overhead_below_its_floor_is_warned_exactly_when_true(eps, warned):
         assert any("cannot cost less than its empty timed region" in t for t in res.warnings)
     # a floor above the truth (e.g. the calibrated empty timed region) is checked too
     floored = fit_function(counts, ticks, addrs,
-                           options=FitOptions(folds=0, overhead_floor_ticks=truth + 200))
+                           options=FitOptions(costs="linear", folds=0, overhead_floor_ticks=truth + 200))
     assert any(w.code == WARN_OVERHEAD for w in floored.fit_warnings)
 
 
@@ -178,7 +178,7 @@ def test_negative_predictions_are_warned_not_clamped(caplog):
     costs = np.full(cfg.n_blocks, 150.0)
     ticks = cfgsim.simulate_ticks(counts, costs, -700.0, rng, repeats=10)
     addrs = addrs_for(cfg.n_blocks)
-    res = fit_function(counts, ticks, addrs, options=FitOptions(folds=5))
+    res = fit_function(counts, ticks, addrs, options=FitOptions(costs="linear", folds=5))
     assert all(w.code != WARN_NEGATIVE_PREDICTION for w in res.fit_warnings)  # all ≥ 0
     pool = cfgsim.simulate_counts(cfg, 400, rng, max_trip=9)
     short = pool[np.argmin(pool.sum(axis=1))]          # the loop not entered

@@ -152,7 +152,7 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
     from wcetfit.timing.speed import flat_profile, speed_profile
     from wcetfit.fit.system import build_system
 
-    options = options or FitOptions()
+    options = replace(options or FitOptions(), costs=session.target.fit_costs)
     if options.overhead_floor_ticks == 0.0 and getattr(times, "method", None):
         # the calibrated empty timed region: the overhead's physical floor, for the fit's
         # plausibility warnings (wcetfit.fit.checks); it changes no estimate

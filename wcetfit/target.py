@@ -70,6 +70,10 @@ class Target:
     # [fit] follow_speed: divide the machine's speed over the timing run out of the calls
     # before fitting (wcetfit.timing.speed); off, the fit takes the calls as measured
     follow_speed: bool = True
+    # [fit] costs: "physical" fits every block cost ≥ 0 and ε ≥ its calibrated floor
+    # (wcetfit.fit.physical); "linear" is unconstrained least squares, whose costs may
+    # come out negative where the inputs do not separate the blocks
+    fit_costs: str = "physical"
     # [search] budget: candidates the worst-case search of `analyze` counts (0: no search);
     # timed: how many of the best it times and keeps as inputs (wcetfit.search)
     search_budget: int = 300
@@ -98,7 +102,8 @@ _REQUIRED = ("binary", "functions", "prototype", "inputs")
 _WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int), "observed_paths": (bool,),
                                            "unreached": (str,)}
 UNREACHED_POLICIES = ("observed", "require")
-_FIT_KEYS: dict[str, tuple[type, ...]] = {"follow_speed": (bool,)}
+_FIT_KEYS: dict[str, tuple[type, ...]] = {"follow_speed": (bool,), "costs": (str,)}
+FIT_COSTS = ("physical", "linear")
 _SEARCH_KEYS: dict[str, tuple[type, ...]] = {"budget": (int,), "timed": (int,)}
 _TIMING_KEYS: dict[str, tuple[type, ...]] = {"activations": (str, bool)}
 _MEASURE_KEYS: dict[str, tuple[type, ...]] = {
@@ -267,6 +272,10 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         if key not in _FIT_KEYS:
             raise _unknown_key(f"{path}: [fit]", key, _FIT_KEYS)
         _check_type(f"{path}: [fit] '{key}'", value, _FIT_KEYS[key])
+    if fit.get("costs", "physical") not in FIT_COSTS:
+        raise TargetError(f"{path}: [fit] 'costs' is \"physical\" (every block cost ≥ 0, ε "
+                          f"≥ its floor) or \"linear\" (unconstrained), found "
+                          f"{fit['costs']!r}")
     flow = raw.get("flow", {})
     for key, value in flow.items():
         _check_type(f"{path}: [flow] '{key}'", value, (str,))
@@ -295,6 +304,7 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
                   cdef=raw.get("cdef", ""), inputs_module=inputs_module, measure=measure,
                   loops=dict(loops), recursion=dict(recursion), exceedance=exceedance,
                   follow_speed=bool(fit.get("follow_speed", True)),
+                  fit_costs=str(fit.get("costs", "physical")),
                   observed_paths=bool(wcet.get("observed_paths", True)),
                   unreached=unreached, search_budget=int(search.get("budget", 300)),
                   search_timed=int(search.get("timed", 10)), flow=dict(flow),

@@ -19,7 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, metavar="R", help="which stored timing set "
                    "(default: [measure] repeats)")
     p.add_argument("--bootstrap", action="store_true",
-                   help="also give bootstrap intervals over inputs (slower)")
+                   help="with [fit] costs = \"linear\": also give bootstrap intervals "
+                        "over inputs (slower); the physical fit's intervals are a "
+                        "bootstrap already")
     p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' = stdout)")
     p.set_defaults(func=run)
 

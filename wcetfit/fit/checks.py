@@ -13,6 +13,9 @@
   input by the fit without its fold.
 
 Nothing is clamped: the warnings say what the figure means and how to get a better one.
+Under the default ``costs="physical"`` the costs are fitted within those limits
+(:mod:`wcetfit.fit.physical`), so these warnings arise only from ``costs="linear"``; what
+the constraints overruled is said there instead.
 Why such figures appear: the inputs of library code that calls a dozen functions move
 whole groups of block counts together (every byte runs the same few blocks), so the
 least-squares fit can trade cost between a block and the ones that run with it, and

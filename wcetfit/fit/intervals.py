@@ -131,6 +131,26 @@ def bootstrap(fx: Any, kept: np.ndarray) -> np.ndarray:
     """Covariance of the reduced solution over a bootstrap of the used inputs (with
     the full fit's row weights held fixed: re-deriving them per replicate would cost
     an IRLS per replicate for a second-order effect)."""
+    D = fx.sol.scale
+    Vr = fx.sol.V
+    pr = fx.reps.size
+    reps_out = []
+    for Gb, bb in resampled_normals(fx, kept):
+        gs = Vr.T @ (Gb * D[:, None] * D[None, :]) @ Vr
+        rhs = Vr.T @ (D * bb)
+        gs[np.diag_indices_from(gs)] += 1e-9
+        try:
+            z = sla.solve(gs, rhs, assume_a="pos", check_finite=False)
+        except (np.linalg.LinAlgError, ValueError):
+            z = np.linalg.lstsq(gs, rhs, rcond=None)[0]
+        reps_out.append(D * (Vr @ z))
+    return np.cov(np.array(reps_out), rowvar=False).reshape(pr, pr)
+
+
+def resampled_normals(fx: Any, kept: np.ndarray):  # type: ignore[no-untyped-def]
+    """The weighted normal matrix and right-hand side (reduced columns) of each bootstrap
+    resample of the used inputs, the full fit's row weights held fixed
+    (``FitOptions.bootstrap`` replicates, seeded with ``seed + 1``)."""
     o = fx.opts
     d = fx.design
     reps = fx.reps
@@ -141,45 +161,31 @@ def bootstrap(fx: Any, kept: np.ndarray) -> np.ndarray:
         fx._warn(f"bootstrap of {B} replicates over {nk} rows × {pr} columns is very "
                    "slow")
     rng = np.random.default_rng(o.seed + 1)
-    D = fx.sol.scale
-    Vr = fx.sol.V
     small = float(nk) * pr <= 5e7
     Xr = d.rows(kept)[:, reps] if small else None
     w = fx.w[kept] * fx.v[kept]
     y = fx.y[kept]
-    reps_out = np.zeros((B, pr))
-    for k in range(B):
+    for _ in range(B):
         m = np.bincount(rng.integers(0, nk, nk), minlength=nk).astype(np.float64)
         gw = m * w
         if small:
-            Gb = (Xr * gw[:, None]).T @ Xr
-            bb = Xr.T @ (gw * y)
-        else:
-            Gf = np.zeros((1, d.p, d.p))
-            bf = np.zeros((1, d.p))
-            gw_full = np.zeros(fx.n)
-            gw_full[kept] = gw
-            bw_full = np.zeros(fx.n)
-            bw_full[kept] = gw * y
-            saved = d.fold
-            d.fold = np.zeros(fx.n, dtype=np.int64)
-            save_nf = d.n_folds
-            d.n_folds = 1
-            try:
-                d.accumulate(Gf, bf, gw_full, bw_full, kept)
-            finally:
-                d.fold, d.n_folds = saved, save_nf
-            Gb = Gf[0][np.ix_(reps, reps)]
-            bb = bf[0][reps]
-        gs = Vr.T @ (Gb * D[:, None] * D[None, :]) @ Vr
-        rhs = Vr.T @ (D * bb)
-        gs[np.diag_indices_from(gs)] += 1e-9
+            yield (Xr * gw[:, None]).T @ Xr, Xr.T @ (gw * y)
+            continue
+        Gf = np.zeros((1, d.p, d.p))
+        bf = np.zeros((1, d.p))
+        gw_full = np.zeros(fx.n)
+        gw_full[kept] = gw
+        bw_full = np.zeros(fx.n)
+        bw_full[kept] = gw * y
+        saved = d.fold
+        d.fold = np.zeros(fx.n, dtype=np.int64)
+        save_nf = d.n_folds
+        d.n_folds = 1
         try:
-            z = sla.solve(gs, rhs, assume_a="pos", check_finite=False)
-        except (np.linalg.LinAlgError, ValueError):
-            z = np.linalg.lstsq(gs, rhs, rcond=None)[0]
-        reps_out[k] = D * (Vr @ z)
-    return np.cov(reps_out, rowvar=False).reshape(pr, pr)
+            d.accumulate(Gf, bf, gw_full, bw_full, kept)
+        finally:
+            d.fold, d.n_folds = saved, save_nf
+        yield Gf[0][np.ix_(reps, reps)], bf[0][reps]
 
 
 def quantity_variance(fx: Any, c: np.ndarray) -> float:

@@ -36,7 +36,10 @@ class FitOptions:
     robust: str = "reject"              # "reject": iterated residual rejection; "none"
     max_iterations: int = 10
     max_reject_fraction: float = 0.2    # never reject more rows than this (warn instead)
-    nonneg: bool = False                # clamp estimable quantities at 0 (never the others)
+    costs: str = "physical"             # "physical": blocks ≥ 0, ε ≥ overhead_floor_ticks,
+                                        # bootstrap intervals (wcetfit.fit.physical);
+                                        # "linear": unconstrained least squares
+    nonneg: bool = False                # costs="linear": clamp estimable quantities at 0
     intervals: str = "sandwich"         # "sandwich" | "bootstrap" | "both"
     bootstrap: int = 200                # replicates for the bootstrap
     folds: int = 5                      # k-fold validation over inputs (0/1 = none)
@@ -61,6 +64,8 @@ class FitOptions:
             raise FitError(f"statistic must be one of {robust.STATISTICS}, not {self.statistic!r}")
         if self.robust not in ("reject", "none"):
             raise FitError(f"robust must be 'reject' or 'none', not {self.robust!r}")
+        if self.costs not in ("physical", "linear"):
+            raise FitError(f"costs must be 'physical' or 'linear', not {self.costs!r}")
         if self.intervals not in ("sandwich", "bootstrap", "both"):
             raise FitError(f"intervals must be 'sandwich', 'bootstrap' or 'both', "
                            f"not {self.intervals!r}")
@@ -171,6 +176,7 @@ class Validation:
 WARN_NEGATIVE_COST = "negative_cost"          # an estimable cost (sum) wholly below zero
 WARN_OVERHEAD = "overhead_below_floor"        # ε (+ once-per-call blocks) below its floor
 WARN_NEGATIVE_PREDICTION = "negative_prediction"   # a call predicted below the floor
+WARN_HELD = "held_to_physical"                # the unconstrained fit broke a physical limit
 
 
 @dataclass(frozen=True)
@@ -239,6 +245,9 @@ class FitResult:
     # ``warnings``): see wcetfit.fit.checks
     fit_warnings: tuple[FitWarning, ...] = ()
     overhead_floor_ticks: float = 0.0       # the floor the checks used (FitOptions)
+    # "physical": costs fitted ≥ 0 and ε ≥ the floor (wcetfit.fit.physical); "linear":
+    # unconstrained (asked for, or beyond the physical fit's size limit)
+    costs: str = "linear"
     # per-activation fits whose costs replaced the whole-call ones for the columns they
     # cover (wcetfit.fit.activation_root.ActivationAnalysis), None without activation rows
     activations: Any = field(default=None, repr=False, compare=False)
@@ -418,6 +427,7 @@ class FitResult:
             "tsc_hz": self.tsc_hz,
             **({"machine_speed": dict(self.machine_speed)} if self.machine_speed else {}),
             "nonneg_active": self.nonneg_active,
+            "costs": self.costs,
             "solution_note": ("minimum Σ solution² over blocks with ε free: always-once blocks "
                               "get 0 (their time is in overhead_ticks), identical blocks share "
                               "their sum; predict a call as Σ count·solution_ticks + "

@@ -6,6 +6,10 @@ reported combinations without negative coefficient are constrained to ≥ 0 (sci
 ``lsq_linear`` in the coordinates of the estimable space); directions of the null space
 are never touched.  Intervals stay the unconstrained ones.
 
+Under ``costs="physical"`` (:mod:`wcetfit.fit.physical`) the constrained fit has chosen
+its own solution among the equal ones, inside constraints a step along the null space
+could break: it is taken as it is (``move_null=False``).
+
 Particular solution (``solution_ticks``).  Among all solutions, the one with the smallest
 Σ_k T_k² over the blocks, ε left free.  So the always-once blocks get 0 and their time is
 in ``overhead_ticks`` (which then equals the estimable ε + Σ always-once blocks), identical
@@ -86,18 +90,21 @@ def nonneg_solution(fx: Any, an: est.Analysis, theta: np.ndarray) -> tuple[np.nd
     return new + null_part, active
 
 
-def particular_solution(fx: Any, an: est.Analysis, theta: np.ndarray, cov_theta: np.ndarray
+def particular_solution(fx: Any, an: est.Analysis, theta: np.ndarray, cov_theta: np.ndarray,
+                        move_null: bool = True
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The particular solution of the module docstring in (blocks, configs) coordinates:
     (solution [nb] NaN = never run, overhead solution [ncfg], their covariance, the row
-    space, which blocks ran)."""
+    space, which blocks ran).  ``move_null=False``: ``theta`` is taken as it is (the
+    physical fit chose its own solution among the equal ones, inside the constraints a
+    step along the null space could break)."""
     d = fx.design
     n_cls = fx.n_cls
     pr = fx.reps.size
     # particular solution: min Σ_blocks T² with ε free (see module docstring)
     sizes = np.array([c.size for c in fx.classes] + [0] * (pr - n_cls), dtype=np.float64)
     wdiag = np.where(sizes > 0, 1.0 / np.maximum(sizes, 1.0), 0.0)
-    N = exact_null_basis(an)
+    N = exact_null_basis(an) if move_null else np.zeros((pr, 0))
     if N.shape[1]:
         A = N.T @ (wdiag[:, None] * N)
         L = np.eye(pr) - N @ np.linalg.pinv(A) @ (N.T * wdiag[None, :])

@@ -254,13 +254,30 @@ class _Fitter:
         else:
             t95 = float(stats.t.ppf(0.975, df))
 
+        # costs held to physical values (wcetfit.fit.physical): estimate, folds, covariance
+        phys = None
+        if self._physical_applies():
+            from wcetfit.fit.physical import physical_fit
+            phys = physical_fit(self, kept, theta)
+            self.held_note = phys.note
+            theta = phys.theta
+            theta_full[reps] = theta
+
         # final pass: residuals, leverages, meat, fold predictions
-        fold_theta = fold_solutions(self) if self.F > 1 else None
+        if phys is not None:
+            fold_theta = phys.fold_theta
+        else:
+            fold_theta = fold_solutions(self) if self.F > 1 else None
         cov_s, method, resid_all = sandwich(self, theta_full, kept, n_used, rank,
                                                   fold_theta)
         D = self.sol.scale
         cov_theta = cov_s * D[:, None] * D[None, :]  # reduced, unscaled
-        if o.intervals in ("bootstrap", "both"):
+        if phys is not None and phys.covariance is not None:
+            # the constraints overruled the data: the sandwich describes the unconstrained
+            # estimator, the physical one has the bootstrap's covariance
+            cov_theta = phys.covariance
+            method = f"bootstrap of the physical fit ({phys.replicates} replicates)"
+        elif o.intervals in ("bootstrap", "both"):
             cov_boot = bootstrap(self, kept)
             if o.intervals == "bootstrap":
                 cov_theta, method = cov_boot, "bootstrap"
@@ -272,14 +289,29 @@ class _Fitter:
         self.t95 = t95
 
         nonneg_active = 0
-        if o.nonneg:
+        if o.nonneg and phys is None:
             theta, nonneg_active = nonneg_solution(self, an, theta)
             theta_full[reps] = theta
         self.theta = theta
+        self.physical = phys
 
         result = self._assemble(an, theta, cov_theta, t95, method, kept, resid_all,
                                 fold_theta, nonneg_active, noise_ratio)
         return result
+
+    def _physical_applies(self) -> bool:
+        """Costs held to physical values (FitOptions.costs), for per-input rows and up to
+        physical.MAX_UNKNOWNS reduced unknowns (said when skipped for size)."""
+        from wcetfit.fit.physical import MAX_UNKNOWNS
+
+        if self.opts.costs != "physical" or self.opts.rows != "input":
+            return False
+        if self.reps.size > MAX_UNKNOWNS:
+            self._warn(f"{self.reps.size} unknowns: more than the {MAX_UNKNOWNS} the "
+                       "physically constrained fit and its bootstrap are run for; the costs "
+                       "are unconstrained least squares (some may come out negative)")
+            return False
+        return True
 
     def _ns(self, ticks: float | None) -> float | None:
         if ticks is None or self.tsc_hz is None or not math.isfinite(ticks):
@@ -298,7 +330,7 @@ class _Fitter:
         G = self.Gtot
 
         solution, overhead_solution, covariance, row_space, executed = particular_solution(
-            self, an, theta, cov_theta)
+            self, an, theta, cov_theta, move_null=self.physical is None)
 
         # executions per block over the rows used
         execs = np.zeros(self.nb, dtype=np.int64)
@@ -376,6 +408,9 @@ class _Fitter:
 
         # figures no machine can produce: warned about with a remedy, never clamped
         fit_warnings = plausibility(self, blocks, group_objs, overhead, resid_all, kept)
+        if getattr(self, "held_note", None):
+            from wcetfit.fit.physical import held_warning
+            fit_warnings.append(held_warning(self.held_note))
         for text in summaries(fit_warnings):
             self._warn(text)
 
@@ -396,4 +431,5 @@ class _Fitter:
             weight_floor_ticks=self.weight_floor, weight_iterations=self.weight_iterations,
             machine_speed=self.speed.to_dict() if self.speed is not None else None,
             fit_warnings=tuple(fit_warnings),
-            overhead_floor_ticks=float(self.opts.overhead_floor_ticks))
+            overhead_floor_ticks=float(self.opts.overhead_floor_ticks),
+            costs="linear" if self.physical is None else "physical")

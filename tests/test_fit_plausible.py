@@ -187,3 +187,24 @@ def test_negative_predictions_are_warned_not_clamped(caplog):
         p = res.predict(short)
     assert p < 0                                        # not clamped: warned
     assert any("below zero" in r.getMessage() for r in caplog.records)
+
+
+def test_an_overhead_quantity_that_subtracts_costs_has_no_floor():
+    """On zlib's uncompress the estimable quantity holding ε had coefficients from −4,995
+    to +2,142 over 297 blocks and a value of −153,556 ticks: a difference of costs, which
+    may be negative; "ε + the blocks run once per call below its floor" was a false
+    warning.  Only ε plus a sum of costs has the floor."""
+    from types import SimpleNamespace
+
+    from wcetfit.fit.checks import _overheads
+    from wcetfit.fit.result import Overhead
+
+    fx = SimpleNamespace(opts=FitOptions(overhead_floor_ticks=49.0), n_cfg=1, configs=(0,),
+                         w=np.ones(3), cfg=np.zeros(3, np.int64), y=np.array([400.0, 500, 900]))
+    difference = Overhead(0, -153_556.0, 338_511.0, ((0x10, 1.0), (0x20, -4995.0)), "ε + …")
+    assert _overheads(fx, [difference]) == []
+    a_sum = Overhead(0, -153_556.0, 338_511.0, ((0x10, 1.0), (0x20, 3.0)), "ε + …")
+    (w,) = _overheads(fx, [a_sum])
+    assert w.code == WARN_OVERHEAD and "shortest call used measured 400 ticks" in w.message
+    at_floor = Overhead(0, 49.0 * (1 - 1e-15), 3.0, ((0x10, 1.0),), "ε + …")
+    assert _overheads(fx, [at_floor]) == []

@@ -129,7 +129,9 @@ def constrained_solve(G: np.ndarray, b: np.ndarray, lower: np.ndarray, n_blocks:
         # the active set did not settle: the bounded-variable solver always returns
         res = lsq_linear(M, r, bounds=(0.0, np.inf), method="bvls")
         u = res.x
-    return (u + shift) / D
+    # an unknown at its bound is the bound itself, not the bound scaled there and back
+    # (ε one bit below its floor would be "below the floor")
+    return np.where(u > 0.0, (u + shift) / D, lower)
 
 
 def physical_fit(fx: Any, kept: np.ndarray, theta_linear: np.ndarray) -> PhysicalFit:

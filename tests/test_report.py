@@ -667,3 +667,27 @@ def test_rests_on_lists_facts_first_site_facts_and_no_zero_callee_bound():
                for x in lines)
     own = next(x for x in lines if x.startswith("callees' own bounds"))
     assert "h —," in own and "h 0" not in own and "g 350" in own
+
+
+def test_summary_says_when_the_costs_were_held_to_physical_values(built):
+    """The fit's held_to_physical warning (least squares broke a physical limit) is said on
+    the summary's Fit line with the rise of the residuals, not only among the warnings
+    (on zlib's uncompress it came after 60 loop warnings)."""
+    fns, counts, cols, times, fit, wres, _ = built
+    fit = json.loads(json.dumps(fit))
+    plain = summary.to_text(build_report(fns, "f", fit, counts, cols, times, wres, TSC_HZ),
+                            width=200)
+    assert "held to physical values" not in plain
+    root = fit["functions"][0]          # the fit's own fields, as FitResult.to_json() has them
+    root["costs"] = "physical"
+    root.setdefault("fit_warnings", []).append({
+        "code": "held_to_physical", "remedy": "…",
+        "message": "unconstrained least squares gives 79 unknown(s) values no machine has "
+                   "(…); the costs are fitted held to physical values (114 block cost(s) "
+                   "at 0), which raises the weighted residual sum of squares by 306.2 %"})
+    text = summary.to_text(build_report(fns, "f", fit, counts, cols, times, wres, TSC_HZ),
+                           width=200)
+    flat = " ".join(text.split())            # the Fit line, unwrapped
+    assert re.search(r"Fit: \w+ — [^⚠]*costs held to physical values \(every block ≥ 0, ε ≥ "
+                     r"its floor\), which least squares broke: the residual sum of squares "
+                     r"rose 306\.2 %", flat)

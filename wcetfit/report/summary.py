@@ -19,8 +19,9 @@ as written.
 from __future__ import annotations
 
 import io
+import re
 import textwrap
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from rich.console import Console
 from rich.text import Text
@@ -406,6 +407,14 @@ def fit_in_words(fr: FunctionReport, hz: float | None = None) -> str:
     rows = fr.fit_extra.get("rows")
     if isinstance(rows, dict) and rows.get("rejected"):
         text += f"; {rows['rejected']} of {rows.get('total', '?')} inputs set aside as outliers"
+    held = [w for w in fr.fit_extra.get("fit_warnings") or ()
+            if isinstance(w, Mapping) and w.get("code") == "held_to_physical"]
+    if held:
+        # the data asked for costs no machine has: said here, not only among the warnings
+        rise = re.search(r"sum of squares by ([0-9.,]+ %)", str(held[0].get("message", "")))
+        text += ("; costs held to physical values (every block ≥ 0, ε ≥ its floor), "
+                 "which least squares broke" + (f": the residual sum of squares rose {rise.group(1)}"
+                                                if rise else ""))
     return text
 
 

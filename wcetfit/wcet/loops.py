@@ -144,7 +144,7 @@ def observed_loop_bounds(fn: FunctionModel, counts: np.ndarray,
             avg = float(np.max(B[entered] / E[entered]))
             notes.append(f"entered up to {max_entries} times per call: the maximum per entry "
                          f"is not observable from block counts (largest average "
-                         f"{avg:.1f} per entry); bounded by its total per call")
+                         f"{abs(avg):.1f} per entry); bounded by its total per call")
         out[lp.header] = LoopBound(total=most, source=SOURCE_OBSERVED, witness=witness,
                                    note="; ".join(notes))
     return out

@@ -129,6 +129,14 @@ def test_analyze_then_reuse_and_report(victim):
     after = {n: os.stat(victim / ".wcetfit" / n).st_mtime_ns
              for n in os.listdir(victim / ".wcetfit") if n != "lock"}
     assert before == after
+    # another repeat count than the one stored: one line naming the timing sets stored
+    # and the option that reports them (a report after `analyze --repeats R` once failed
+    # with only "run wcetfit time")
+    line = one_error_line(wcetfit("report", str(victim), "--repeats", "7"))
+    assert "no times stored" in line and "7 repeats" in line
+    assert "stored: 3 repeats" in line and "pass --repeats 3" in line
+    res = wcetfit("report", str(victim), "--repeats", "3", "--json", "-")
+    assert res.returncode == 0, res.stderr
 
 
 def test_interrupted_count_resumes_without_loss(victim):

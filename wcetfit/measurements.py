@@ -130,6 +130,13 @@ def times_name(function: str, seed: int, method: str, repeats: int) -> str:
     return f"times-{_safe(function)}-s{seed}-{method}-r{repeats}"
 
 
+def stored_repeats(store: Store, function: str, seed: int, method: str) -> list[int]:
+    """The repeat counts of the timing sets stored for ``function``, ``seed``, ``method``."""
+    prefix = times_name(function, seed, method, 0)[:-1]
+    return sorted(int(n[len(prefix):]) for n in store.names()
+                  if n.startswith(prefix) and n[len(prefix):].isdigit())
+
+
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_." else "_" for c in name)
 

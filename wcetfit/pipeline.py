@@ -522,9 +522,13 @@ def stored_measurements(session: Session, root: str, *,
     if times is None and not require_times:
         return counts, None
     if times is None:
+        from wcetfit.measurements import stored_repeats
+        other = stored_repeats(session.store, root, m.seed, method)
+        hint = (f" (stored: {', '.join(str(r) for r in other)} repeats, e.g. from `analyze "
+                f"--repeats {other[-1]}`: pass --repeats {other[-1]})" if other else "")
         raise FitError(f"{root}: no times stored for seed {m.seed}, method {method}, "
-                       f"{m.repeats} repeats: run `wcetfit time {session.target.directory}` "
-                       "(or `wcetfit analyze`) first")
+                       f"{m.repeats} repeats{hint}: run `wcetfit time "
+                       f"{session.target.directory}` (or `wcetfit analyze`) first")
     # Inputs the worst-case search found and timed (wcetfit.search) are rows like the others,
     # and so are those symbolic execution reached (wcetfit reach).
     from wcetfit.search.store import load_search_rows, with_search_rows

@@ -15,6 +15,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "--full or --function NAME for every table; optionally as JSON "
                     "(wcetfit.report/2) and as one self-contained HTML file.")
     p.add_argument("target", metavar="TARGET_DIR", help="folder holding wcetfit.toml")
+    # which stored measurements: those of an `analyze --inputs N --repeats R` run
+    p.add_argument("--inputs", type=int, metavar="N",
+                   help="number of generated inputs (default: [measure] inputs)")
+    p.add_argument("--seed", type=int, metavar="S",
+                   help="seed of the inputs (default: [measure] seed)")
+    p.add_argument("--repeats", type=int, metavar="R",
+                   help="which stored timing set (default: [measure] repeats)")
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -37,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.pipeline import analyze_stage, open_session, stored_measurements
 
     check_outputs(args)
-    s = open_session(args.target)
+    s = open_session(args.target, inputs=args.inputs, seed=args.seed, repeats=args.repeats)
     analyses = []
     for root in s.target.functions:
         counts, times = stored_measurements(s, root)

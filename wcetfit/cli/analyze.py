@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -68,8 +69,17 @@ def _search(s, roots, update) -> None:  # type: ignore[no-untyped-def]
     t = s.target
     if t.search_budget == 0 or t.search_timed == 0:
         return
-    for root in roots:
-        if load_search_rows(s.store, root, t.measure.seed) is not None:
-            continue
-        run_search(s, root, SearchOptions(budget=t.search_budget, timed=t.search_timed),
-                   progress=lambda d, n: update("search", d, n))
+    # The search scores candidates with a fit of the inputs measured so far; the analysis
+    # fits again with the inputs the search adds, and its report carries every warning of
+    # the fit: said once, there, not once per fit (the machine's speed was said twice).
+    fit_log = logging.getLogger("wcetfit.fit")
+    level = fit_log.level
+    fit_log.setLevel(logging.ERROR)
+    try:
+        for root in roots:
+            if load_search_rows(s.store, root, t.measure.seed) is not None:
+                continue
+            run_search(s, root, SearchOptions(budget=t.search_budget, timed=t.search_timed),
+                       progress=lambda d, n: update("search", d, n))
+    finally:
+        fit_log.setLevel(level)

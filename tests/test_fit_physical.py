@@ -6,7 +6,6 @@ stored timings."""
 from __future__ import annotations
 
 import os
-import textwrap
 
 import numpy as np
 import pytest
@@ -188,37 +187,17 @@ def test_target_file_fit_costs(tmp_path):
         load_target(str(tmp_path))
 
 
-ZLIB_INPUTS = '''
-import zlib
-
-def generate(ctx):
-    n = int(ctx.rng.integers(1, 3000))
-    alphabet = int(ctx.rng.integers(2, 257))
-    raw = ctx.rng.integers(0, alphabet, n).astype("uint8").tobytes()
-    comp = zlib.compress(raw, int(ctx.rng.integers(1, 10)))
-    dest = ctx.ffi.new("unsigned char[]", n)
-    dest_len = ctx.ffi.new("unsigned long *", n)
-    src = ctx.ffi.new("unsigned char[]", comp)
-    return (dest, dest_len, src, len(comp))
-'''
-
-
 @pytest.fixture(scope="module")
 def zlib_measured(tmp_path_factory):
     if not os.path.exists(LIBZ):
         pytest.skip(f"{LIBZ} is absent: the real-library check of the physical fit needs it")
+    from bench.search import _library_target
     from wcetfit import pipeline
-
-    d = tmp_path_factory.mktemp("unc")
-    (d / "inputs.py").write_text(textwrap.dedent(ZLIB_INPUTS).lstrip())
-    (d / "wcetfit.toml").write_text(
-        f'binary = "{LIBZ}"\nfunctions = ["uncompress"]\n'
-        'prototype = "int uncompress(unsigned char *dest, unsigned long *destLen, '
-        'const unsigned char *source, unsigned long sourceLen);"\n'
-        'inputs = "inputs.py"\n[measure]\ninputs = 120\nrepeats = 3\n')
     from wcetfit.timing.run import run_times
 
-    s = pipeline.open_session(str(d))
+    # the bench's target (1–4,096 random bytes deflated), 120 inputs × 3 repeats here
+    d = _library_target("zlib_uncompress", str(tmp_path_factory.mktemp("unc")))
+    s = pipeline.open_session(d, inputs=120, repeats=3)
     s = pipeline.count_following_indirect(s, ["uncompress"])
     run_times(s.target, s.store, s.roots)
     counts, times = pipeline.stored_measurements(s, "uncompress")

@@ -4,9 +4,9 @@ configuration's overhead ε ≥ its floor (``FitOptions.costs = "physical"``, th
 Why.  On library code that calls a dozen functions (zlib's ``uncompress``, libbz2's
 ``BZ2_bzBuffToBuffDecompress``, 300 inputs) the inputs move whole groups of block counts
 together, so plain least squares trades cost between a block and those that run with it,
-and between ε and the blocks every call runs many times.  It put ε + the blocks run once
-per call at −19,915 ± 6,691 ticks (issue #15), predicted held-out calls below zero, and
-gave a worst path 1.5–2.2× the slowest input whose point moved by 48 % between two
+and between ε and the blocks every call runs many times.  The solution it predicted with
+had costs down to −12,477 ticks (120 inputs), it predicted held-out calls below zero, and
+its worst path was 1.5–2.2× the slowest input, with a point that moved by 48 % between two
 sessions: the IPET maximises over the costs, so it finds every direction where noise made
 a cost too high, and a negative partner elsewhere hid it from the residuals.  Costs held
 to physical values cannot hide one error behind another.  Measured on the same stored

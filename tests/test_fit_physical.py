@@ -17,7 +17,7 @@ from wcetfit.fit.result import (WARN_HELD, WARN_NEGATIVE_PREDICTION, WARN_OVERHE
 from wcetfit.fit.solve import fit_function
 
 import cfgsim
-from test_fit_plausible import addrs_for, carried, factor_system, multi_function
+from test_fit_plausible import addrs_for, carried, factor_timings, multi_function
 
 PHYSICAL = FitOptions(folds=5)
 LINEAR = FitOptions(folds=5, costs="linear")
@@ -82,11 +82,7 @@ def test_no_cost_below_zero_and_no_call_predicted_below_the_floor(seed):
     noise of 2 % per call: the unconstrained fit's particular solution has negative costs;
     the physical one has none, so no count vector (measured, held out or never seen) is
     predicted below the overhead floor."""
-    counts = factor_system(seed)
-    rng = np.random.default_rng(seed + 50)
-    costs = rng.uniform(3, 40, counts.shape[1])
-    ticks = cfgsim.simulate_ticks(counts, costs, 52.0, rng, repeats=10, sigma0=20,
-                                  sigma_rel=0.02)
+    counts, _costs, ticks, rng = factor_timings(seed)
     addrs = addrs_for(counts.shape[1])
     floor = 30.0
     lin = fit_function(counts, ticks, addrs, options=FitOptions(folds=5, costs="linear",

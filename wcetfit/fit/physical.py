@@ -50,7 +50,6 @@ reduced unknowns the fit stays linear and says so.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -60,8 +59,6 @@ from scipy.optimize import lsq_linear, nnls
 
 from wcetfit.fit.intervals import resampled_normals
 from wcetfit.fit.result import WARN_HELD, FitWarning
-
-log = logging.getLogger(__name__)
 
 # Ridge on the scaled block unknowns: picks one solution among those the inputs cannot
 # tell apart, and changes a fitted value by less than this fraction of its scale.

@@ -259,7 +259,6 @@ class _Fitter:
         if self._physical_applies():
             from wcetfit.fit.physical import physical_fit
             phys = physical_fit(self, kept, theta)
-            self.held_note = phys.note
             theta = phys.theta
             theta_full[reps] = theta
 
@@ -408,9 +407,9 @@ class _Fitter:
 
         # figures no machine can produce: warned about with a remedy, never clamped
         fit_warnings = plausibility(self, blocks, group_objs, overhead, resid_all, kept)
-        if getattr(self, "held_note", None):
+        if self.physical is not None and self.physical.note:
             from wcetfit.fit.physical import held_warning
-            fit_warnings.append(held_warning(self.held_note))
+            fit_warnings.append(held_warning(self.physical.note))
         for text in summaries(fit_warnings):
             self._warn(text)
 

@@ -231,3 +231,11 @@ def test_zlib_uncompress_costs_are_physical_and_predict_as_reported(zlib_measure
           f" %, linear {100 * lin.validation.median_rel_error:.1f}/"
           f"{100 * lin.validation.p95_rel_error:.1f} %; linear min cost "
           f"{np.nanmin(lin.solution):.0f} ticks")
+
+
+def test_a_small_rise_is_printed_with_its_digits():
+    """zlib crc32 end to end: "raises the weighted residual sum of squares by 0.0 %" beside
+    "least squares broke" read as a contradiction; a rise noted at all shows its digits."""
+    assert physical._percent(0.00031) == "0.031"
+    assert physical._percent(physical.NOTED_RISE) == "0.01"
+    assert physical._percent(0.439) == "43.9"

@@ -178,8 +178,15 @@ def physical_fit(fx: Any, kept: np.ndarray, theta_linear: np.ndarray) -> Physica
     note = (f"unconstrained least squares gives {broke} unknown(s) values no machine has "
             f"(a cost below 0 or ε below its floor); the costs are fitted held to physical "
             f"values ({held or 'none held at a bound'}), which raises the weighted residual "
-            f"sum of squares by {100 * rise:.1f} %")
+            f"sum of squares by {_percent(rise)} %")
     return PhysicalFit(theta, cov, fold_theta, len(samples), at_bound, note)
+
+
+def _percent(rise: float) -> str:
+    """A rise as a percentage with the digits it needs: one decimal from 0.1 % up, two
+    significant digits below (a rise noted at all, ≥ NOTED_RISE, never prints as "0.0")."""
+    pct = 100.0 * rise
+    return f"{pct:.1f}" if pct >= 0.1 else f"{pct:.2g}"
 
 
 def held_warning(note: str) -> FitWarning:

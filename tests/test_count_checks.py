@@ -164,6 +164,37 @@ def test_no_input_counted_is_an_error(tmp_path, capsys):
     shutil.rmtree(tmp_path / ".wcetfit", ignore_errors=True)
 
 
+def test_identical_failures_stop_the_run_early(tmp_path, capsys):
+    """45 inputs that all crash the same way.  The count run first tries the first
+    PROBE_INPUTS (16) for indirect targets; their failures do not stop it.  The full run
+    then stops after 20 more identical failures (a fresh worker per crash made liblzma's
+    500 identical crashes take 3.7 min) and says so; every failure is stored."""
+    from wcetfit.cli import main
+    from wcetfit.measurements import EARLY_STOP_FAILURES, load_counts, open_store
+    from wcetfit.pipeline import PROBE_INPUTS
+    from wcetfit.target import load_target
+
+    lib = ROOT / "samples" / "crc" / "build" / "libcrc.so"
+    if not lib.exists():
+        pytest.skip("samples not built (make -C samples)")
+    (tmp_path / "wcetfit.toml").write_text(
+        f'binary = "{lib}"\nfunctions = ["crc32_bitwise"]\n'
+        'prototype = "unsigned crc32_bitwise(const unsigned char *data, unsigned long len);"\n'
+        'inputs = "inputs.py"\n[measure]\ninputs = 45\nrepeats = 2\nseed = 1\n')
+    (tmp_path / "inputs.py").write_text("def generate(ctx):\n    return (ctx.ffi.NULL, 64)\n")
+    assert main(["count", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert (f"error: the first {EARLY_STOP_FAILURES} inputs all failed the same way, none "
+            f"succeeded: stopped before the other {45 - PROBE_INPUTS - EARLY_STOP_FAILURES}") in err
+    assert "SIGSEGV" in err and "Traceback" not in err
+    store = open_store(load_target(str(tmp_path)))
+    try:
+        cs = load_counts(store, "crc32_bitwise", 1)
+        assert len(cs.failures) == PROBE_INPUTS + EARLY_STOP_FAILURES and len(cs.indices) == 0
+    finally:
+        store.lock.release()
+
+
 @pytest.mark.slow
 def test_sha_ni_path_is_counted():
     """OpenSSL's SHA-256 block function takes its SHA-NI path on a CPU with sha_ni (the

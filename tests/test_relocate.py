@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import textwrap
+from pathlib import Path
 
 import capstone
 import pytest
@@ -1012,3 +1013,80 @@ def test_indirect_tail_call_through_memory_loads_r11(jump, load):
     assert [i.mnemonic for i in decode(enc.JMP_R11, 0)] == ["jmp"]
     with pytest.raises(enc.EncodingError):
         enc.load_r11_from_jump(bytes.fromhex("ffe0"))                # jmp rax: a register
+
+
+# --- the guard's ranges: the relocated blocks, not each function's hull ---------------------
+
+def _blocks_fn(name: str, spans: list[tuple[int, int]]):
+    from wcetfit.model import Block, FunctionModel
+    blocks = tuple(Block(a, e - a, ()) for a, e in spans)
+    return FunctionModel(name=name, address=spans[0][0], blocks=blocks, edges=(),
+                         entry=spans[0][0], exits=(), loops=(), calls=(), jump_tables=(),
+                         coexec_classes=(), max_rank=0, unresolved_jumps=())
+
+
+def test_guard_ranges_leave_out_the_code_between_a_function_and_its_cold_part():
+    """gcc puts a function's cold part far from its body (liblzma's lzma_index_hash_decode:
+    body at 0xff90, cold part at 0x45c2).  A function lying between them is not relocated:
+    an indirect call into it must pass the guard (it trapped with SIGILL on every input of
+    lzma_stream_buffer_decode), while a jump into a relocated block must not."""
+    from wcetfit.count.relocate import GUARD_GAP, _Planner
+
+    hot = _blocks_fn("decode", [(0xff90, 0xffa0), (0xffa0, 0xffc4),
+                                (0xffc4 + GUARD_GAP - 1, 0x10010), (0x45c2, 0x45d0)])
+    other = _blocks_fn("helper", [(0x4a00, 0x4a6f)])
+    p = _Planner([hot, other], {}, {}, [], {}, False)
+    ranges = p.guard_ranges()
+
+    def inside(a: int) -> bool:
+        return any(lo <= a < hi for lo, hi in ranges)
+
+    assert not inside(0xf4a0)          # another function, between the cold part and the body
+    assert not inside(0x5000)
+    assert all(inside(a) for a in (0x45c2, 0x45cf, 0x4a00, 0x4a6e, 0xff90, 0xffc3, 0x1000f))
+    assert inside(0xffc4)              # padding shorter than GUARD_GAP is closed
+    assert not inside(0x10010) and not inside(0x45d0)
+    assert ranges == sorted(ranges) and len(ranges) == 3
+
+
+LZMA = Path("/lib/x86_64-linux-gnu/liblzma.so.5")
+
+
+@pytest.mark.skipif(not LZMA.exists(), reason="liblzma.so.5 absent: the cold-part guard "
+                    "is checked on the synthetic ranges only")
+def test_lzma_stream_buffer_decode_counts_with_its_indirect_callees(tmp_path):
+    """Real code: liblzma's decoders call each other through function pointers, and the
+    followed callees have cold parts below 0x4600.  Counting with them relocated used to
+    trap on every input; now every input counts and matches the original (the count run's
+    differential check), and the decoders reached through pointers are counted."""
+    from wcetfit.cli import main
+    from wcetfit.measurements import load_counts, open_store
+    from wcetfit.target import load_target
+
+    (tmp_path / "wcetfit.toml").write_text(
+        f'binary = "{LZMA}"\nfunctions = ["lzma_stream_buffer_decode"]\n'
+        'prototype = "int lzma_stream_buffer_decode(uint64_t *memlimit, uint32_t flags, '
+        'const void *allocator, const uint8_t *in, size_t *in_pos, size_t in_size, '
+        'uint8_t *out, size_t *out_pos, size_t out_size);"\n'
+        'inputs = "inputs.py"\n[measure]\ninputs = 4\nrepeats = 2\nseed = 1\n')
+    (tmp_path / "inputs.py").write_text(
+        "import lzma\n\n"
+        "def generate(ctx):\n"
+        "    ffi = ctx.ffi\n"
+        "    n = 1 + int(ctx.rng.integers(0, 2048))\n"
+        "    raw = bytes(ctx.rng.integers(0, 1 + int(ctx.rng.integers(1, 256)), n, "
+        "dtype='uint8'))\n"
+        "    data = lzma.compress(raw, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64)\n"
+        "    return (ffi.new('uint64_t *', 2**64 - 1), 0, ffi.NULL, "
+        "ffi.from_buffer('uint8_t[]', bytearray(data)), ffi.new('size_t *', 0), len(data), "
+        "ffi.new('uint8_t[]', n), ffi.new('size_t *', 0), n)\n")
+    assert main(["count", str(tmp_path), "--no-wait"]) == 0
+    store = open_store(load_target(str(tmp_path)))
+    cs = load_counts(store, "lzma_stream_buffer_decode", 1)
+    assert not cs.failures, [f.describe() for f in cs.failures]
+    assert len(cs.indices) == 4
+    assert cs.indirect, "no indirect call recorded"
+    names = {fc.name for fc in cs.functions}
+    assert len(names) > 20, names          # the decoders behind next.code are counted
+    assert any(fc.counts.sum() > 10_000 for fc in cs.functions)   # the LZMA decoder's loops
+    shutil.rmtree(tmp_path / ".wcetfit", ignore_errors=True)

@@ -499,8 +499,48 @@ def test_mutual_recursion_depth_named_on_one_member():
 
 def test_recursion_that_cannot_stop():
     r = self_recursive(always=True)
-    with pytest.raises(RecursionBoundError, match="cannot return without recursing"):
+    with pytest.raises(RecursionBoundError, match="unbounded on every path"):
         wcet_bound({"r": r}, "r", {"r": costs_of(r, [1, 2, 1])}, {}, {"r": 5})
+
+
+def always_calls_g():
+    # f: 0 -> 1 (calls g) -> 2, always.   g: 0 -> 1 (calls f) -> 2; 0 -> 2
+    # (liblzma's decoders through next.code: a member that always calls the next one)
+    f = make_fn("f", 0x1000, 3, [(0, 1), (1, 2)], [2], calls=[(1, CALL_INTERNAL, 0x2000, "g")])
+    g = make_fn("g", 0x2000, 3, [(0, 1), (1, 2), (0, 2)], [2],
+                calls=[(1, CALL_INTERNAL, 0x1000, "f")])
+    return {"f": f, "g": g}, {"f": costs_of(f, [1, 10, 1]), "g": costs_of(g, [1, 100, 1])}
+
+
+def test_mutual_recursion_with_a_member_that_always_recurses():
+    """A member with no path around its call into the cycle has no WCET at depth 1; it
+    used to stop the bound ("cannot return without recursing").  Depth 3 (f, g, f) cannot
+    hold f → g → f (the inner f calls g again): f3 = 1 + 10 + g2 + 1 with g2 = 2 (g
+    skips its call, f1 having none) = 14.  Depth 4: f4 = 12 + g3, g3 = 1 + 100 + f2 + 1,
+    f2 = 12 + g1 = 14: 12 + 116 = 128."""
+    fns, costs = always_calls_g()
+    assert wcet_bound(fns, "f", costs, {}, {"f": 3}).bound_ticks == 14
+    assert wcet_bound(fns, "f", costs, {}, {"f": 4}).bound_ticks == 128
+    with pytest.raises(RecursionBoundError, match="depth of 1 is too small"):
+        wcet_bound(fns, "f", costs, {}, {"f": 1})
+
+
+def test_recursion_depth_observed_from_the_inputs():
+    """No [recursion] entry: the depth is the most activations of the cycle's functions
+    in one call of the root (their entry counts, summed), said as observed; a given depth
+    still wins."""
+    fns, costs = always_calls_g()
+    f, g = fns["f"], fns["g"]
+    cols = [("f", b.address) for b in f.blocks] + [("g", b.address) for b in g.blocks]
+    # input 0: f → g (g skips): f [1,1,1], g [1,0,1]; input 1: f → g → f → g: 2 and 2
+    counts = np.array([[1, 1, 1, 1, 0, 1], [2, 2, 2, 2, 1, 2]])
+    res = analyze_wcet(fns, "f", costs, counts, cols)
+    assert res.recursion == {"f": 4, "g": 4}
+    assert res.bound_ticks == 128            # as with "f" = 4 given
+    said = [w for w in res.warnings if "depth 4 from the inputs" in w]
+    assert said and "observed" in said[0] and "[recursion]" in said[0]
+    given = analyze_wcet(fns, "f", costs, counts, cols, recursion={"f": 3})
+    assert given.bound_ticks == 14 and not any("from the inputs" in w for w in given.warnings)
 
 
 # --- estimability of a prediction --------------------------------------------------------

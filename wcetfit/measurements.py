@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from wcetfit.errors import MeasurementError
+from wcetfit.errors import MeasurementError, NothingMeasured
 from wcetfit.isolate import InputFailure, run_isolated
 from wcetfit.model import hexaddr
 from wcetfit.store import Store, StoreIdentity, machine_fingerprint
@@ -239,6 +239,11 @@ class _Saver:
         self._last = time.monotonic()
 
 
+# Inputs in a row that fail the same way (kind and message) before any succeeds: the
+# set-up or the function is broken for every input, not one input; the run stops.
+EARLY_STOP_FAILURES = 20
+
+
 def measure_saving(make_worker: Callable[[], Any], todo: Sequence[int], *, timeout: float,
                    store_result: Callable[[int, Any], None], failures: list[InputFailure],
                    save: Callable[[], None], done: Callable[[], int], wanted: int,
@@ -246,8 +251,12 @@ def measure_saving(make_worker: Callable[[], Any], todo: Sequence[int], *, timeo
     """Run the worker on ``todo`` in a child; keep results and failures as they arrive,
     save now and then and whatever happens at the end; KeyboardInterrupt after saving."""
     saver = _Saver(save)
+    this_run: list[InputFailure] = []
+    succeeded = False
 
     def on_result(index: int, result: Any) -> None:
+        nonlocal succeeded
+        succeeded = True
         store_result(index, result)
         saver.touch()
         if progress:
@@ -255,7 +264,16 @@ def measure_saving(make_worker: Callable[[], Any], todo: Sequence[int], *, timeo
 
     def on_failure(failure: InputFailure) -> None:
         failures.append(failure)
+        this_run.append(failure)
         saver.touch()
+        if not succeeded and len(this_run) >= EARLY_STOP_FAILURES and \
+                len({(f.kind, f.message) for f in this_run}) == 1 and len(todo) > len(this_run):
+            # A fresh worker per failed input costs a fork and the set-up (0.4 s on
+            # liblzma): 500 identical crashes took 3.7 min to report what the first said.
+            raise NothingMeasured(
+                f"the first {len(this_run)} inputs all failed the same way, none succeeded: "
+                f"stopped before the other {len(todo) - len(this_run)} (the failures are "
+                f"stored; `--fresh` forgets them): {this_run[0].describe()}")
 
     if progress:
         progress(done(), wanted)

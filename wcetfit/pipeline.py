@@ -89,7 +89,10 @@ def observed_indirect(store: Store, target: Target) -> dict[int, tuple[ObservedT
 
 # Count runs that may follow newly observed indirect targets: a callee found in one run
 # can itself call through a pointer into yet other functions.
-FOLLOW_ROUNDS = 4
+FOLLOW_ROUNDS = 8
+# Inputs counted in the rounds that look for new indirect targets (liblzma's decoders
+# call each other through next.code, one more level found per round: 5 rounds).
+PROBE_INPUTS = 16
 
 
 def count_following_indirect(session: Session, roots: list[str], **kwargs: Any) -> Session:
@@ -102,27 +105,43 @@ def count_following_indirect(session: Session, roots: list[str], **kwargs: Any) 
     layout changed, so every input is counted again).  The targets stay in the store
     with the counts, so a later session builds its model with them from the start."""
     from wcetfit.count.run import run_counts
+    from wcetfit.errors import NothingMeasured
     from wcetfit.static import binary
 
     s = session
+    m = s.target.measure
+    # Finding the targets needs few inputs: while a run finds new callees (each round
+    # counts every input again), the rounds count the first PROBE_INPUTS inputs only;
+    # the full run follows, and if it finds more, the rounds go on with every input.
+    probe = replace(s.target, measure=replace(m, inputs=PROBE_INPUTS)) \
+        if m.inputs > PROBE_INPUTS else None
     for _ in range(FOLLOW_ROUNDS):
-        run_counts(s.target, s.store, s.model, roots, **kwargs)
+        try:
+            run_counts(probe or s.target, s.store, s.model, roots, **kwargs)
+        except NothingMeasured:
+            if probe is None:
+                raise
+            probe = None               # the first inputs fail: the others may not
+            continue
         seen = observed_indirect(s.store, s.target)
-        if seen == s.indirect:
-            return s
         built = {(site, t.address) for site, ts in s.indirect.items() for t in ts}
         new = sorted({(site, t.address) for site, ts in seen.items() for t in ts
                       if t.address is not None} - built)
-        model = binary.load_model(s.target.binary, list(s.target.functions),
-                                  with_callees=True, indirect=seen)
-        s = replace(s, model=model, indirect=seen)
-        if not new:
-            return s                   # only outside targets or input numbers changed
+        if seen != s.indirect:
+            model = binary.load_model(s.target.binary, list(s.target.functions),
+                                      with_callees=True, indirect=seen)
+            s = replace(s, model=model, indirect=seen)
         for site, addr in new:
             log.info("indirect call at %s -> %s: modelled and counted as its callee",
                      hexaddr(site), hexaddr(addr))
+        if not new:
+            if probe is None:
+                return s               # only outside targets or input numbers changed
+            probe = None               # the probe found them all: count every input
     log.warning("indirect calls still found new callees after %d count runs: the last "
                 "ones found run uncounted (their time in the calling block)", FOLLOW_ROUNDS)
+    if probe is not None:
+        run_counts(s.target, s.store, s.model, roots, **kwargs)     # every input counted
     return s
 
 

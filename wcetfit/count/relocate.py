@@ -72,6 +72,11 @@ from wcetfit.model import CALL_INDIRECT, CALL_INTERNAL, FunctionModel, JumpTable
 
 log = logging.getLogger(__name__)
 
+# Gaps between relocated blocks shorter than this are padding, closed in the guard's
+# ranges: an entry of another function there would need a function squeezed into fewer
+# bytes than the 16-byte alignment compilers give function entries.
+GUARD_GAP = 16
+
 
 # --- planning -----------------------------------------------------------------------------
 
@@ -223,15 +228,20 @@ class _Planner:
         self._block_of: dict[int, int] = {}
 
     def guard_ranges(self) -> list[tuple[int, int]]:
-        """[lo, hi) link-time hull of every relocated function's blocks."""
+        """[lo, hi) link-time ranges covering the blocks of every relocated function.
+
+        The blocks themselves, not each function's hull: gcc puts a function's cold part
+        in ``.text.unlikely``, far from its body (liblzma's ``lzma_index_hash_decode``:
+        body at 0xff90, cold part at 0x45c2), so a hull spans tens of KiB of other
+        functions, and an indirect call into one of those (liblzma's decoders call each
+        other through ``next.code``) trapped as if it entered relocated code.  Blocks
+        less than :data:`GUARD_GAP` bytes apart share one range (alignment padding): the
+        guard costs a compare pair per range at every indirect branch of the copy."""
         if self._guard_ranges is None:
-            hulls = []
-            for f in self.functions.values():
-                hulls.append((min(b.address for b in f.blocks), max(b.end for b in f.blocks)))
-            hulls.sort()
+            spans = sorted((b.address, b.end) for f in self.functions.values() for b in f.blocks)
             merged: list[list[int]] = []
-            for lo, hi in hulls:
-                if merged and lo <= merged[-1][1]:
+            for lo, hi in spans:
+                if merged and lo < merged[-1][1] + GUARD_GAP:
                     merged[-1][1] = max(merged[-1][1], hi)
                 else:
                     merged.append([lo, hi])

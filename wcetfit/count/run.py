@@ -108,7 +108,10 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
         old = load_counts(store, r, m.seed)
         if old is None:
             continue
-        if [(fc.name, fc.blocks) for fc in old.functions] != [(n, b) for n, _, b in layout[r]]:
+        # the functions' order follows the model's (its indirect targets, most inputs
+        # first) and is no part of the layout: the counts are kept by name
+        if sorted((fc.name, fc.blocks) for fc in old.functions) != \
+                sorted((n, b) for n, _, b in layout[r]):
             log.warning("stored counts of %s have another block layout: counting again", r)
             continue
         for k, i in enumerate(old.indices):

@@ -528,7 +528,9 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         dispersion_factors=dict(wres.dispersion_factors) if (ires and is_root) else {},
         envelopes=tuple(wres.envelopes) if (ires and is_root) else (),
         relations=tuple(getattr(wres, "relations", ())) if (ires and is_root) else (),
-        point_ticks=ires.bound_ticks if ires else None,
+        # the root's point is the whole bound's: callees bounded over all their
+        # activations at once are added to it, not to the root's own program
+        point_ticks=(wres.bound_ticks if is_root else ires.bound_ticks) if ires else None,
         margin_ticks=(wres.margin_ticks if is_root else ires.margin_ticks) if ires else None,
         max_observed_ticks=max_obs, max_observed_input=max_obs_i,
         max_observed_raw_ticks=raw_max if is_root else None,

@@ -104,7 +104,7 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
                       F.num(report.ns(w.dispersion_ticks)),
                       _escape(F.dispersion_note(w)))
         if w.recursion_depth:
-            t.add_row("  recursion depth", str(w.recursion_depth), "", _escape("from [recursion]"))
+            t.add_row("  recursion depth", str(w.recursion_depth), "", _escape("from [recursion] or observed (see the warnings)"))
     if fr.is_root:
         t.add_row("max observed", F.num(w.max_observed_ticks), F.num(report.ns(w.max_observed_ticks)),
                   f"median of repeats, {report.input_name(w.max_observed_input)}"

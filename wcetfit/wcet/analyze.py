@@ -185,6 +185,7 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                             for j, (f, a) in enumerate(cols)
                             if f == name and (unreached == "observed" or C[:, j].any())
                             and a not in user_bounded.get(name, ())}
+    depths = _observed_recursion_depths(functions, root, C, cols, recursion)
     envelopes: tuple[Any, ...] = ()
     if idx and observed_paths:
         from wcetfit.wcet.envelope import observed_envelopes
@@ -197,7 +198,8 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                         envelopes=envelopes, facts=user_facts,
                         block_bounds=block_max, activation_bounds=activations,
                         total_bounds=totals, unreached=unreached_blocks,
-                        region_bounds=region_bounds, inputs=inputs)
+                        region_bounds=region_bounds, inputs=inputs,
+                        observed_depths=depths)
     result = replace(result, unreached_policy=unreached)
     insensitive = result      # the per-call-site bound below replaces it when smaller
     if per_site:
@@ -328,6 +330,33 @@ def _span_rows(X: np.ndarray) -> np.ndarray:
     d = np.abs(np.diag(R)) if R.size else np.zeros(0)
     tol = d.max(initial=0.0) * max(A.shape) * np.finfo(float).eps * 10
     return A[np.sort(piv[:int((d > tol).sum())])]
+
+
+def _observed_recursion_depths(functions: Mapping[str, FunctionModel], root: str,
+                               C: np.ndarray, cols: Sequence[tuple[str, int]],
+                               given: Mapping[str, int]) -> dict[str, int]:
+    """Per function of a recursive cycle no [recursion] entry names: the most activations
+    of the cycle's functions in one call of the root (Σ of their entry counts, on the
+    input with the most).  The stack holds at most that many of them at once, so it
+    bounds the nesting the inputs reached.  A cycle with a member whose entry is also a
+    jump target inside it (its entry count is not its activations) or that has no count
+    column gets none."""
+    from wcetfit.wcet.interproc import _sccs, call_graph
+
+    graph = call_graph(functions, root)
+    pos = {c: j for j, c in enumerate(cols)}
+    out: dict[str, int] = {}
+    for comp in _sccs(graph, root):
+        if not (len(comp) > 1 or comp[0] in graph[comp[0]]) or any(m in given for m in comp):
+            continue
+        entries = [pos.get((m, functions[m].entry)) for m in comp]
+        if any(j is None for j in entries) or any(functions[m].predecessors(functions[m].entry)
+                                                 for m in comp) or not len(C):
+            continue
+        most = int(np.asarray(C)[:, entries].sum(axis=1).max())
+        if most >= 1:
+            out.update({m: most for m in comp})
+    return out
 
 
 def _per_call_site(result: WcetResult, functions: Mapping[str, FunctionModel], root: str,

@@ -134,6 +134,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                unreached: Mapping[str, Iterable[int]] = {},
                region_bounds: Mapping[str, Mapping[Any, int]] = {},
                inputs: Mapping[str, np.ndarray] = {},
+               observed_depths: Mapping[str, int] = {},
                max_recursion_solves: int = 20000,
                _lumped: Mapping[str, tuple[IpetResult, dict]] | None = None) -> WcetResult:
     """WCET of ``root`` with the binary's own callees, bottom-up over the call graph.
@@ -157,6 +158,11 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
     of :func:`~wcetfit.wcet.ipet.ipet` (irreducible regions) for functions other than the
     root (whose are ``block_bounds``).  ``inputs``: function → measured count vectors of
     single calls, in its ``block_addresses`` order, to check each IPET's answer against.
+    ``observed_depths``: function → the most activations of its recursive cycle's functions
+    seen in one call of the root (every member's, summed): the depth of a cycle no
+    [recursion] entry names, said in the warnings as an observed fact (the nesting can
+    be no deeper than the activations; another input may nest deeper, as it may loop
+    longer).
 
     Every loop that needs a bound and has none, in all functions, is named in one
     :class:`UnboundedLoopError`.
@@ -283,6 +289,15 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
             continue
         given = {m: recursion_bounds[m] for m in comp if m in recursion_bounds}
         cycle = _find_cycle(graph, comp)
+        seen_depth = max((int(observed_depths[m]) for m in comp if m in observed_depths),
+                         default=0)
+        if not given and seen_depth >= 1:
+            given = {cycle[0]: seen_depth}
+            warnings.append(
+                f"recursion {' -> '.join(cycle)}: depth {seen_depth} from the inputs "
+                f"(observed: at most {seen_depth} activation(s) of its functions per call of "
+                f"{root}); another input may nest deeper: state a bound with "
+                f"\"{cycle[0]}\" = D under [recursion]")
         if not given:
             raise RecursionBoundError(
                 f"recursion {' -> '.join(cycle)} has no depth bound: add "
@@ -300,41 +315,66 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
             raise RecursionBoundError(
                 f"recursion {' -> '.join(cycle)}: depth {depth} needs {depth * len(comp)} "
                 f"IPET solves (limit {max_recursion_solves})", cycle)
-        in_cycle_blocks = {
-            m: {cs.block for cs in functions[m].calls
-                if cs.kind == CALL_INTERNAL and callee_name(functions, by_addr, cs) in members}
-            for m in comp}
+        # Each member's call blocks into the cycle, with the members they call (an
+        # indirect site counts with the targets the inputs showed it calling).
+        in_cycle: dict[str, dict[int, set[str]]] = {m: {} for m in comp}
+        for m in comp:
+            for cs in functions[m].calls:
+                if cs.kind == CALL_INTERNAL:
+                    called = {callee_name(functions, by_addr, cs)}
+                elif cs.kind == CALL_INDIRECT:
+                    called = {by_addr.get(t) for t in cs.observed_internal}
+                else:
+                    continue
+                called &= members
+                if called:
+                    in_cycle[m].setdefault(cs.block, set()).update(called)
+        in_cycle_blocks = {m: set(sites) for m, sites in in_cycle.items()}
+        # Level d: the WCET of an activation with at most d nested activations of the
+        # cycle.  A member whose every path calls into the cycle has none at level 1
+        # (f → g → f where f always calls g): it is left out of that level, and calls
+        # to it are forbidden one level up, until every member has one.
         level_res: dict[str, IpetResult] = {}
         level_w: dict[str, float] = {}
         level_inl: dict[str, dict[tuple[str, int], float]] = {}
+        stuck: dict[str, InfeasibleError] = {}
         for d in range(1, depth + 1):
             new_res, new_w, new_inl = {}, {}, {}
+            stuck = {}
             for m in comp:
                 known = dict(wcet_of)
                 known_inl = dict(inl)
-                if d > 1:
-                    known.update(level_w)
-                    known_inl.update(level_inl)
+                known.update(level_w)
+                known_inl.update(level_inl)
+                closed = {b for b, called in in_cycle[m].items()
+                          if any(c not in level_w for c in called)}
                 try:
                     r = ipet(functions[m], fn_costs(m), fn_bounds(m),
                              callee_wcet=callee_costs(m, known),
                              entry_cost=entry_cost if m == root else 0.0, z=z,
-                             forbidden_blocks=set(unreached.get(m, ())) |
-                             (in_cycle_blocks[m] if d == 1 else set()))
+                             forbidden_blocks=set(unreached.get(m, ())) | closed)
                 except InfeasibleError as exc:
-                    raise RecursionBoundError(
-                        f"recursion {' -> '.join(cycle)}: {m} cannot return without "
-                        f"recursing ({exc}): the recursion is unbounded on every path",
-                        cycle) from exc
+                    stuck[m] = exc
+                    continue
                 new_res[m] = r
                 new_w[m] = r.bound_ticks - r.entry_cost_ticks
                 new_inl[m] = inline(m, r, known_inl)
-            converged = d > 1 and all(new_w[m] == level_w[m] for m in comp)
+            converged = d > 1 and new_w == level_w and not stuck
             level_res, level_w, level_inl = new_res, new_w, new_inl
             if converged:
                 # W_d depends only on W_{d-1}: a fixed point stays one.
                 log.debug("recursion %s: WCET stable from depth %d", comp, d)
                 break
+            if not level_w:
+                break                   # no member returns without recursing
+        if stuck:
+            m, exc = next(iter(stuck.items()))
+            why = ("the recursion is unbounded on every path" if not level_w else
+                   f"a depth of {depth} is too small for it: give a larger one under "
+                   "[recursion]")
+            raise RecursionBoundError(
+                f"recursion {' -> '.join(cycle)}: {m} cannot return within "
+                f"{depth} nested activation(s) ({exc}): {why}", cycle) from exc
         for m in comp:
             results[m] = level_res[m]
             wcet_of[m] = level_w[m]
@@ -410,6 +450,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                          activation_bounds=activation_bounds, total_bounds=total_bounds,
                          envelopes=envelopes, facts=facts, unreached=unreached,
                          region_bounds=region_bounds, inputs=inputs,
+                         observed_depths=observed_depths,
                          max_recursion_solves=max_recursion_solves, _lumped=lumps)
         if alt.bound_ticks < out.bound_ticks:
             log.info("%s: bound with callees %s lumped: %.0f < %.0f ticks", root,

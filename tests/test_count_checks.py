@@ -144,19 +144,24 @@ def test_strdup_returns_fresh_objects_compared_by_content():
 
 # --- nothing counted ------------------------------------------------------------------------------
 
+def _crashing_target(where, inputs: int) -> None:
+    """A crc32_bitwise target whose every input crashes (a NULL buffer with a length)."""
+    lib = ROOT / "samples" / "crc" / "build" / "libcrc.so"
+    if not lib.exists():
+        pytest.skip("samples not built (make -C samples)")
+    (where / "wcetfit.toml").write_text(
+        f'binary = "{lib}"\nfunctions = ["crc32_bitwise"]\n'
+        'prototype = "unsigned crc32_bitwise(const unsigned char *data, unsigned long len);"\n'
+        f'inputs = "inputs.py"\n[measure]\ninputs = {inputs}\nrepeats = 2\nseed = 1\n')
+    (where / "inputs.py").write_text("def generate(ctx):\n    return (ctx.ffi.NULL, 64)\n")
+
+
 def test_no_input_counted_is_an_error(tmp_path, capsys):
     """Every input crashes (a NULL buffer with a length): `wcetfit count` exits 2 naming
     the first failures, never "0 inputs counted ... passed"."""
     from wcetfit.cli import main
 
-    lib = ROOT / "samples" / "crc" / "build" / "libcrc.so"
-    if not lib.exists():
-        pytest.skip("samples not built (make -C samples)")
-    (tmp_path / "wcetfit.toml").write_text(
-        f'binary = "{lib}"\nfunctions = ["crc32_bitwise"]\n'
-        'prototype = "unsigned crc32_bitwise(const unsigned char *data, unsigned long len);"\n'
-        'inputs = "inputs.py"\n[measure]\ninputs = 3\nrepeats = 2\nseed = 1\n')
-    (tmp_path / "inputs.py").write_text("def generate(ctx):\n    return (ctx.ffi.NULL, 64)\n")
+    _crashing_target(tmp_path, 3)
     assert main(["count", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "error: crc32_bitwise: no input could be counted: input 0" in err
@@ -174,14 +179,7 @@ def test_identical_failures_stop_the_run_early(tmp_path, capsys):
     from wcetfit.pipeline import PROBE_INPUTS
     from wcetfit.target import load_target
 
-    lib = ROOT / "samples" / "crc" / "build" / "libcrc.so"
-    if not lib.exists():
-        pytest.skip("samples not built (make -C samples)")
-    (tmp_path / "wcetfit.toml").write_text(
-        f'binary = "{lib}"\nfunctions = ["crc32_bitwise"]\n'
-        'prototype = "unsigned crc32_bitwise(const unsigned char *data, unsigned long len);"\n'
-        'inputs = "inputs.py"\n[measure]\ninputs = 45\nrepeats = 2\nseed = 1\n')
-    (tmp_path / "inputs.py").write_text("def generate(ctx):\n    return (ctx.ffi.NULL, 64)\n")
+    _crashing_target(tmp_path, 45)
     assert main(["count", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert (f"error: the first {EARLY_STOP_FAILURES} inputs all failed the same way, none "

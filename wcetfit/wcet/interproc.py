@@ -329,7 +329,12 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                 called &= members
                 if called:
                     in_cycle[m].setdefault(cs.block, set()).update(called)
-        in_cycle_blocks = {m: set(sites) for m, sites in in_cycle.items()}
+        # (the all-activations bound below relates entries to direct calls only: an
+        # indirect site may also call functions outside the cycle)
+        direct_in_cycle = {
+            m: {cs.block for cs in functions[m].calls
+                if cs.kind == CALL_INTERNAL and callee_name(functions, by_addr, cs) in members}
+            for m in comp}
         # Level d: the WCET of an activation with at most d nested activations of the
         # cycle.  A member whose every path calls into the cycle has none at level 1
         # (f → g → f where f always calls g): it is left out of that level, and calls
@@ -395,7 +400,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
             A = int(activation_bounds[m])
             fn_m = functions[m]
             coef: dict[int, int] = {}
-            for b in in_cycle_blocks[m]:
+            for b in direct_in_cycle[m]:
                 coef[b] = coef.get(b, 0) + 1
             coef[fn_m.entry] = coef.get(fn_m.entry, 0) - 1
             agg = None

@@ -229,3 +229,80 @@ def test_site_facts_are_listed_where_the_bound_is_read():
     assert note and "g+0x10 ≤ 1 per entry (fact) at the call at f+0x2b" in note[0]
     assert "g+0x10 ≤ 3 per entry (fact) at the call at f+0x3b" in note[0]
     assert "that site's instance" in note[0]
+
+
+def through_a_pointer(targets):
+    """f's loop body calls through a pointer (one call per execution of block 2); the
+    count run saw it call ``targets`` (name → address).  p: a two-block leaf; q: a loop."""
+    from dataclasses import replace
+
+    from wcetfit.model import CALL_INDIRECT, ObservedTarget
+
+    p = make_fn("p", 0x6000, 2, [(0, 1)], [1])
+    q = make_fn("q", 0x7000, 4, [(0, 1), (1, 2), (2, 1), (1, 3)], [3],
+                loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)])
+    f = make_fn("f", 0x4000, 4, [(0, 1), (1, 2), (2, 1), (1, 3)], [3],
+                loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)],
+                calls=[(2, CALL_INDIRECT, None, None)])
+    seen = tuple(ObservedTarget(a, name, 5) for name, a in targets.items())
+    f = replace(f, calls=(replace(f.calls[0], observed=seen),))
+    costs = {"f": costs_of(f, [1, 1, 2, 1]), "p": costs_of(p, [5, 5]),
+             "q": costs_of(q, [3, 1, 7, 2])}
+    bounds = {"f": {addr(f, 1): 10}, "q": {addr(q, 1): 4}}
+    return {"f": f, "p": p, "q": q}, costs, bounds
+
+
+def test_an_indirect_sites_targets_share_its_executions():
+    """Known answer: the site runs 10 times and calls one target per execution; q (38
+    ticks a call at its 4 iterations) ran at most 3 times per call of f, so the worst
+    case is 3 calls of q and 7 of p (10 ticks), plus f's own 33 ticks.  Before, the
+    per-call-site program charged nothing for an indirect site's targets (33 ticks)."""
+    fns, costs, bounds = through_a_pointer({"p": 0x6000, "q": 0x7000})
+    ctx = context_bound(fns, "f", costs, bounds, inline=["p", "q"],
+                        activation_bounds={"q": 3})
+    assert ctx.bound_ticks == pytest.approx(33 + 3 * 38 + 7 * 10)
+    assert ctx.instances == 3
+    site = next(c for c in ctx.root.calls if c.block == addr(fns["f"], 2))
+    assert site.count == 10 and site.callee_wcet_ticks == pytest.approx((3 * 38 + 7 * 10) / 10)
+    assert "observed" in site.note
+    # without a cap on q, every execution may call the dearer target
+    ctx = context_bound(fns, "f", costs, bounds, inline=["p", "q"])
+    assert ctx.bound_ticks == pytest.approx(33 + 10 * 38)
+
+
+def test_an_indirect_sites_recursive_target_is_charged_per_call():
+    """A target without an instance (recursive, bounded per function) costs its whole-call
+    WCET at every execution of the site, and the others share the executions as before
+    (at most all of them): 33 + 10 × 100 + 10 × 10 ticks."""
+    fns, costs, bounds = through_a_pointer({"p": 0x6000, "r": 0x8000})
+    r = make_fn("r", 0x8000, 3, [(0, 1), (0, 2), (1, 2)], [2],
+                calls=[(1, CALL_INTERNAL, 0x8000, "r")])
+    fns["r"] = r
+    costs["r"] = costs_of(r, [2, 3, 4])
+    ctx = context_bound(fns, "f", costs, bounds, inline=["p"], per_call_wcet={"r": 100.0})
+    assert ctx.bound_ticks == pytest.approx(33 + 10 * 100 + 10 * 10)
+    site = next(c for c in ctx.root.calls if c.block == addr(fns["f"], 2))
+    assert site.callee_wcet_ticks == pytest.approx(110.0)
+    assert "recursive" in site.note
+
+
+def test_the_per_site_bound_through_pointers_covers_every_measured_call():
+    """End to end in analyze_wcet: inputs call q k ≤ 3 times (0 or 4 iterations each)
+    and p 10 − k times.  The per-call-site bound is taken (before, it charged nothing for
+    the site, fell below every input and was refused) and covers every input.  q's loop
+    is entered several times per call of f, so its bound is the observed total of 12 per
+    call of f, not 4 per entry: one call of q may run all 12 (33 + 9 × 10 + 102 = 225,
+    against 217 for the slowest input), but q may not loop without being called."""
+    fns, costs, bounds = through_a_pointer({"p": 0x6000, "q": 0x7000})
+    cols = [(fn.name, b.address) for fn in fns.values() for b in fn.blocks]
+    rows = []
+    for n in range(0, 11):
+        for k in range(0, min(n, 3) + 1):
+            for it in (0, 4):
+                rows.append([1, n + 1, n, 1, n - k, n - k, k, k * (it + 1), k * it, k])
+    C = np.array(rows)
+    res = analyze_wcet(fns, "f", costs, C, cols, use_relations=True, observed_paths=False)
+    pred = predicted(C, cols, costs)
+    assert any("callees bounded per call site" in w for w in res.warnings)
+    assert pred.max() == pytest.approx(217)
+    assert res.bound_ticks == pytest.approx(225)

@@ -185,7 +185,7 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                             for j, (f, a) in enumerate(cols)
                             if f == name and (unreached == "observed" or C[:, j].any())
                             and a not in user_bounded.get(name, ())}
-    depths = _observed_recursion_depths(functions, root, C, cols, recursion)
+    depths = _observed_recursion_depths(functions, names, root, C, cols, recursion)
     envelopes: tuple[Any, ...] = ()
     if idx and observed_paths:
         from wcetfit.wcet.envelope import observed_envelopes
@@ -332,7 +332,8 @@ def _span_rows(X: np.ndarray) -> np.ndarray:
     return A[np.sort(piv[:int((d > tol).sum())])]
 
 
-def _observed_recursion_depths(functions: Mapping[str, FunctionModel], root: str,
+def _observed_recursion_depths(functions: Mapping[str, FunctionModel],
+                               graph: Mapping[str, Any], root: str,
                                C: np.ndarray, cols: Sequence[tuple[str, int]],
                                given: Mapping[str, int]) -> dict[str, int]:
     """Per function of a recursive cycle no [recursion] entry names: the most activations
@@ -341,9 +342,8 @@ def _observed_recursion_depths(functions: Mapping[str, FunctionModel], root: str
     bounds the nesting the inputs reached.  A cycle with a member whose entry is also a
     jump target inside it (its entry count is not its activations) or that has no count
     column gets none."""
-    from wcetfit.wcet.interproc import _sccs, call_graph
+    from wcetfit.wcet.interproc import _sccs
 
-    graph = call_graph(functions, root)
     pos = {c: j for j, c in enumerate(cols)}
     out: dict[str, int] = {}
     for comp in _sccs(graph, root):

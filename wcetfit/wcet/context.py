@@ -32,12 +32,12 @@ same facts, so the smaller one is taken.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from wcetfit.model import CALL_INTERNAL, FunctionModel
+from wcetfit.model import CALL_INDIRECT, CALL_INTERNAL, FunctionModel
 from wcetfit.wcet.flow import SOURCE, Flow, irreducible_blocks
 from wcetfit.wcet.interproc import callee_name, entry_names
 from wcetfit.wcet.result import (SOURCE_OBSERVED, CallOutcome, IpetResult, LoopBound,
@@ -57,6 +57,13 @@ class _Instance:
     parent: int | None             # calling instance
     site: int | None               # calling block in the parent
     path: str                      # "root > f@0x… > g@0x…", for labels
+    call: int | None = None        # the call instruction in the parent
+    # an indirect site's target: the site's executions are shared among the instances of
+    # the targets it was seen calling (one target per execution), not each one's alone
+    shared: bool = False
+    # calling block → the per-call WCET of a callee without instances (recursive) that
+    # its edges' costs carry, per execution
+    charged: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -123,8 +130,16 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
             flows[name] = Flow(functions[name])
         return flows[name]
 
-    def callee(cs) -> str | None:
-        return callee_name(functions, by_addr, cs) if cs.kind == CALL_INTERNAL else None
+    def entered(cs) -> list[str]:
+        """The analysed functions a call site enters: a direct call's callee, or the
+        targets in the binary an indirect call was seen taking (observed)."""
+        if cs.kind == CALL_INTERNAL:
+            g = callee_name(functions, by_addr, cs)
+            return [] if g is None else [g]
+        if cs.kind == CALL_INDIRECT:
+            return list(dict.fromkeys(by_addr[t] for t in cs.observed_internal
+                                      if t in by_addr))
+        return []
 
     # the call tree, breadth first
     inst: list[_Instance] = [_Instance(functions[root], flow_of(root), 0, None, None, root)]
@@ -133,17 +148,18 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
     while k < len(inst):
         me = inst[k]
         for cs in me.fn.calls:
-            g = callee(cs)
-            if g is None or g not in inline or g == root:
-                continue
-            f = flow_of(g)
-            inst.append(_Instance(functions[g], f, nv, k, cs.block,
-                                  f"{me.path} > {g}@{loop_key(me.fn, cs.block)}"))
-            nv += len(f.edges)
-            if nv > MAX_VARIABLES:
-                log.info("%s: the call tree has more than %d edge variables per call site: "
-                         "callees stay context-insensitive", root, MAX_VARIABLES)
-                return None
+            for g in entered(cs):
+                if g not in inline or g == root:
+                    continue
+                f = flow_of(g)
+                inst.append(_Instance(functions[g], f, nv, k, cs.block,
+                                      f"{me.path} > {g}@{loop_key(me.fn, cs.block)}",
+                                      cs.instruction, cs.kind != CALL_INTERNAL))
+                nv += len(f.edges)
+                if nv > MAX_VARIABLES:
+                    log.info("%s: the call tree has more than %d edge variables per call "
+                             "site: callees stay context-insensitive", root, MAX_VARIABLES)
+                    return None
         k += 1
 
     cost = np.zeros(nv)
@@ -158,6 +174,8 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
             c[i] = c.get(i, 0.0) + v
 
     inst_of: dict[str, list[int]] = {}
+    # (parent instance, indirect call instruction) → its targets' entry variables
+    sites: dict[tuple[int, int | None], tuple[dict[int, float], _Instance]] = {}
     for k, me in enumerate(inst):
         fn, flow, o, name = me.fn, me.flow, me.offset, me.fn.name
         inst_of.setdefault(name, []).append(k)
@@ -165,21 +183,21 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
         c = costs.get(name, {})
         per_exec = {a: float(c.get(a, 0.0)) for a in flow.blocks}
         for cs in fn.calls:
-            g = callee(cs)
-            if g is not None and g not in inline and g in per_call_wcet:
-                per_exec[cs.block] += float(per_call_wcet[g])
+            # a callee without instances (recursive) costs its per-call WCET at each
+            # execution; an indirect site, the largest among such targets
+            charged = [float(per_call_wcet[g]) for g in entered(cs)
+                       if g not in inline and g in per_call_wcet]
+            if charged:
+                per_exec[cs.block] += max(charged)
+                me.charged[cs.block] = me.charged.get(cs.block, 0.0) + max(charged)
         for i, (s, d) in enumerate(flow.edges):
             if s != SOURCE:
                 cost[o + i] = per_exec[s]
             if (s != SOURCE and s not in reach) or (d not in reach and isinstance(d, int)):
                 ub[o + i] = 0.0
 
-        def cnt(blocks: Iterable[tuple[int, float]], flow=flow, o=o) -> dict[int, float]:
-            out: dict[int, float] = {}
-            for a, v in blocks:
-                for i in flow.outs.get(a, ()):
-                    out[o + i] = out.get(o + i, 0.0) + float(v)
-            return out
+        def cnt(blocks: Iterable[tuple[int, float]], me=me) -> dict[int, float]:
+            return _counts_of(me, blocks)
 
         for a in flow.blocks:
             coef: dict[int, float] = {}
@@ -192,10 +210,12 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
         src = o + flow.source_var
         if me.parent is None:
             lb[src] = ub[src] = 1.0
+        elif me.shared:
+            calls = sites.setdefault((me.parent, me.call), ({}, me))[0]
+            calls[src] = 1.0
         else:
             coef = {src: 1.0}
-            for i, v in cnt([(me.site, 1.0)], inst[me.parent].flow,
-                            inst[me.parent].offset).items():
+            for i, v in _counts_of(inst[me.parent], [(me.site, 1.0)]).items():
                 coef[i] = coef.get(i, 0.0) - v
             rows.append(Row(coef, 0.0, 0.0, f"{me.path}: one call per execution of the "
                                             f"calling block"))
@@ -215,6 +235,14 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                     coef[o + i] = coef.get(o + i, 0.0) - float(b.per_entry)
                 rows.append(Row(coef, -np.inf, 0.0, f"{me.path}: loop {key} ≤ {b.per_entry} "
                                                     f"per entry ({b.source})"))
+            if b.total is not None and b.per_entry is None and entry:
+                # no back edge without an entry: T per call of the function is at most T
+                # per entry (else the loop could circulate in an instance never entered)
+                coef = {o + i: 1.0 for i in back}
+                for i in entry:
+                    coef[o + i] = coef.get(o + i, 0.0) - float(b.total)
+                rows.append(Row(coef, -np.inf, 0.0, f"{me.path}: loop {key} runs only when "
+                                                    f"entered (≤ {b.total} per entry)"))
             if b.total is not None:
                 if me.parent is None:
                     rows.append(Row({o + i: 1.0 for i in back}, -np.inf, float(b.total),
@@ -262,6 +290,20 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                                 f"count relation {rel.text()} (observed)"))
     for coef, hi, label in agg.values():
         rows.append(Row(coef, -np.inf, hi, label))
+    # An indirect site calls one target per execution: its targets' instances share the
+    # executions of the calling block (all of them when every target seen is one of
+    # them; at most all when some run uncounted, outside the binary or recursive).
+    for (parent, call), (coef, me) in sites.items():
+        cs = next(c for c in inst[parent].fn.calls if c.instruction == call)
+        every = all(t.address is not None and by_addr.get(t.address) in inline
+                    for t in cs.observed)
+        coef = dict(coef)
+        for i, v in _counts_of(inst[parent], [(me.site, 1.0)]).items():
+            coef[i] = coef.get(i, 0.0) - v
+        rows.append(Row(coef, 0.0 if every else -np.inf, 0.0,
+                        f"{inst[parent].path}: the calls of the indirect call at "
+                        f"{loop_key(inst[parent].fn, call)} shared among its observed "
+                        f"targets, one per execution of the calling block"))
     # what a callee's totals per call of the root kept on every input, over all its sites
     for name, ks in inst_of.items():
         if ks[0] == 0:
@@ -270,10 +312,7 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
             out: dict[int, float] = {}
             weights = list(weights)
             for k in ks:
-                me = inst[k]
-                for a, v in weights:
-                    for i in me.flow.outs.get(a, ()):
-                        out[me.offset + i] = out.get(me.offset + i, 0.0) + float(v)
+                out.update(_counts_of(inst[k], weights))   # (instances' variables differ)
             return out
         for rel in callee_relations.get(name, ()):
             rows.append(Row(total(rel.coefficients), float(rel.rhs), float(rel.rhs),
@@ -287,7 +326,19 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                             f"call sites together (observed)"))
 
     if span is not None:
-        got = _solve_in_span(inst, inst_of, cost, lb, ub, rows, span,
+        # A function that a recursive one calls (transitively) runs activations no
+        # instance holds: the measured totals of its blocks count them, the instances'
+        # totals do not, so its columns stay out of the span (like the recursive ones').
+        partial: set[str] = set()
+        todo = [g for g in per_call_wcet if g not in inline]
+        while todo:
+            for cs in functions[todo.pop()].calls:
+                for g in entered(cs):
+                    if g not in partial and g in functions:
+                        partial.add(g)
+                        todo.append(g)
+        got = _solve_in_span(inst, {n: ks for n, ks in inst_of.items() if n not in partial},
+                             cost, lb, ub, rows, span,
                              None if time_limit is None else min(time_limit, 20.0))
         if got is not None:
             return _result(inst, got, cost, float(got @ cost), bounds, root, entry_cost,
@@ -309,6 +360,16 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
     return _result(inst, f, cost, value, bounds, root, entry_cost, per_call_wcet, sol.status)
 
 
+def _counts_of(me: _Instance, blocks: Iterable[tuple[int, float]]) -> dict[int, float]:
+    """Σ weight · executions of each block in one instance, as coefficients over its
+    edge variables (a block's executions are the flows out of it)."""
+    out: dict[int, float] = {}
+    for a, v in blocks:
+        for i in me.flow.outs.get(a, ()):
+            out[me.offset + i] = out.get(me.offset + i, 0.0) + float(v)
+    return out
+
+
 def _solve_in_span(inst: Sequence[_Instance], inst_of: Mapping[str, list[int]],
                    cost: np.ndarray, lb: np.ndarray, ub: np.ndarray, rows: list[Row],
                    span: tuple[Sequence[tuple[str, int]], np.ndarray],
@@ -326,11 +387,10 @@ def _solve_in_span(inst: Sequence[_Instance], inst_of: Mapping[str, list[int]],
     for j, (name, a) in enumerate(cols):
         coef: dict[int, float] = {}
         for k in inst_of.get(name, ()):
-            me = inst[k]
-            for i in me.flow.outs.get(a, ()):
-                coef[me.offset + i] = coef.get(me.offset + i, 0.0) + 1.0
+            coef.update(_counts_of(inst[k], [(a, 1.0)]))
         if not coef:
-            continue            # a function without instances (recursive): free
+            continue            # a function without instances (recursive), or with
+                                # activations outside them: free
         for i in range(r):
             if B[i, j]:
                 coef[nv + i] = -float(B[i, j])
@@ -424,13 +484,28 @@ def _root_view(inst: Sequence[_Instance], k: int, f: np.ndarray, cost: np.ndarra
         binding = ne > 0 and ((b.per_entry is not None and b.per_entry * ne - nb < 0.5)
                               or (b.total is not None and b.total - nb < 0.5))
         loops.append(LoopOutcome(lp.header, loop_key(fn, lp.header), b, ne, nb, binding))
-    calls = tuple(CallOutcome(cs.block, cs.instruction, cs.kind, cs.target, cs.target_name,
-                              counts.get(cs.block, 0),
-                              per_exec[cs.block] if cs.kind == CALL_INTERNAL else None,
-                              "per call site: this site's instance of the callee, its own "
-                              "callees included, per execution of the calling block"
-                              if cs.kind == CALL_INTERNAL else "not modelled")
-                  for cs in fn.calls)
+
+    def outcome(cs) -> CallOutcome:
+        if cs.kind == CALL_INTERNAL:
+            ticks, note = per_exec[cs.block], ("per call site: this site's instance of the "
+                                                "callee, its own callees included, per "
+                                                "execution of the calling block")
+        elif cs.kind == CALL_INDIRECT and cs.block in callee_ticks:
+            ticks, note = per_exec[cs.block], ("per call site: the instances of the targets "
+                                                "this site was seen calling (observed), "
+                                                "their own callees included, per execution "
+                                                "of the calling block")
+        else:
+            ticks, note = None, "not modelled"
+        if cs.block in me.charged:
+            recursive = ("the whole-call WCET of a recursive callee (bounded per function, "
+                         "not per call site) per execution of the calling block")
+            ticks, note = ((me.charged[cs.block], recursive) if cs.block not in callee_ticks
+                           else (ticks + me.charged[cs.block], f"{note}; plus {recursive}"))
+        return CallOutcome(cs.block, cs.instruction, cs.kind, cs.target, cs.target_name,
+                           counts.get(cs.block, 0), ticks, note)
+
+    calls = tuple(outcome(cs) for cs in fn.calls)
     value = entry_cost + float(sub_value[k])
     return IpetResult(function=fn.name, status="optimal", bound_ticks=value, margin_ticks=None,
                       entry_cost_ticks=entry_cost, block_counts=counts,

@@ -318,6 +318,9 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
         # Each member's call blocks into the cycle, with the members they call (an
         # indirect site counts with the targets the inputs showed it calling).
         in_cycle: dict[str, dict[int, set[str]]] = {m: {} for m in comp}
+        # (the all-activations bound below relates entries to direct calls only: an
+        # indirect site may also call functions outside the cycle)
+        direct_in_cycle: dict[str, set[int]] = {m: set() for m in comp}
         for m in comp:
             for cs in functions[m].calls:
                 if cs.kind == CALL_INTERNAL:
@@ -329,12 +332,8 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                 called &= members
                 if called:
                     in_cycle[m].setdefault(cs.block, set()).update(called)
-        # (the all-activations bound below relates entries to direct calls only: an
-        # indirect site may also call functions outside the cycle)
-        direct_in_cycle = {
-            m: {cs.block for cs in functions[m].calls
-                if cs.kind == CALL_INTERNAL and callee_name(functions, by_addr, cs) in members}
-            for m in comp}
+                    if cs.kind == CALL_INTERNAL:
+                        direct_in_cycle[m].add(cs.block)
         # Level d: the WCET of an activation with at most d nested activations of the
         # cycle.  A member whose every path calls into the cycle has none at level 1
         # (f → g → f where f always calls g): it is left out of that level, and calls

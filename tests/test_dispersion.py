@@ -206,3 +206,30 @@ def test_inputs_the_fit_rejected_are_covered_by_the_dispersion():
     d = call_dispersion(system, fit)
     for i in (7, 9):
         assert pred[i] * (1 + d.excess) >= np.median(ticks[i])
+
+
+def test_a_call_slower_by_less_than_any_interrupt_is_covered():
+    """A short function with quiet repeats (expat's XML_Parse on a NULL parser: 62–90
+    ticks, TSC step 2): one call 28 ticks above its input's others is flagged by the
+    repeat statistic's relative rule, but no interrupt costs 11 ns, so the bound's
+    dispersion must cover it; a call 20,000 ticks (7.7 µs) longer is still taken for a
+    preemption and left out."""
+    from types import SimpleNamespace
+
+    from wcetfit.pipeline import call_dispersion
+
+    rng = np.random.default_rng(8)
+    n, r = 100, 3
+    pred = np.full(n, 65.0)
+    ticks = 2 * np.round(rng.uniform(66, 72, (n, r)) / 2)
+    ticks[53] = [68.0, 96.0, 70.0]
+    ticks[60, 1] = 20_068.0
+    fit = SimpleNamespace(quantum_ticks=2.0, rejected=(),
+                          predict=lambda counts, unknown="zero": pred)
+    system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)), tsc_hz=2.6e9)
+    d = call_dispersion(system, fit)
+    assert 65.0 * (1 + d.excess) >= 96.0
+    assert 65.0 * (1 + d.excess) < 1_000
+    # without the TSC rate nothing says how long an interrupt takes: as before
+    old = call_dispersion(SimpleNamespace(ticks=ticks, counts=system.counts), fit)
+    assert 65.0 * (1 + old.excess) < 96.0

@@ -405,7 +405,8 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     # call to call: extrapolated to the 1e-6 quantile by extreme-value theory).
     means = summary.value[rows]
     misfit = means / predicted[rows]
-    calls = np.where(summary.keep[rows], ticks[rows], np.nan)
+    keep = _not_interrupted(summary, ticks, getattr(system, "tsc_hz", None))[rows]
+    calls = np.where(keep, ticks[rows], np.nan)
     noise = (calls / means[:, None]).ravel()
     noise = noise[np.isfinite(noise)]
     misfit = misfit[np.isfinite(misfit)]
@@ -414,10 +415,35 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     p = EXCEEDANCE_PER_CALL if exceedance is None else exceedance
     per_call = max(float(noise.max()), gumbel_quantile(noise, exceedance=p))
     from wcetfit.wcet.margin import joint_excess
-    joint = joint_excess(system.ticks[rows], summary.keep[rows], predicted[rows],
+    joint = joint_excess(system.ticks[rows], keep, predicted[rows],
                          exceedance=p, quantile=gumbel_quantile)
     return Dispersion(misfit=max(1.0, float(misfit.max())), call=max(1.0, per_call),
                       machine_speed=machine, joint=joint)
+
+
+# The least time an interrupt or a preemption adds to a timed call.  The repeat statistic
+# flags calls far from their input's median by a relative rule, and on a short function
+# with quiet repeats that flags a call one cache miss slower (expat's XML_Parse: 96
+# ticks against 68 and 70, with a TSC step of 2).  No interrupt is that cheap: entering
+# and leaving the kernel costs microseconds (the cheapest trap measured on this VM, a
+# kernel uprobe, 13 µs), so a call less than this much above its input's median is the
+# function's own time, and the bound must cover it.
+MIN_INTERRUPT_NS = 500.0
+
+
+def _not_interrupted(summary: Any, ticks: Any, tsc_hz: float | None) -> Any:
+    """The calls that are the function's own time: those the repeat statistic keeps, and
+    those it flags whose excess over the input's median is below :data:`MIN_INTERRUPT_NS`
+    (all it flags when the TSC rate is unknown)."""
+    import numpy as np
+
+    if not tsc_hz:
+        return summary.keep
+    t = np.asarray(ticks, dtype=float)
+    with np.errstate(invalid="ignore"):
+        excess = t - np.nanmedian(t, axis=1)[:, None]
+        cheap = np.isfinite(t) & (excess < MIN_INTERRUPT_NS * 1e-9 * float(tsc_hz))
+    return summary.keep | cheap
 
 
 # Exceedance probability per call that the dispersion is set for.  The training data

@@ -543,6 +543,27 @@ def test_recursion_depth_observed_from_the_inputs():
     assert given.bound_ticks == 14 and not any("from the inputs" in w for w in given.warnings)
 
 
+
+def test_a_cycle_through_a_function_no_input_called_is_no_recursion():
+    """g calls h only from a block no input ran, and h calls g back: a cycle in the call
+    graph, but under the "observed" policy that block is off the worst path, so g is
+    bounded as a plain callee.  Before, h's level-1 IPET (its entry forbidden) failed and
+    the whole bound with it ("a depth of 1 is too small"; libcrypto's SHA256, whose
+    inputs reach BIO_vsnprintf's cycle through the error functions nowhere)."""
+    f = make_fn("f", 0x1000, 2, [(0, 1)], [1], calls=[(0, CALL_INTERNAL, 0x2000, "g")])
+    g = make_fn("g", 0x2000, 4, [(0, 1), (0, 2), (1, 3), (2, 3)], [3],
+                calls=[(2, CALL_INTERNAL, 0x3000, "h")])
+    h = make_fn("h", 0x3000, 2, [(0, 1)], [1], calls=[(0, CALL_INTERNAL, 0x2000, "g")])
+    fns = {"f": f, "g": g, "h": h}
+    costs = {"f": costs_of(f, [1, 2]), "g": costs_of(g, [3, 4, 50, 5]),
+             "h": costs_of(h, [60, 70])}
+    cols = [(fn.name, b.address) for fn in fns.values() for b in fn.blocks]
+    counts = np.array([[1, 1, 1, 1, 0, 1, 0, 0]] * 3)
+    res = analyze_wcet(fns, "f", costs, counts, cols)
+    assert res.bound_ticks == pytest.approx(1 + 2 + 3 + 4 + 5)
+    assert not res.recursion
+    assert any("no input reached" in w for w in res.warnings)
+
 # --- estimability of a prediction --------------------------------------------------------
 
 def test_count_space_residual():

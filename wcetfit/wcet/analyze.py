@@ -369,10 +369,10 @@ def _per_call_site(result: WcetResult, functions: Mapping[str, FunctionModel], r
     when it is smaller than the context-insensitive ``result``; the root's function
     result then shows the per-site path."""
     from wcetfit.wcet.context import context_bound
-    from wcetfit.wcet.interproc import _sccs, call_graph
+    from wcetfit.wcet.interproc import _sccs, live_call_graph
     from wcetfit.wcet.margin import inlined_margin
 
-    graph = call_graph(functions, root)
+    graph = live_call_graph(functions, root, facts.get("unreached", {}))
     recursive = {m for comp in _sccs(graph, root) for m in comp
                  if len(comp) > 1 or comp[0] in graph[comp[0]]}
     if len(graph) < 2 or root in recursive:

@@ -95,6 +95,18 @@ def _sccs(graph: Mapping[str, list[str]], root: str) -> list[list[str]]:
     return [sorted(cond.nodes[c]["members"]) for c in reversed(list(nx.topological_sort(cond)))]
 
 
+def live_call_graph(functions: Mapping[str, FunctionModel], root: str,
+                    unreached: Mapping[str, Iterable[int]]) -> dict[str, list[str]]:
+    """:func:`call_graph` without the functions whose entry no input ran (``unreached``:
+    function → blocks no input executed): a call of one is made from a block no input
+    ran, which the worst path leaves out, so a recursive cycle through such a function is
+    no recursion the bound must account for (libcrypto's SHA256 reaches one function of
+    BIO_vsnprintf's cycle through the error functions, on no input the others)."""
+    graph = call_graph(functions, root)
+    gone = {n for n in graph if n != root and functions[n].entry in set(unreached.get(n, ()))}
+    return {n: [c for c in cs if c not in gone] for n, cs in graph.items() if n not in gone}
+
+
 def _find_cycle(graph: Mapping[str, list[str]], comp: list[str]) -> list[str]:
     """One call cycle inside a recursive component, for the error message."""
     members = set(comp)
@@ -179,7 +191,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
     blocks are forbidden, at level d they cost the level d−1 WCETs — exact for the
     given depth (tree recursion included), at the price of D solves per member.
     """
-    graph = call_graph(functions, root)
+    graph = live_call_graph(functions, root, unreached)
     order_sccs = _sccs(graph, root)
     by_addr = entry_names(functions)
 
@@ -232,9 +244,8 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                 out[cs.target] = int(activation_bounds[callee])
         return out
 
-    skipped = {n for n in graph if n != root and functions[n].entry in set(unreached.get(n, ()))}
     missing = {n: missing_loop_bounds(functions[n], bounds.get(n, {}), unreached.get(n, ()))
-               for n in graph if n not in skipped}
+               for n in graph}
     if any(missing.values()):
         missing = {n: m for n, m in missing.items() if m}
         raise UnboundedLoopError(unbounded_message(missing),
@@ -250,8 +261,6 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
         recursive = len(comp) > 1 or comp[0] in graph[comp[0]]
         if not recursive:
             name = comp[0]
-            if name in skipped:
-                continue
             res = ipet(functions[name], fn_costs(name), fn_bounds(name),
                        callee_wcet=callee_costs(name, wcet_of),
                        entry_cost=entry_cost if name == root else 0.0, z=z,
@@ -285,8 +294,6 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                     lumps[name] = (agg, inline(name, agg, inl))
             continue
 
-        if members <= skipped:
-            continue
         given = {m: recursion_bounds[m] for m in comp if m in recursion_bounds}
         cycle = _find_cycle(graph, comp)
         seen_depth = max((int(observed_depths[m]) for m in comp if m in observed_depths),

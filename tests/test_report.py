@@ -691,3 +691,22 @@ def test_summary_says_when_the_costs_were_held_to_physical_values(built):
     assert re.search(r"Fit: \w+ — [^⚠]*costs held to physical values \(every block ≥ 0, ε ≥ "
                      r"its floor\), which least squares broke: the residual sum of squares "
                      r"rose 306\.2 %", flat)
+
+
+def test_never_executed_blocks_are_described_as_the_policy_treats_them(built):
+    """The warning on blocks no input ran says what the bound did with them, as the first
+    WCET warning does: left out under the default policy (it used to advise accepting
+    "the fit's particular solution", which the bound never used for them), and under
+    [wcet] unreached = "require" that their time is not in the bound until measured."""
+    fns, counts, cols, times, fit, wres, report = built
+    never = [w for w in report.function("f").warnings if "never executed" in w.message]
+    assert never and "leaves them out of the worst path" in never[0].message
+    assert "particular solution" not in never[0].advice
+    rf = read_fit(fit)
+    costs = {name: {a: fb.solution_ticks for a, fb in ff.blocks.items()}
+             for name, ff in rf.items()}
+    req = analyze_wcet(fns, "f", costs, counts, cols, entry_cost=52.0, unreached="require")
+    rep = build_report(fns, "f", fit, counts, cols, times, req, TSC_HZ)
+    never = [w for w in rep.function("f").warnings if "never executed" in w.message]
+    assert never and "leaves them out" not in never[0].message
+    assert "not in the bound" in never[0].advice

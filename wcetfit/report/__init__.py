@@ -483,14 +483,19 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
 
     never = tuple(r.address for r in rows if r.count_max == 0)
     if never:
+        used = bool(ires and any(ires.block_counts.get(a, 0) for a in never))
+        # what the bound does with them follows [wcet] unreached: left out ("observed",
+        # the default: the first WCET warning says so), or costed 0 ("require")
+        left_out = wres is not None and wres.unreached_policy == "observed"
         warns.append(Finding(
             f"{name}: {len(never)} block(s) never executed by the inputs: "
             + ", ".join(loop_key(fn, a) for a in never[:6]) + (" ..." if len(never) > 6 else "")
             + "; their cost is unknown"
-            + (" and the worst-case path uses some of them" if ires and any(
-                ires.block_counts.get(a, 0) for a in never) else ""),
-            "add inputs that reach them (error paths, rare branches), or accept that the "
-            "bound counts them at the fit's particular solution"))
+            + ("; the worst-case path uses some of them at 0 ticks each" if used else "")
+            + ("; the bound leaves them out of the worst path" if left_out and not used
+               else ""),
+            "add inputs that reach them (error paths, rare branches)"
+            + ("" if left_out else ": until then their time is not in the bound")))
 
     # WCET summary.
     closest = closest_dist = None

@@ -710,3 +710,23 @@ def test_never_executed_blocks_are_described_as_the_policy_treats_them(built):
     never = [w for w in rep.function("f").warnings if "never executed" in w.message]
     assert never and "leaves them out" not in never[0].message
     assert "not in the bound" in never[0].advice
+
+
+def test_fit_line_says_when_held_out_inputs_lie_outside_the_others_span(built):
+    """A new user's libbz2 run: every held-out input ran block counts the other inputs do
+    not span, and the Fit line gave its figures as plain prediction errors.  It now says
+    so (their predictions rest on costs the inputs did not determine); with none outside,
+    nothing is added."""
+    from wcetfit.report.summary import fit_in_words
+
+    fns, counts, cols, times, fit, wres, _ = built
+
+    def line(outside):
+        f = json.loads(json.dumps(fit))
+        f["validation"].update({"outside_space": outside, "heldout_inputs": 110})
+        return fit_in_words(build_report(fns, "f", f, counts, cols, times, wres,
+                                         TSC_HZ).function("f"))
+
+    assert "110 of 110 held-out inputs ran block counts the other inputs do not span" \
+        in line(110)
+    assert "do not span" not in line(0)

@@ -404,6 +404,14 @@ def fit_in_words(fr: FunctionReport, hz: float | None = None) -> str:
     if p95 is not None:
         text += f" and {F.num(100 * p95)} % (95th percentile)"
     text += f"; the goals are {GOAL_MEDIAN_REL:.0%} and {GOAL_P95_REL:.0%}"
+    outside, held_out = v.get("outside_space"), v.get("heldout_inputs")
+    if isinstance(outside, int) and isinstance(held_out, int) and held_out > 0 \
+            and outside >= 0.1 * held_out:
+        # such an input's prediction leans on costs the other inputs did not determine:
+        # the figures measure the costs beyond what was measured, not the noise
+        text += (f"; {outside} of {held_out} held-out inputs ran block counts the other "
+                 f"inputs do not span (their predictions rest on costs those inputs did "
+                 f"not determine: more varied inputs would pin them down)")
     rows = fr.fit_extra.get("rows")
     if isinstance(rows, dict) and rows.get("rejected"):
         text += f"; {rows['rejected']} of {rows.get('total', '?')} inputs set aside as outliers"

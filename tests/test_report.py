@@ -730,3 +730,15 @@ def test_fit_line_says_when_held_out_inputs_lie_outside_the_others_span(built):
     assert "110 of 110 held-out inputs ran block counts the other inputs do not span" \
         in line(110)
     assert "do not span" not in line(0)
+
+
+def test_one_path_for_every_input_is_said(built):
+    """expat's XML_Parse with init's NULL parser: every input returns at the first check,
+    and the report printed a bound and "Fit: fair" with nothing to say the inputs never
+    left one path.  A warning now says so, with what to vary."""
+    fns, counts, cols, times, fit, wres, report = built
+    assert not any("ran the same blocks" in w.message for w in report.function("f").warnings)
+    same = np.repeat(counts[:1], len(counts), axis=0)
+    rep = build_report(fns, "f", fit, same, cols, times, wres, TSC_HZ)
+    said = [w for w in rep.function("f").warnings if "ran the same blocks" in w.message]
+    assert said and f"all {len(counts)} inputs" in said[0].message and "NULL" in said[0].advice

@@ -481,6 +481,17 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             advice or "vary the inputs so that these blocks execute different numbers "
                       "of times relative to each other"))
 
+    if is_root and n_inputs >= 2 and len(np.unique(counts, axis=0)) == 1:
+        # every input took one path: the bound is that path's time, whatever else the
+        # function can do (expat's XML_Parse with the parser init left NULL returns at
+        # its first check on every input)
+        warns.append(Finding(
+            f"{name}: all {n_inputs} inputs ran the same blocks the same number of times: "
+            f"the bound describes that one path ({int(counts.sum(axis=1)[0]):,} block "
+            f"executions) and nothing else the function does",
+            "vary the inputs; an argument left NULL or fixed in inputs.py (see its "
+            "comments) often stops the function at its first check"))
+
     never = tuple(r.address for r in rows if r.count_max == 0)
     if never:
         used = bool(ires and any(ires.block_counts.get(a, 0) for a in never))

@@ -135,6 +135,10 @@ def test_describe_args():
     # chars as byte values, not Python bytes literals
     s = tg.describe_args(ffi, (ffi.new("char[3]", b"\x00\xff\x41"), 3))
     assert s == "(char[3] {0x00, 0xff, 0x41}, 3)"
+    # a NULL pointer says so; a pointer is its type (it read "void * (8 bytes)" for
+    # NULL and every pointer alike: the pointer's own size)
+    s = tg.describe_args(ffi, (ffi.NULL, ffi.cast("char *", 0), ffi.new("int *")))
+    assert s == "(NULL void *, NULL char *, int *)"
 
 
 def test_prototype_name_one_rule_for_count_and_time():

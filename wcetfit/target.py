@@ -403,14 +403,16 @@ def describe_args(ffi: Any, args: tuple, limit: int = 6) -> str:
             parts.append(type(a).__name__)
             continue
         text = ctype.cname
+        if ctype.kind == "pointer" and a == ffi.NULL:
+            parts.append(f"NULL {ctype.cname}")
+            continue
+        # (a pointer is named by its type alone: cffi's sizeof of one is the pointer's
+        # own 8 bytes, not its target's, and reading the target could fault)
         try:
-            size = ffi.sizeof(a)
             if ctype.kind == "array":
                 n = len(a)
                 head = ", ".join(_element_text(a[i]) for i in range(min(n, limit)))
                 text = f"{ctype.item.cname}[{n}] {{{head}{', …' if n > limit else ''}}}"
-            elif ctype.kind == "pointer" and size:
-                text = f"{ctype.cname} ({size} bytes)"
         except (TypeError, ffi.error):
             pass
         parts.append(text)

@@ -158,3 +158,14 @@ def test_prototype_name_one_rule_for_count_and_time():
         prototype_name(one, "adler32")
     with pytest.raises(MeasurementError, match="named by address"):
         prototype_name(two, "0x47c0")
+
+
+def test_a_bad_command_line_value_is_blamed_on_the_option(tmp_path):
+    """`analyze pow --inputs 0` said "wcetfit.toml: [measure] 'inputs' must be at least 1":
+    the file was fine.  The option is named; a bad value in the file still names the file."""
+    d = make(tmp_path)
+    with pytest.raises(TargetError) as exc:
+        tg.load_target(d, inputs=0)
+    assert str(exc.value).startswith("--inputs must be at least 1")
+    with pytest.raises(TargetError, match="^--seed must be >= 0"):
+        tg.load_target(d, seed=-1)

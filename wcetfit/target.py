@@ -210,18 +210,22 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         if value is not None:
             measure_raw[key] = value
     measure = MeasureSettings(**measure_raw)
+
+    def origin(key: str) -> str:
+        # a value from the command line is the option's fault, not the file's
+        return f"--{key}" if overrides.get(key) is not None else f"{path}: [measure] '{key}'"
+
     for key in ("inputs", "repeats", "trace_cap"):
         if getattr(measure, key) < 1:
-            raise TargetError(f"{path}: [measure] '{key}' must be at least 1, "
-                              f"found {getattr(measure, key)}")
+            raise TargetError(f"{origin(key)} must be at least 1, found {getattr(measure, key)}")
     if measure.warmup < 0 or not measure.timeout > 0 or not math.isfinite(measure.timeout):
         raise TargetError(f"{path}: [measure] 'warmup' must be >= 0 and 'timeout' > 0 "
                           "(a finite number of seconds)")
     if measure.seed < 0:
-        raise TargetError(f"{path}: [measure] 'seed' must be >= 0, found {measure.seed}")
+        raise TargetError(f"{origin('seed')} must be >= 0, found {measure.seed}")
     for key, most in _MEASURE_MAX.items():
         if getattr(measure, key) > most:
-            raise TargetError(f"{path}: [measure] '{key}' must be at most {most:,}, "
+            raise TargetError(f"{origin(key)} must be at most {most:,}, "
                               f"found {getattr(measure, key):,}")
     if measure.method not in TIMING_METHODS:
         raise TargetError(f"{path}: [measure] 'method' must be one of "

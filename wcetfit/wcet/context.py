@@ -20,7 +20,10 @@ callees of callees) are one integer program:
   most executions, its most activations, irreducible regions' work) bounds the sum over
   all instances of that function: the expensive site's count is charged once in all,
   never once per call of the cheap site;
-- the root keeps its own constraints (observed relations, path envelopes, [flow] facts).
+- the root keeps its own constraints (observed relations, path envelopes, [flow] facts);
+- an indirect call site has an instance of each target the count run saw it call, and
+  those instances share the site's executions (one call per execution: their entries
+  add up to the calling block's count, or at most to it when some targets run uncounted).
 
 Functions of a recursive cycle stay context-insensitive (their per-call WCET from
 :func:`~wcetfit.wcet.interproc.wcet_bound` is charged per execution of the calling

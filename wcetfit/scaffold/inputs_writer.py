@@ -6,10 +6,16 @@ What each parameter gets (cffi tells the types; the declaration gives the names)
   from the length parameter it pairs with.  Pairs are found by name first (``dest`` with
   ``destLen``, ``source`` with ``sourceLen``), then by position and type: an integer
   right after the pointer (``(buf, len)``, ``(p, n)``) or, for a pointer with none, the
-  nearest integer named like a length (an output buffer sized like its input).  A
-  pointer to an integer named like a length (``uLongf *destLen``) is an in-out
-  capacity: it holds its buffer's size.  Lengths range over ``0..MAX_LEN`` with every
-  ``SLOW_EVERY``-th input at ``MAX_LEN``, the slow calls a WCET needs.
+  nearest integer named like a length.  A pointer to an integer named like a length
+  (``uLongf *destLen``) is an in-out capacity: it holds its buffer's size.  Lengths
+  range over ``0..MAX_LEN`` with every ``SLOW_EVERY``-th input at ``MAX_LEN``, the slow
+  calls a WCET needs.
+* a buffer whose size the prototype does not give is a guess, and the guess errs large:
+  one that borrows another's length (``SHA256(d, n, md)``: ``md`` has no length of its
+  own, the function writes 32 bytes whatever ``n`` is) holds ``n + OUT_SPARE``
+  elements, one with no length anywhere ``UNSIZED_LEN = MAX_LEN + OUT_SPARE`` (room for
+  a copy of any input, a C string's NUL and a tail); a ``char`` one of them ends in a
+  NUL, so a string scan stops inside it.  The comment beside it and a note say so.
 * integers range over their type (at most 32 bits), with the ends, 0, 1 and small values
   drawn often because those are what branches test; enums take their declared values;
   floating values are uniform in ±1000; ``char`` is one byte.
@@ -30,7 +36,16 @@ from typing import Any
 from wcetfit.scaffold.declaration import Declaration, Param
 
 MAX_LEN = 4096
-UNSIZED_LEN = 4096
+# The room a buffer whose size the prototype does not give gets beyond the length it
+# borrows: what a function writes there regardless of the length cannot be known, and a
+# buffer too small is memory corruption in the measuring process.  The largest
+# fixed-size results the system libraries write through such a bare pointer are a digest
+# (SHA512, EVP_MAX_MD_SIZE: 64 bytes) and an RSA block (RSA_public_encrypt(flen, from,
+# to, ...) writes RSA_size() bytes to `to`: 512 for a 4096-bit key); added, not taken as
+# a floor with max(), it also covers an output that is its input plus a fixed tail
+# (libsodium's crypto_secretbox_easy writes mlen + 16 bytes, crypto_sign mlen + 64).
+OUT_SPARE = 512
+UNSIZED_LEN = MAX_LEN + OUT_SPARE
 
 _LENGTH_WORD = r"(len|length|size|sz|count|cnt|num|nbytes|bytes|nelem|nelems|nmemb|items)"
 _LENGTHY = re.compile(rf"(?i)({_LENGTH_WORD}|^n$|^n_|^n[A-Z])")
@@ -101,6 +116,7 @@ class _Writer:
         self.helpers: dict[str, list[str]] = {}     # helper name -> its lines
         self.helper_of: dict[str, str] = {}         # struct cname -> helper name
         self.notes: list[str] = []
+        self.borrowed: set[int] = set()             # buffers sized from another's length
 
     # -- scalars --
 
@@ -212,10 +228,9 @@ class _Writer:
                        and c not in named]
             after = [c for c in lengthy if c > b]
             before = [c for c in lengthy if c < b]
-            if after:
-                out[b] = after[0]
-            elif before:
-                out[b] = before[-1]
+            if after or before:
+                out[b] = after[0] if after else before[-1]
+                self.borrowed.add(b)
         return out, {c for c in out.values() if c in inout}
 
     def buffer_kind(self, t: Any) -> bool:
@@ -246,7 +261,13 @@ class _Writer:
         lengths = sorted(set(pairs.values()))
         for c in lengths:                       # lengths first: buffers are sized from them
             t = types[c]
-            users = ", ".join(params[b].name for b, l in pairs.items() if l == c)
+            users = ", ".join(params[b].name for b, l in pairs.items()
+                              if l == c and b not in self.borrowed)
+            guessed = ", ".join(params[b].name for b, l in pairs.items()
+                                if l == c and b in self.borrowed)
+            if guessed:
+                users = f"{users}; {guessed} sized from it" if users else \
+                    f"{guessed} sized from it"
             if c in inout:
                 body.append(f"    {names[c]}_cap = UNSIZED_LEN  # capacity of {users}, in "
                             f"elements; *{params[c].name} holds it")
@@ -310,19 +331,32 @@ class _Writer:
         if i not in pairs and item.cname == "char" and const:   # a C string: no length
             return [f"    {name} = ffi.new(\"char[]\", _text(rng, MAX_LEN))  # a NUL-"
                     "terminated text; input"]
-        if i in pairs:
+        fill = None                                # elements holding generated data
+        if i in self.borrowed:
+            c = pairs[i]
+            fill = names[c]
+            n = f"{fill} + OUT_SPARE"
+            how = (f"no length of its own: {self.params[c].name} + OUT_SPARE elements is a "
+                   f"guess: set it to the size {self.decl.function} {self.access(const)}")
+            self.notes.append(f"{p.name}: no length parameter of its own; sized "
+                              f"{self.params[c].name} + {OUT_SPARE} elements, a guess: set it to "
+                              f"the size the function {self.access(const)}")
+        elif i in pairs:
             c = pairs[i]
             n = f"{names[c]}_cap" if c in inout else names[c]
             how = (f"sized from {self.params[c].name}" if c not in inout else
                    f"its capacity is *{self.params[c].name}")
         else:
             n = "UNSIZED_LEN"
-            how = "no length parameter found: check the size the function needs"
-            self.notes.append(f"{p.name}: no length parameter found; {UNSIZED_LEN} elements")
+            how = (f"no length parameter: UNSIZED_LEN elements is a guess: set it to the size "
+                   f"{self.decl.function} {self.access(const)}")
+            self.notes.append(f"{p.name}: no length parameter found; {UNSIZED_LEN} elements, "
+                              f"a guess: set it to the size the function {self.access(const)}")
+        guessed = i in self.borrowed or i not in pairs
         if item.kind in ("struct", "union"):
             helper = self.struct_helper(item, p.name)
             return [f"    {name} = ffi.new(\"{item.cname}[]\", max({n}, 1))  # {how}; {role}",
-                    f"    for k in range({n}):",
+                    f"    for k in range({fill or n}):",
                     f"        {name}[k] = {helper}(rng)"]
         if item.kind == "void":
             elem, esize = "unsigned char", 1
@@ -330,26 +364,35 @@ class _Writer:
             elem = ptype[:-1].strip() if ptype.endswith("*") else item.cname
             esize = ffi.sizeof(item)
         if item.kind == "void" or _is_int(item) or item.cname in ("char", "_Bool") + _CHARS:
-            return [f"    {name} = _buffer(ffi, \"{elem}\", {n}, {esize}, rng)  # {how}; {role}; "
-                    "random bytes: vary the data that steers branches"]
+            lines = [f"    {name} = _buffer(ffi, \"{elem}\", {n}, {esize}, rng)  # {how}; "
+                     f"{role}; random bytes: vary the data that steers branches"]
+            if guessed and item.cname == "char":
+                lines.append(f"    {name}[len({name}) - 1] = b\"\\0\"  # ends in a NUL: a "
+                             "string scan stops inside it")
+            return lines
         lines = [f"    {name} = ffi.new(\"{elem}[]\", max({n}, 1))  # {how}; {role}"]
+        k = fill or n
         if item.kind == "enum":
             expr, _ = self.scalar(item)
-            lines.append(f"    for k in range({n}):")
+            lines.append(f"    for k in range({k}):")
             lines.append(f"        {name}[k] = {expr}")
         elif item.cname in ("float", "double"):
             np_t = "np.float32" if item.cname == "float" else "np.float64"
-            lines.append(f"    ffi.memmove({name}, rng.uniform(-1000.0, 1000.0, {n})"
-                         f".astype({np_t}).tobytes(), {_times(n, esize)})  # set the range "
+            lines.append(f"    ffi.memmove({name}, rng.uniform(-1000.0, 1000.0, {k})"
+                         f".astype({np_t}).tobytes(), {_times(k, esize)})  # set the range "
                          "that matters")
         return lines
+
+    @staticmethod
+    def access(const: bool) -> str:
+        return "reads" if const else "writes (or reads)"
 
     def module(self, body: list[str]) -> str:
         d = self.decl
         helpers = "\n\n\n".join("\n".join(lines) for lines in self.helpers.values())
         return _TEMPLATE.format(
             function=d.function, source=d.source, prototype=d.prototype,
-            max_len=MAX_LEN, unsized=UNSIZED_LEN,
+            max_len=MAX_LEN, spare=OUT_SPARE,
             helpers=("\n\n\n" + helpers) if helpers else "",
             body="\n".join(body))
 
@@ -380,7 +423,12 @@ values the function is meant to get (values it rejects early make fast, dull cal
 import numpy as np
 
 MAX_LEN = {max_len}        # the longest buffer (elements; bytes for void *)
-UNSIZED_LEN = {unsized}    # the size of buffers no length parameter describes
+# A buffer without a length of its own is a guess, made large: what a function writes
+# through a bare pointer whatever the lengths (a digest: 64 bytes for SHA512; an RSA
+# block: 512 for a 4096-bit key; a copy of the input plus a tag) must fit, or it
+# corrupts the measuring process.  Set the real size where the comment says so.
+OUT_SPARE = {spare}        # elements beyond the length it borrows
+UNSIZED_LEN = MAX_LEN + OUT_SPARE    # the size of buffers no length parameter describes
 SLOW_EVERY = 10       # every SLOW_EVERY-th input takes the longest buffers
 
 

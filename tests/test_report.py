@@ -742,3 +742,18 @@ def test_one_path_for_every_input_is_said(built):
     rep = build_report(fns, "f", fit, same, cols, times, wres, TSC_HZ)
     said = [w for w in rep.function("f").warnings if "ran the same blocks" in w.message]
     assert said and f"all {len(counts)} inputs" in said[0].message and "NULL" in said[0].advice
+
+
+def test_a_callees_block_in_the_roots_groups_is_named_within_the_callee(built):
+    """The whole-call fit's groups span the root's callees; their blocks were named from
+    the root's address (libm: "pow+0x2e780" for a block of another function, libcrypto:
+    "SHA256-0xae010").  Each is named within the function that holds it."""
+    fns, counts, cols, times, fit, wres, _ = built
+    fit = json.loads(json.dumps(fit))
+    g0 = fns["g"].blocks[1].address
+    fit["functions"][0]["groups"][0]["blocks"].append(hex(g0))
+    report = build_report(fns, "f", fit, counts, cols, times, wres, TSC_HZ)
+    fr = report.function("f")
+    assert fr.key(g0) == "g+0x10"
+    text = to_text(report, full=True)
+    assert "g+0x10" in text and f"f+{g0 - fns['f'].address:#x}" not in text

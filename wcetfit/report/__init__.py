@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -178,6 +178,9 @@ class FunctionReport:
     entry: int
     exits: tuple[int, ...]
     fit_extra: Mapping[str, Any]
+    # blocks of other functions in this function's groups (a whole-call fit's group spans
+    # the root's callees), named within the function that holds them
+    other_keys: Mapping[int, str] = field(default_factory=dict)
 
     def block(self, address: int) -> BlockRow:
         for b in self.blocks:
@@ -186,6 +189,8 @@ class FunctionReport:
         raise KeyError(hexaddr(address))
 
     def key(self, address: int) -> str:
+        if address in self.other_keys:
+            return self.other_keys[address]
         off = address - self.address
         return f"{self.name}+{off:#x}" if off >= 0 else f"{self.name}-{-off:#x}"
 
@@ -385,13 +390,21 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
     names = [root] + sorted(n for n in fits if n != root and n in functions)
     if wres is not None:
         names += [n for n in wres.order if n not in names and n in functions]
+    owner: dict[int, FunctionModel] = {}
+    for f in functions.values():
+        for a in f.block_addresses:
+            owner.setdefault(a, f)
+
+    def block_key(a: int) -> str:
+        return loop_key(owner[a], a) if a in owner else hexaddr(a)
+
     reports = []
     for name in names:
         reports.append(_function_report(
             functions[name], name == root, fits.get(name), counts, cols, col_of, contrib,
             mean_pred, space, wres, werr, path_residual, overhead if name == root else None,
             measured, predicted, raw_max, input_numbers=input_numbers,
-            describe_input=describe_input))
+            describe_input=describe_input, block_key=block_key))
     return Report(root=root, tsc_hz=tsc_hz, n_inputs=n_inputs, n_repeats=n_repeats,
                   functions=tuple(reports),
                   measured_ticks=tuple(float(v) for v in at_reference),
@@ -408,7 +421,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                      wres: WcetResult | None, werr: str | None, path_residual: float | None,
                      overhead: float | None, measured: np.ndarray, predicted: np.ndarray,
                      raw_max: float | None, *, input_numbers: Sequence[int] | None = None,
-                     describe_input: Any = None) -> FunctionReport:
+                     describe_input: Any = None,
+                     block_key: Any = None) -> FunctionReport:
     name = fn.name
     warns: list[Finding] = []
     ires = wres.functions.get(name) if wres is not None else None
@@ -466,7 +480,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
     if unseparated:
         def _labels(g) -> str:
             more = len(g.blocks) - 4
-            return (", ".join(loop_key(fn, a) for a in g.blocks[:4])
+            return (", ".join((block_key or (lambda a: loop_key(fn, a)))(a)
+                              for a in g.blocks[:4])
                     + (f" and {more} more" if more > 0 else ""))
         shown = unseparated[:3]
         text = "; ".join(f"group {g.id}: {_labels(g)}" for g in shown)
@@ -645,7 +660,11 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                                   "data-dependent blocks"))
 
     back = tuple(e for lp in fn.loops for e in lp.back_edges)
+    own = set(fn.block_addresses)
+    other_keys = {a: block_key(a) for g in groups for a in g.blocks
+                  if a not in own} if block_key is not None else {}
     return FunctionReport(
+        other_keys=other_keys,
         name=name, address=fn.address, is_root=is_root, blocks=tuple(rows),
         groups=tuple(groups), overhead_ticks=overhead, validation=val, never_executed=never,
         wcet=summary, warnings=tuple(warns), edges=tuple(dict.fromkeys(fn.edges)),

@@ -16,6 +16,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "keep them as inputs of the store: the fit, the WCET and the report "
                     "use them from then on.  Needs counts and times (`wcetfit analyze`).")
     p.add_argument("target", metavar="TARGET_DIR", help="folder holding wcetfit.toml")
+    # which stored measurements the fit starts from, and how many repeats the candidates
+    # get: those of an `analyze --inputs N --repeats R` run (else the kept candidates'
+    # rows are not comparable with the measured ones, and the fit leaves them out)
+    p.add_argument("--inputs", type=int, metavar="N",
+                   help="number of generated inputs (default: [measure] inputs)")
+    p.add_argument("--seed", type=int, metavar="S",
+                   help="seed of the inputs (default: [measure] seed)")
+    p.add_argument("--repeats", type=int, metavar="R",
+                   help="which stored timing set, and the timed calls per candidate "
+                        "(default: [measure] repeats)")
     p.add_argument("--budget", type=int, default=500, metavar="N",
                    help="candidates to count (default 500)")
     p.add_argument("--timed", type=int, default=10, metavar="K",
@@ -29,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from wcetfit.cli.common import check_output_path, write_json
+    from wcetfit.cli.common import check_output_path, measure_overrides, write_json
     from wcetfit.cli.progress import progress_bars
     from wcetfit.errors import TargetError
     from wcetfit.pipeline import open_session
@@ -39,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.budget < 1 or args.timed < 0:
         raise TargetError("--budget must be at least 1 and --timed at least 0")
     check_output_path(args.json)
-    s = open_session(args.target)
+    s = open_session(args.target, **measure_overrides(args))
     roots = [args.function] if args.function else list(s.target.functions)
     unknown = [r for r in roots if r not in s.target.functions]
     if unknown:
@@ -67,7 +77,7 @@ def _summary(out: Any, root: str, rep: Any, *, kept: bool) -> None:
     best = o.best[0].predicted_ticks if o.best else float("nan")
     new = sum(c.new_blocks > 0 for c in o.best)
     out.write(f"{root}: {o.counted} candidates counted ({o.strategy}), {o.rejected} rejected "
-              f"by generate(), {len(o.failures)} crashed or hung\n")
+              f"by generate(), {len(o.failures)} left out (crashed, hung or failed a check)\n")
     out.write(f"  predicted: best candidate {best:,.0f} ticks ({ticks_to_ns(best, hz):,.0f} ns)"
               f" vs {o.start_predicted_ticks:,.0f} ticks for the slowest measured input\n")
     found = rep.found_max_ticks

@@ -9,8 +9,13 @@ A ``generate`` that raises on a candidate rejects that candidate only.
 Counting and timing reuse the count run's and the timing run's workers
 (:mod:`wcetfit.count.run`, :mod:`wcetfit.timing.run`) with the candidates' replayed draws
 in place of the inputs' own generators, in child processes (:mod:`wcetfit.isolate`): a
-candidate that crashes or hangs the function is reported with its arguments and the
-search goes on.
+candidate that crashes or hangs the function, or fails the count run's checks (the
+differential check, flow conservation), is reported with its arguments and the reason,
+and left out; the search goes on.  A failed check stops the count run on a generated
+input, but a candidate is the search's own guess towards the ends of ``generate``'s
+ranges, where inputs ``generate`` makes rarely lie (an empty buffer, say); one the
+function does not accept (it reads past the buffer, and what lies there differs between
+the copy's process and the original's) says nothing against what was measured.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from wcetfit.errors import InputsError
+from wcetfit.errors import InputsError, SelfCheckError, WcetfitError
 from wcetfit.isolate import InputFailure, run_isolated
 from wcetfit.search.choices import ChoiceRng, ChoiceSequence
 from wcetfit.target import Target, generate_input, input_rng
@@ -86,14 +91,57 @@ def uncounted_callees(target: Target, model: Any, root: str) -> dict[str, list[s
             for r, (_fns, skipped) in relocatable_closures(target, model, [root]).items()}
 
 
+class CandidateRejected(WcetfitError):
+    """A candidate failed in the count run's worker (a check, or arguments the harness
+    refuses).  Internal: it carries the candidate's number from the worker to
+    :func:`count_candidates`, which leaves that candidate out; never raised to the user."""
+
+    def __init__(self, index: int, kind: str, reason: str):
+        super().__init__(index, kind, reason)      # args: what pickling rebuilds it from
+        self.index, self.kind, self.reason = index, kind, reason
+
+    def __str__(self) -> str:
+        return f"input {self.index}: {self.kind}: {self.reason}"
+
+
+# Said with a candidate that failed the count run's checks, which every measured input
+# passed: what such a failure most likely means, and what to do if generate() is at fault.
+CHECK_HINT = ("left out: most likely the function reads memory this input's arguments do "
+              "not own (past a buffer, for a length it does not accept), which differs "
+              "between the copy's process and the original's; if generate() can make this "
+              "input too, narrow it to the inputs the function accepts")
+
+
+class _Rejecting:
+    """A count worker whose candidates' failures are theirs, not the run's.
+
+    The count run's worker raises on a failed check, which stops the whole run; here the
+    error is turned into :class:`CandidateRejected` naming the candidate, and the worker
+    still stops (a call that failed its checks may have left the process unfit, as a
+    crash would): :func:`count_candidates` starts a fresh one at the next candidate."""
+
+    def __init__(self, worker: Any):
+        self.worker = worker
+
+    def run(self, index: int, start: Callable[[str], None]) -> Any:
+        try:
+            return self.worker.run(index, start)
+        except SelfCheckError as exc:
+            raise CandidateRejected(index, "check", f"{exc}; {CHECK_HINT}") from None
+        except InputsError as exc:
+            raise CandidateRejected(index, "arguments", f"{exc}; left out") from None
+
+
 def count_candidates(target: Target, model: Any, root: str,
                      sequences: Mapping[int, ChoiceSequence],
                      uncounted: Mapping[str, list[str]] | None = None,
                      inputs: Callable[..., tuple] | None = None
                      ) -> tuple[dict[int, dict[str, np.ndarray]], list[InputFailure]]:
-    """Block counts (function name → counts in its model's block order) per candidate.
-    ``inputs`` builds a key's arguments (default: its choice sequence replayed; the keys
-    of ``sequences`` are what is counted)."""
+    """Block counts (function name → counts in its model's block order) per candidate,
+    and the candidates left out (crashed, hung, failed a check: each named with its
+    arguments and the reason, and logged).  ``inputs`` builds a key's arguments
+    (default: its choice sequence replayed; the keys of ``sequences`` are what is
+    counted)."""
     from wcetfit.count.run import _CountWorker
 
     if uncounted is None:
@@ -106,13 +154,32 @@ def count_candidates(target: Target, model: Any, root: str,
         out[key] = counts
 
     replay = inputs or Replay(sequences)
-    run = run_isolated(lambda: _CountWorker(target, model, [root], False, uncounted,
-                                            inputs=replay),
-                       sorted(sequences), timeout=3 * target.measure.timeout,
-                       on_result=on_result, on_failure=failures.append)
-    if run.interrupted:
-        raise KeyboardInterrupt
+    pending = sorted(sequences)
+    while pending:
+        try:
+            run = run_isolated(lambda: _Rejecting(_CountWorker(target, model, [root], False,
+                                                               uncounted, inputs=replay)),
+                               pending, timeout=3 * target.measure.timeout,
+                               on_result=on_result, on_failure=failures.append)
+        except CandidateRejected as exc:
+            failures.append(_rejected(target, root, exc, replay))
+            # the worker took the candidates in order: those before it are counted or failed
+            pending = [k for k in pending if k > exc.index]
+            continue
+        if run.interrupted:
+            raise KeyboardInterrupt
+        break
     return out, failures
+
+
+def _rejected(target: Target, root: str, exc: CandidateRejected,
+              inputs: Callable[..., tuple]) -> InputFailure:
+    """The failure record of a rejected candidate, logged like a crash (its worker is
+    gone with the summary it sent: the arguments are rebuilt here)."""
+    summary = _summary(target, root, exc.index, inputs) or "(arguments not rebuilt)"
+    failure = InputFailure(exc.index, exc.kind, exc.reason, summary)
+    log.warning("%s", failure.describe())
+    return failure
 
 
 def time_candidates(target: Target, root: str, address: int, method: str,
@@ -166,17 +233,20 @@ def describe_input(target: Target, function: str, index: int,
                    sequences: Mapping[int, ChoiceSequence] | None = None) -> str | None:
     """A short summary of input ``index``'s arguments (a searched input's from its stored
     draws), or None when ``generate`` cannot rebuild it here."""
-    from wcetfit.errors import WcetfitError
+    if sequences and index in sequences:
+        return _summary(target, function, index, Replay(sequences))
+    return _summary(target, function, index, generate_input)
+
+
+def _summary(target: Target, function: str, index: int,
+             inputs: Callable[..., tuple]) -> str | None:
+    """The summary of the arguments ``inputs`` builds for ``index``, or None."""
     from wcetfit.target import describe_args, load_inputs_module
     from wcetfit.timing.thunk import build_harness
 
     try:
         ffi = build_harness(target.prototype, target.cdef).ffi
-        generate = load_inputs_module(target)
-        if sequences and index in sequences:
-            args = Replay(sequences)(generate, target, ffi, function, index)
-        else:
-            args = generate_input(generate, target, ffi, function, index)
+        args = inputs(load_inputs_module(target), target, ffi, function, index)
         return describe_args(ffi, args)
     except WcetfitError as exc:
         log.info("input %d: arguments not described: %s", index, exc)

@@ -6,16 +6,20 @@ plus a child process per generation) and scores each by the time the fit predict
 its counts.  Blocks no measured input executed have no cost yet; a candidate that reaches
 them is kept among the best regardless of its score (it is what the fit lacks), and is
 timed at the end like the others.  The generation starts from the measured inputs with
-the longest calls.  With ``strategy="random"`` the same budget goes to fresh inputs of
-``generate`` instead: the reference the search is compared with (Groß 2003 found random
-inputs reach about 85 % of what an evolutionary search finds).
+the longest calls: a generated input by its own draws, re-recorded; a searched one by the
+draws stored with it (its number is no input of ``generate``'s: re-recording it would
+seed the search with a fresh input that is not the one measured); a reached one
+(``wcetfit reach``: not made by ``generate``) not at all.  With ``strategy="random"`` the
+same budget goes to fresh inputs of ``generate`` instead: the reference the search is
+compared with (Groß 2003 found random inputs reach about 85 % of what an evolutionary
+search finds).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -58,7 +62,7 @@ class SearchOutcome:
     strategy: str
     counted: int                               # candidates counted
     rejected: int                              # rejected by generate() before counting
-    failures: tuple[InputFailure, ...]         # candidates that crashed or hung the code
+    failures: tuple[InputFailure, ...]         # left out: crashed, hung, failed a check
     best: tuple[Candidate, ...]                # best first
     start_predicted_ticks: float               # best prediction among the measured inputs
     history: tuple[float, ...] = field(default=())   # best prediction after each generation
@@ -66,8 +70,10 @@ class SearchOutcome:
 
 def search(target: Any, model: Any, root: str, system: Any, fit: Any,
            options: SearchOptions = SearchOptions(), *, first_key: int = SEARCH_BASE,
-           progress: Progress | None = None) -> SearchOutcome:
-    """Search inputs of ``root`` that the fitted model predicts to be slow."""
+           progress: Progress | None = None,
+           stored: Mapping[int, ChoiceSequence] | None = None) -> SearchOutcome:
+    """Search inputs of ``root`` that the fitted model predicts to be slow.  ``stored``:
+    the draws of the searched inputs among the system's rows, by input number."""
     rng = np.random.default_rng([options.seed, 0x5EA2C4])
     functions = {fc: model.function(fc) for fc, _ in system.columns}
     blocks_of = {name: fn.block_addresses for name, fn in functions.items()}
@@ -78,20 +84,14 @@ def search(target: Any, model: Any, root: str, system: Any, fit: Any,
     start = float(np.nanmax(measured_pred)) if len(measured_pred) else 0.0
 
     # The measured inputs with the slowest calls (and predictions) seed the population.
-    mean_ticks = np.nanmean(system.ticks, axis=1)
-    order = np.argsort(-np.nan_to_num(np.maximum(mean_ticks, measured_pred), nan=-np.inf))
-    pool: list[Candidate] = []
-    for row in order[:options.parents]:
-        seq = normaliser.record(int(system.indices[row]))
-        vec = system.counts[row]
-        pool.append(Candidate(-1, seq, {}, vec, float(measured_pred[row]), 0))
-
+    pool = seed_population(normaliser, system, measured_pred, options.parents, stored or {})
     next_key = first_key
     counted = rejected = 0
     failures: list[InputFailure] = []
     best: dict[int, Candidate] = {}
     history: list[float] = []
-    fresh_index = int(system.indices.max()) + 1 if len(system.indices) else 0
+    generated = system.indices[system.indices < SEARCH_BASE]
+    fresh_index = int(generated.max()) + 1 if len(generated) else 0   # generate's next
     while counted < options.budget:
         want = min(options.generation, options.budget - counted)
         batch: dict[int, ChoiceSequence] = {}
@@ -133,6 +133,27 @@ def search(target: Any, model: Any, root: str, system: Any, fit: Any,
                  root, counted, history[-1], start)
     return SearchOutcome(root, options.strategy, counted, rejected, tuple(failures),
                          tuple(sorted(best.values(), key=_by_time)), start, tuple(history))
+
+
+def seed_population(normaliser: Normaliser, system: Any, measured_pred: np.ndarray,
+                    parents: int, stored: Mapping[int, ChoiceSequence]) -> list[Candidate]:
+    """The first parents: the measured inputs with the slowest calls (or predictions),
+    each with the draws that made it, so that a mutation changes that very input.  A
+    generated input's draws are recorded again from its number; a searched input's
+    number (from SEARCH_BASE) is no input of ``generate``'s, so its stored draws stand
+    for it; an input without draws (a reached one) seeds nothing."""
+    mean_ticks = np.nanmean(system.ticks, axis=1)
+    order = np.argsort(-np.nan_to_num(np.maximum(mean_ticks, measured_pred), nan=-np.inf))
+    pool: list[Candidate] = []
+    for row in order:
+        if len(pool) == parents:
+            break
+        index = int(system.indices[row])
+        seq = normaliser.record(index) if index < SEARCH_BASE else stored.get(index)
+        if seq is not None:
+            pool.append(Candidate(-1, seq, {}, system.counts[row],
+                                  float(measured_pred[row]), 0))
+    return pool
 
 
 # A candidate's counts more than this share (by norm) outside the space the measured counts

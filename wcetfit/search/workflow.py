@@ -50,8 +50,9 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
     target = session.target
     old = load_search_rows(session.store, root, target.measure.seed)
     first_key = SEARCH_BASE + (len(old.indices) if old is not None else 0)
+    stored = dict(zip(old.indices.tolist(), old.sequences)) if old is not None else {}
     outcome = search(target, session.model, root, system, fit, options,
-                     first_key=first_key, progress=progress)
+                     first_key=first_key, progress=progress, stored=stored)
     chosen = outcome.best[:options.timed]
     method, _ = resolve_method(target)
     fn_model = session.root_model(root)

@@ -224,3 +224,28 @@ def test_sha_ni_path_is_counted():
             hits = [int(r.counts[n][copy.plan.slots[n].blocks.index(target)])
                     for n in copy.plan.functions if target in copy.plan.slots[n].blocks]
             assert hits and max(hits) >= 1
+
+
+def test_a_failed_differential_check_names_the_input_and_what_it_may_mean(tmp_path):
+    """A generated input outside the function's contract (``total`` with n == 0 leaves its
+    process id in the buffer: the copy's process and the original's differ, as libgmp's
+    __gmpn_mul_1 reading past a one-limb buffer does) stops the count run, as a wrong copy
+    must; the one error line now gives the input's arguments and says that narrowing
+    generate() is the remedy when the input is out of contract."""
+    import subprocess
+    import sys
+
+    from test_search_failures import _target
+
+    d = _target(tmp_path)
+    (d / "inputs.py").write_text(
+        "def generate(ctx):\n"
+        "    n = 0 if ctx.index == 2 else int(ctx.rng.integers(1, 33))\n"
+        "    return (ctx.ffi.new('long[]', max(n, 1)), n)\n")
+    r = subprocess.run([sys.executable, "-m", "wcetfit", "count", str(d)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    [line] = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert "differential check for input 2" in line
+    assert "the input's arguments: (long[1] {0}, 0)" in line
+    assert "narrow generate()" in line and "wcetfit bug" in line

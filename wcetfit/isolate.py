@@ -328,7 +328,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                     pending = pending[pending.index(index) + 1:]
                     break
                 elif kind == "fatal":
-                    raise msg[2]
+                    raise _with_input(msg[2], in_progress)
         except KeyboardInterrupt:
             run.interrupted = True
             return run
@@ -340,6 +340,26 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
             else:
                 _kill_group(last_pid)
     return run
+
+
+# A failed self-check stops the run: the copy may be wrong.  But the same failure comes
+# from a function that reads memory its arguments do not own for this input (libgmp's
+# __gmpn_mul_1 with n = 0 reads past its one-limb buffer, and what lies there differs
+# between the copy's process and the original's): say which input, and both readings.
+CHECK_ADVICE = ("if the function reads memory these arguments do not own for this input "
+                "(past a buffer, for a length or value it does not accept), narrow "
+                "generate() in inputs.py to the inputs it accepts; otherwise the "
+                "instrumented copy is wrong, a wcetfit bug")
+
+
+def _with_input(exc: Exception, in_progress: tuple[int, str] | None) -> Exception:
+    """A worker's fatal error, a failed self-check with the arguments of the input it
+    failed on and what it may mean."""
+    from wcetfit.errors import SelfCheckError
+
+    if not isinstance(exc, SelfCheckError) or in_progress is None:
+        return exc
+    return SelfCheckError(f"{exc}; the input's arguments: {in_progress[1]}; {CHECK_ADVICE}")
 
 
 def _kill_group(pid: int) -> None:

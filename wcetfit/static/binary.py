@@ -47,7 +47,7 @@ from wcetfit.static import decode, elfinfo, ifunc
 from wcetfit.static.build import Builder, IndirectJumpInfo, RawCFG
 from wcetfit.static.cfgcache import CfgCache
 from wcetfit.static.elfinfo import ElfInfo
-from wcetfit.static.jumptables import _TABLE_ABS, _TABLE_REL, _bound_from, _writes
+from wcetfit.static.jumptables import CALLER_SAVED, _TABLE_ABS, _TABLE_REL, _bound_from, _writes
 from wcetfit.static.symbols import SymbolIndex
 from wcetfit.static.whole import _recover_all, _warn_whole_binary, summary_of, with_fdes
 
@@ -60,7 +60,10 @@ log = logging.getLogger(__name__)
 # 6: pointer arrays off a lea and and-masked indices (jumptables);
 # 7: whole-binary graphs from wcetfit.static.descent, not CFGFast;
 # 8: guards on a copy's source after the copy, byte-extended indices (256 entries)
-MODEL_FORMAT = 8
+# 9: CFGFast's resolver takes a predecessor's guard over the block's byte extension, and
+#    a hoisted table base from the one lea reaching the jump
+# 10: function starts and branch targets VEX cannot decode at all are decoded by capstone
+MODEL_FORMAT = 10
 
 # CFGFast options, chosen deliberately (a default CFGFast of libm takes ~40 s, this ~10 s):
 CFG_OPTIONS = dict(
@@ -166,6 +169,51 @@ def _gcc_table_resolver(project, obj):
                 return defs[0]
             return None
 
+        @staticmethod
+        def _reaching_lea(cfg, addr, before, reg):
+            """The one ``lea reg, [rip + ...]`` that last writes ``reg`` on every path
+            reaching the jump's block at ``addr`` (``before``: its instructions up to the
+            table's load), or None: a function with two tables off the same hoisted base
+            register (libexpat's tokenizers: ``lea r15, [rip + T1]`` and ``[rip + T2]``)."""
+            if any(_writes(x[3], x[2], reg) for x in before):
+                return None
+            found = None
+            seen: set[int] = set()
+            todo = [addr]
+            while todo:
+                a = todo.pop()
+                node = cfg.model.get_any_node(a)
+                if node is None:
+                    return None
+                # a callee's return is no path of its own: the call block precedes too
+                preds = [(p, kind) for p, kind in cfg.model.get_predecessors_and_jumpkinds(
+                    node, excluding_fakeret=False) if kind != "Ijk_Ret"]
+                if not preds or any(kind == "Ijk_Call" for _, kind in preds):
+                    return None             # the entry reached with reg unset (an argument)
+                for p, _ in preds:
+                    if p.addr in seen:
+                        continue
+                    if not p.size:
+                        return None
+                    seen.add(p.addr)
+                    if len(seen) > 4096:
+                        return None
+                    code = decode(p.addr, p.size)
+                    if not code:
+                        return None
+                    hit = next((x for x in reversed(code) if _writes(x[3], x[2], reg)), None)
+                    if hit is None and code[-1][2] == "call" and reg in CALLER_SAVED:
+                        return None
+                    if hit is None:
+                        todo.append(p.addr)
+                    elif found is not None and hit != found:
+                        return None
+                    else:
+                        found = hit
+            if found is not None and found[2] == "lea" and found[3].startswith(f"{reg}, [rip"):
+                return found
+            return None
+
         def resolve(self, cfg, addr, func_addr, block, jumpkind, func_graph_complete=True, **kwargs):
             insns = decode(addr, block.size)
             if not insns or not insns[-1][2].endswith("jmp"):
@@ -194,6 +242,10 @@ def _gcc_table_resolver(project, obj):
                     # only instruction of the function that writes the base register.
                     lea = self._only_lea(cfg, func_addr, base_reg)
                     if lea is None:
+                        # ... or, when several leas write it, when one of them reaches
+                        # the jump on every path
+                        lea = self._reaching_lea(cfg, addr, insns[:load], base_reg)
+                    if lea is None:
                         return False, []
                 table = elfinfo.rip_target(lea[0], lea[1], lea[3].split(", ", 1)[1])
                 if table is None:
@@ -201,28 +253,34 @@ def _gcc_table_resolver(project, obj):
                 esize, base = 4, table
                 guard_scan = insns[:load]
             n = _bound_from(guard_scan, idx)            # "cmp; ja default" inside the block
+            # ... or at the end of every predecessor: "ja default" falling through to the
+            # jump's block, or "jbe <the jump's block>".  Searched also when the block gave
+            # a bound: that may be only its byte extension's 256 (``movzx eax, al`` in the
+            # block, its guard ``cmp al, 5; ja`` ending the predecessor: libexpat's
+            # tokenizers), and 256 entries would read the next tables as this one's, whose
+            # targets then fall inside other instructions.
+            node = cfg.model.get_any_node(addr)
+            preds = cfg.model.get_predecessors(node) if node is not None else []
+            bounds: list[int | None] = []
+            for p in preds:
+                code = decode(p.addr, p.size)
+                if not code:
+                    bounds.append(None)
+                    break
+                a, size, mnem, ops = code[-1]
+                # the block's own code up to the load counts too (the index may be
+                # loaded there from the memory the guard compared)
+                if mnem == "ja" and a + size == addr:
+                    bounds.append(_bound_from(code + guard_scan, idx, "ja"))
+                elif mnem == "jbe" and ops == hex(addr):
+                    bounds.append(_bound_from(code + guard_scan, idx, "jbe"))
+                else:
+                    bounds.append(None)
+            if bounds and None not in bounds:
+                m_ = max(bounds)   # type: ignore[type-var]
+                n = m_ if n is None else min(n, m_)
             if n is None:
-                # ... or at the end of every predecessor: "ja default" falling through to
-                # the jump's block, or "jbe <the jump's block>".
-                node = cfg.model.get_any_node(addr)
-                preds = cfg.model.get_predecessors(node) if node is not None else []
-                bounds = []
-                for p in preds:
-                    code = decode(p.addr, p.size)
-                    if not code:
-                        return False, []
-                    a, size, mnem, ops = code[-1]
-                    # the block's own code up to the load counts too (the index may be
-                    # loaded there from the memory the guard compared)
-                    if mnem == "ja" and a + size == addr:
-                        bounds.append(_bound_from(code + guard_scan, idx, "ja"))
-                    elif mnem == "jbe" and ops == hex(addr):
-                        bounds.append(_bound_from(code + guard_scan, idx, "jbe"))
-                    else:
-                        bounds.append(None)
-                if not bounds or None in bounds:
-                    return False, []
-                n = max(bounds)   # type: ignore[type-var]
+                return False, []
             try:
                 raw = project.loader.memory.load(table, n * esize)
             except Exception:  # noqa: BLE001 -- table outside mapped memory
@@ -325,7 +383,8 @@ def recover_raw(path: str, starts: Iterable[int], elf: ElfInfo | None = None) ->
     with open(path, "rb") as f:
         data = f.read()
     notes = decode.continue_cuts(blocks, plain, elf, data,
-                                 capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64))
+                                 capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64),
+                                 entries=starts)
     return RawCFG(blocks, plain, indirect, frozenset(noreturn), frozenset(noreturn_names), notes)
 
 
@@ -388,6 +447,66 @@ def _with_observed(fn: FunctionModel, indirect: Mapping[int, Sequence[ObservedTa
     return replace(fn, calls=tuple(calls))
 
 
+def _referrer(a: int, have: Mapping[int, tuple[FunctionModel, tuple[int, ...]]],
+              indirect: Mapping[int, Sequence[ObservedTarget]]) -> str:
+    """Where the model met ``a``, for the error that no code could be decoded there: the
+    count run's indirect call that went to it, or the call in a function's model (whose
+    own model is then wrong: e.g. a jump table read past its end)."""
+    for site, targets in sorted(indirect.items()):
+        if any(t.address == a for t in targets):
+            return (f": the indirect call at {hexaddr(site)} went there in the count run, "
+                    "and it is not a function entry of this binary")
+    for fn, _ in have.values():
+        for c in fn.calls:
+            if c.target == a and c.kind != CALL_INDIRECT:
+                return (f": the target of the {'jump' if c.tail else 'call'} at "
+                        f"{hexaddr(c.instruction)} in {fn.name}, whose model is wrong there "
+                        "(code decoded from a misread jump table or data?)")
+    return ""
+
+
+def _check_observed_entries(path: str, elf: ElfInfo, index: SymbolIndex,
+                            indirect: Mapping[int, Sequence[ObservedTarget]]) -> None:
+    """An indirect ``call``'s observed target that lies inside a function (within its
+    ``.eh_frame`` range, not at its start, no symbol there) is no function entry: one
+    error line naming the call and where it went, rather than a model decoded from the
+    middle of another function's instructions.  Indirect ``jmp`` sites may go into their
+    own function (a table not resolved): not checked."""
+    import bisect
+
+    import capstone
+
+    starts = [f[0] for f in elf.fdes]
+
+    def where(x: int) -> str:
+        j = bisect.bisect_right(starts, x) - 1
+        if j < 0 or not x < starts[j] + elf.fdes[j][1]:
+            return index.name_of(x)
+        return index.name_of(starts[j]) + (f"+{x - starts[j]:#x}" if x > starts[j] else "")
+
+    md = None
+    for site, targets in sorted(indirect.items()):
+        for t in targets:
+            a = t.address
+            if a is None or a in index.canonical:
+                continue
+            i = bisect.bisect_right(starts, a) - 1
+            if i < 0 or not (starts[i] < a < starts[i] + elf.fdes[i][1]):
+                continue
+            try:
+                code = elf.read(site, 16)
+            except BinaryError:
+                continue
+            md = md or capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+            ins = next(md.disasm_lite(code, site, 1), None)
+            if ins is None or ins[2] != "call":
+                continue
+            raise FunctionNotFound(
+                f"{path}: the indirect call at {hexaddr(site)} ({where(site)}) went to "
+                f"{hexaddr(a)} in the count run, which is not a function entry: it lies inside "
+                f"the function at {hexaddr(starts[i])} ({where(a)})")
+
+
 def load_model(path: str, functions: Sequence[str | int] | None = None, *,
                with_callees: bool = True, use_cache: bool | CfgCache = True,
                indirect: Mapping[int, Sequence[ObservedTarget]] | None = None) -> BinaryModel:
@@ -421,6 +540,9 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
             return BinaryModel(info, by_name, tuple(fn.name for fn in models.values()),
                                _aliases(index, models))
     wanted = [index.resolve(f) for f in functions]
+    if indirect:
+        elf = with_fdes(elf)
+        _check_observed_entries(path, elf, index, indirect)
 
     have: dict[int, tuple[FunctionModel, tuple[int, ...]]] = {}
     missing: list[int] = []
@@ -457,7 +579,7 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
             built.add(a)
             if a not in raw.blocks:
                 raise FunctionNotFound(f"{path}: no code could be decoded at {hexaddr(a)} "
-                                       f"({index.name_of(a)})")
+                                       f"({index.name_of(a)}){_referrer(a, have, indirect)}")
             fn, callees = b.function(a)
             have[a] = (fn, tuple(sorted(callees)))
             cache.put_function(cdir, fn, callees)

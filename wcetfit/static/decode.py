@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import logging
 import re
+from typing import Iterable
 
 from wcetfit.model import hexaddr
 from wcetfit.static.elfinfo import ElfInfo
@@ -34,10 +35,12 @@ def _is_cut(mnemonic: str) -> bool:
 
 
 def continue_cuts(blocks: dict[int, int], edges: dict[int, tuple[tuple[int | None, str], ...]],
-                  elf: ElfInfo, data: bytes, md) -> dict[int, str]:
-    """Extend ``blocks``/``edges`` (in place) past instructions VEX could not decode.
-    Returns notes per block address: what was continued with capstone, and what could not
-    be decoded at all (those say "cannot be decoded")."""
+                  elf: ElfInfo, data: bytes, md, entries: Iterable[int] = ()) -> dict[int, str]:
+    """Extend ``blocks``/``edges`` (in place) past instructions VEX could not decode, and
+    from ``entries`` (function starts) where CFGFast made no block (the first instruction
+    is one VEX does not know: glibc's AVX-512 rawmemchr).  Returns notes per block
+    address: what was continued with capstone, and what could not be decoded at all
+    (those say "cannot be decoded")."""
     notes: dict[int, str] = {}
     starts = sorted(blocks)
 
@@ -52,21 +55,44 @@ def continue_cuts(blocks: dict[int, int], edges: dict[int, tuple[tuple[int | Non
         got = insns_at(addr, size)
         return got[-1] if got and sum(i[1] for i in got) == size else None
 
-    cuts = []
-    for a, size in blocks.items():
-        if edges.get(a):
-            continue
-        last = last_insn(a, size)
-        if last is not None and _is_cut(last[2]) and a + size not in blocks:
-            cuts.append(a)
-    if not cuts:
-        return notes
-
     def containing(t: int) -> int | None:
         i = bisect.bisect_right(starts, t) - 1
         if i >= 0 and starts[i] < t < starts[i] + blocks[starts[i]]:
             return starts[i]
         return None
+
+    cuts = []
+    # Direct branches to code VEX cannot decode at all: CFGFast makes no node there and
+    # drops the edge (glibc's AVX-512 memcmp on a CPU that selects it: `ja` to a block
+    # starting with `vmovdqu64`), so the model took the branch for a tail call into
+    # nothing.  Their targets are decoded with capstone like a cut block's rest.
+    dangling: list[tuple[int, int]] = []
+    for a, size in list(blocks.items()):
+        last = last_insn(a, size)
+        if last is None:
+            continue
+        if not edges.get(a):
+            if _is_cut(last[2]) and a + size not in blocks:
+                cuts.append(a)
+            continue
+        base = last[2].split()[-1] if last[2] else ""
+        if not (base.startswith("j") or base in ("loop", "loope", "loopne")) \
+                or not re.fullmatch(r"0x[0-9a-f]+", last[3]):
+            continue
+        t = int(last[3], 16)
+        if elf.in_exec(t) and t not in blocks and containing(t) is None \
+                and all(d != t for d, _ in edges[a]):
+            dangling.append((a, t))
+    missing = sorted(e for e in set(entries) if elf.in_exec(e) and e not in blocks
+                     and containing(e) is None)
+    if not cuts and not dangling and not missing:
+        return notes
+    for e in missing:
+        notes[e] = "the function's first instruction: decoded by capstone (angr's lifter cannot)"
+    for a, t in dangling:
+        edges[a] = tuple(edges[a]) + ((t, "Ijk_Boring"),)
+        notes[a] = (f"the branch at the end of this block goes to {hexaddr(t)}, code angr's "
+                    f"lifter cannot decode: decoded by capstone")
 
     def split(t: int) -> None:
         s = containing(t)
@@ -80,6 +106,8 @@ def continue_cuts(blocks: dict[int, int], edges: dict[int, tuple[tuple[int | Non
 
     added = 0
     todo = [(a, a + blocks[a]) for a in sorted(cuts)]   # (block, where decoding continues)
+    todo += [(t, t) for _, t in sorted(dangling, reverse=True)]
+    todo += [(e, e) for e in reversed(missing)]
     while todo and added < _MAX_NEW:
         block, at = todo.pop()
         if block == at and block in blocks:      # decoded meanwhile

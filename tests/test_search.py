@@ -236,3 +236,20 @@ def test_a_candidate_is_scored_on_what_the_inputs_determine():
         pred, outside = determined_prediction(fit, np.array([4, 3, 3]))   # inside
         assert pred == pytest.approx(4 * 3.0 + 300.0 + 7.0)
         assert not outside
+
+
+def test_an_integer_draw_keeps_its_type_range_when_changed():
+    """A uint64 draw whose recorded range reaches below 0 (init's `_int` draws lengths of a
+    signed parameter as lo + a uint64 offset): changing it gave -11 to np.uint64, a
+    traceback in a new user's `analyze` of zlib's crc32_combine.  Values are clipped into
+    the draw's type."""
+    from wcetfit.search.choices import Choice
+    from wcetfit.search.mutate import _change
+
+    rng = np.random.default_rng(0)
+    c = Choice("integers", np.uint64(5), (-16, 16, True))
+    for _ in range(200):
+        v = _change(c, rng).value
+        assert isinstance(v, np.uint64) and 0 <= int(v) <= 16
+    c = Choice("integers", np.int8(3), (-1000, 1000, True))
+    assert all(-128 <= int(_change(c, rng).value) <= 127 for _ in range(200))

@@ -67,15 +67,25 @@ def _change(c: Choice, rng: np.random.Generator) -> Choice:
         return Choice(c.method, arr, c.bounds)
     if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) \
             and c.bounds is not None:
-        return Choice(c.method, type(v)(_int_value(c.bounds, int(v), rng)), c.bounds)
+        return Choice(c.method, _as_type(v, _int_value(c.bounds, int(v), rng)), c.bounds)
     new = _values(c, np.asarray(v), 1, rng)
     new = np.asarray(new).reshape(-1)[0]
     if isinstance(v, (bool, np.bool_)):
         return Choice(c.method, bool(new), c.bounds)
     if isinstance(v, (int, np.integer)):
-        return Choice(c.method, type(v)(int(new)), c.bounds)
+        return Choice(c.method, _as_type(v, int(new)), c.bounds)
     return Choice(c.method, type(v)(float(new)) if isinstance(v, (float, np.floating))
                   else float(new), c.bounds)
+
+
+def _as_type(like: Any, value: int) -> Any:
+    """``value`` as the type of the draw it replaces, clipped into a numpy integer type's
+    range (a draw's recorded range can reach below 0 while the value it gave is a
+    uint64: numpy refused -11 for one, a traceback in a new user's search)."""
+    if isinstance(like, np.integer):
+        info = np.iinfo(type(like))
+        return type(like)(min(int(info.max), max(int(info.min), value)))
+    return type(like)(value)
 
 
 def _values(c: Choice, old: Any, n: int, rng: np.random.Generator) -> np.ndarray:

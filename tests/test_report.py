@@ -757,3 +757,27 @@ def test_a_callees_block_in_the_roots_groups_is_named_within_the_callee(built):
     assert fr.key(g0) == "g+0x10"
     text = to_text(report, full=True)
     assert "g+0x10" in text and f"f+{g0 - fns['f'].address:#x}" not in text
+
+
+def test_an_imported_call_warns_only_on_the_worst_path(built):
+    """The sample's error path calls abort in a block no input ran and the worst path
+    leaves out: its 'time varies with its arguments' warning changed nothing in the bound
+    (a new user's cbrt and MD5 reports: __stack_chk_fail).  A call on the path still
+    warns."""
+    from dataclasses import replace as dc_replace
+
+    fns, counts, cols, times, fit, wres, report = built
+    said = [w.message for w in report.function("f").warnings if "call to imported" in w.message]
+    assert not said, said
+    f = fns["f"]
+    exit_block = f.blocks[7].address
+    f2 = dc_replace(f, calls=f.calls + (CallSite(exit_block, exit_block + 3, CALL_IMPORTED,
+                                                  0x600, "free"),))
+    fns2 = {"f": f2, "g": fns["g"]}
+    rf = read_fit(fit)
+    costs = {name: {a: fb.solution_ticks for a, fb in ff.blocks.items()}
+             for name, ff in rf.items()}
+    w2 = analyze_wcet(fns2, "f", costs, counts, cols, entry_cost=52.0)
+    rep = build_report(fns2, "f", fit, counts, cols, times, w2, TSC_HZ)
+    said = [w.message for w in rep.function("f").warnings if "call to imported" in w.message]
+    assert len(said) == 1 and "free" in said[0]

@@ -301,12 +301,7 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     absent = [n for n in functions if n not in counted]
     if absent:
         # the IPET would stop at the first such function with "no cost for N blocks"
-        exc = WcetError(
-            f"{', '.join(absent)}: reached by {root} in the model but not in its stored "
-            "counts, so their blocks have no cost: either the count run ran them as "
-            "original code (its warnings say why), or they are targets of indirect calls "
-            "observed after these counts were taken (count again: `wcetfit count` and "
-            "`wcetfit analyze` count them as callees)")
+        exc = WcetError(_absent_reason(session, root, absent))
         log.warning("%s: no WCET bound: %s", root, exc)
         return exc
     fi = fit_inputs(fit, functions)
@@ -328,6 +323,39 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     p = session.target.exceedance
     d = call_dispersion(system, fit, exceedance=p)
     return replace(result, dispersion=d.excess, dispersion_factors=d.to_dict(), exceedance=p)
+
+
+def _absent_reason(session: Session, root: str, absent: list[str]) -> str:
+    """Why functions the model reaches have no counts: the instrumented copy cannot hold
+    them (they run as original code; counting again changes nothing), or they are
+    indirect targets observed after the counts were taken (counting again helps)."""
+    from wcetfit.count.relocate import relocatable_closure
+    from wcetfit.loader import read_elf
+
+    try:
+        _, skipped = relocatable_closure(session.model.functions,
+                                         [session.root_model(root).name],
+                                         read_elf(session.target.binary).read)
+    except Exception as exc:  # noqa: BLE001 -- only the wording depends on it
+        log.info("%s: why its callees run uncounted not found: %s", root, exc)
+        skipped = {}
+    uncopied = [n for n in absent if n in skipped]
+    later = [n for n in absent if n not in skipped]
+    parts = []
+    if uncopied:
+        parts.append(
+            f"{', '.join(uncopied)}: reached by {root}, but the instrumented copy cannot "
+            f"hold {'them' if len(uncopied) > 1 else 'it'} ("
+            + "; ".join(f"{n}: {skipped[n]}" for n in uncopied[:3])
+            + ("; …" if len(uncopied) > 3 else "")
+            + "), so they run as original code, uncounted: their blocks have no cost, and "
+              "their time in the calling block is a mean over the inputs, not a worst case")
+    if later:
+        parts.append(
+            f"{', '.join(later)}: reached by {root} in the model but not in its stored "
+            "counts: targets of indirect calls observed after these counts were taken "
+            "(count again: `wcetfit count` and `wcetfit analyze` count them as callees)")
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)

@@ -79,10 +79,16 @@ def relocatable_closures(target: Target, model: Any, roots: Sequence[str], *,
         fns, skipped = relocatable_closure(model.functions, [fn], read, trace=trace)
         out[r] = (list(fns), dict(skipped))
         for name, why in skipped.items():
-            # Said where the user reads the counts: these callees run, uncounted.
-            log.warning("%s: callee %s runs as original code, uncounted (its time stays in "
-                        "the calling block, as an imported call's): %s", r, name, why)
+            # Said where the user reads the counts: these callees run, uncounted (once
+            # per process: analyze plans the copy several times)
+            if (target.binary, r, name) not in _SAID_UNCOUNTED:
+                _SAID_UNCOUNTED.add((target.binary, r, name))
+                log.warning("%s: callee %s runs as original code, uncounted (its time stays "
+                            "in the calling block, as an imported call's): %s", r, name, why)
     return out
+
+
+_SAID_UNCOUNTED: set[tuple[str, str, str]] = set()
 
 
 def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *,

@@ -56,6 +56,12 @@ __all__ = ["load_model", "list_functions", "binary_info", "summary_of", "recover
 
 log = logging.getLogger(__name__)
 
+# Recoveries of callees the previous ones did not reach, one level of calls through
+# pointers each (liblzma's encoders behind lzma_easy_buffer_encode: 4 levels; the count
+# run follows up to 8, wcetfit.pipeline.FOLLOW_ROUNDS).  Each round models every start it
+# is given or stops with an error, so the rounds end; the cap only bounds the work.
+RECOVERY_ROUNDS = 16
+
 # Bump when the way models are derived changes: cached models of older formats are not used.
 # 6: pointer arrays off a lea and and-masked indices (jumptables);
 # 7: whole-binary graphs from wcetfit.static.descent, not CFGFast;
@@ -588,7 +594,7 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
         missing.clear()
         if with_callees:
             closure([c for a in list(have) for c in list(have[a][1]) + extra(have[a][0])])
-            if missing and rounds >= 3:   # callees no recovery reaches: say so
+            if missing and rounds >= RECOVERY_ROUNDS:   # callees no recovery reaches: say so
                 log.warning("no model for callee(s) %s", ", ".join(hexaddr(a) for a in missing))
                 break
 

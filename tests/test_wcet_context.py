@@ -306,3 +306,19 @@ def test_the_per_site_bound_through_pointers_covers_every_measured_call():
     assert any("callees bounded per call site" in w for w in res.warnings)
     assert pred.max() == pytest.approx(217)
     assert res.bound_ticks == pytest.approx(225)
+
+
+def test_a_callers_own_bound_includes_a_callee_lumped_at_the_root():
+    """With h's and g's activations bounded all at once (added once to the root's bound),
+    the pass that charges a lumped function nothing at its calls is the root's alone:
+    each callee's own bound stays its WCET per call, its callees included (a new user's
+    MD5 report showed MD5_Update at 3.3 ticks beside its 12,235-tick callee)."""
+    fns, cols, C, costs = setup()
+    res = analyze_wcet(fns, "f", costs, C, cols, entry_cost=7.0, use_relations=False,
+                       observed_paths=False, per_site=False)
+    assert any("all its activations bounded at once" in w for w in res.warnings)
+    h_one = res.functions["h"].bound_ticks
+    g = res.functions["g"]
+    calls_of_h = g.block_counts[addr(fns["g"], 2)]
+    assert calls_of_h >= 1
+    assert g.bound_ticks >= calls_of_h * h_one

@@ -283,8 +283,11 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                             f"the measurement worker did not answer within {limit:.0f} s "
                             "while setting up") from None
                     index, summary = in_progress
+                    # (the limit covers all of this input's calls: a multiple of the
+                    # per-call [measure] timeout, which is what the user sets)
                     fail = InputFailure(index, "hang", f"no return after {timeout:g} s "
-                                        "(per-call timeout; raise [measure] timeout if the "
+                                        "(the time allowed for this input's calls, from "
+                                        "[measure] timeout per call; raise it if the "
                                         "function is just slow)", summary)
                     _record_failure(run, fail, on_failure)
                     pending = pending[pending.index(index) + 1:]

@@ -6,7 +6,9 @@ inflate_table, adler32, updatewindow … ; its inputs are the search bench's: 1�
 random bytes over an alphabet of 2–256 symbols, deflated at levels 1–9) and libbz2's
 ``BZ2_bzBuffToBuffDecompress`` (BZ2_bzDecompressInit, BZ2_bzDecompress, BZ2_decompress,
 BZ2_hbCreateDecodeTables, unRLE_obuf_to_output_FAST, BZ2_indexIntoF … ; 1–4,096 bytes
-compressed by Python's bz2 at block size 1–9).  300 inputs × 10 repeats, as issue #15
+compressed by Python's bz2 at block size 1–9) and liblzma's ``lzma_stream_buffer_decode``
+(1–2,048 bytes in .xz streams: its decoders called through pointers).  300 inputs × 10
+repeats, as issue #15
 asks.  Per target, each figure against a reference measured in the same run:
 
 * ``multi.<t>.analyze_wall_time``: count + time + fit + WCET of the 300 × 10 (goal
@@ -49,6 +51,7 @@ REPEATS = 10
 
 ZLIB = "/lib/x86_64-linux-gnu/libz.so.1"
 BZ2 = "/lib/x86_64-linux-gnu/libbz2.so.1.0"
+LZMA = "/lib/x86_64-linux-gnu/liblzma.so.5"
 
 TARGETS = {
     # name: (binary, function, prototype, inputs.py body)
@@ -82,6 +85,25 @@ TARGETS = {
             dest_len = ctx.ffi.new("unsigned int *", n)
             src = ctx.ffi.new("char[]", comp)
             return (dest, dest_len, src, len(comp), 0, 0)
+        """),
+    # the stream, block, LZ and LZMA decoders behind one call, each reached only through
+    # a next.code pointer (the per-call-site program follows them to the targets seen)
+    "lzma_stream_buffer_decode": (LZMA, "lzma_stream_buffer_decode",
+                                  "int lzma_stream_buffer_decode(uint64_t *memlimit, "
+                                  "uint32_t flags, const void *allocator, const uint8_t *in, "
+                                  "size_t *in_pos, size_t in_size, uint8_t *out, "
+                                  "size_t *out_pos, size_t out_size);", """
+        import lzma
+
+        def generate(ctx):
+            ffi = ctx.ffi
+            n = int(ctx.rng.integers(1, 2049))
+            alphabet = int(ctx.rng.integers(2, 257))
+            raw = ctx.rng.integers(0, alphabet, n).astype("uint8").tobytes()
+            data = lzma.compress(raw, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64)
+            return (ffi.new("uint64_t *", 2**64 - 1), 0, ffi.NULL,
+                    ffi.from_buffer("uint8_t[]", bytearray(data)), ffi.new("size_t *", 0),
+                    len(data), ffi.new("uint8_t[]", n), ffi.new("size_t *", 0), n)
         """),
 }
 

@@ -281,5 +281,22 @@ def run_case(tmp, case: Case) -> int:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_library_counts_equal_callgrind(tmp_path, case):
-    assert run_case(tmp_path, case) > 0
+def test_library_counts_equal_callgrind(tmp_path, case, request):
+    from test_count_oracle import NO_AVX512, ValgrindCannotRun
+
+    try:
+        assert run_case(tmp_path, case) > 0
+    except ValgrindCannotRun as exc:
+        # glibc chose AVX-512 code for this CPU and valgrind cannot run it: compare the
+        # implementation glibc chooses without AVX-512 instead, in a process started
+        # with that choice (the IFUNC is resolved at load), rather than skip
+        if os.environ.get("GLIBC_TUNABLES") == NO_AVX512:
+            pytest.fail(f"valgrind cannot run {case.function} even without AVX-512: {exc}")
+        import subprocess
+        import sys
+        child = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             f"{__file__}::{request.node.name}"],
+            capture_output=True, text=True, timeout=1800,
+            env={**os.environ, "GLIBC_TUNABLES": NO_AVX512}, cwd=os.path.dirname(__file__))
+        assert child.returncode == 0 and " passed" in child.stdout, child.stdout[-3000:]

@@ -1,8 +1,8 @@
 """Code angr's lifter cannot decode at all, at a branch target or a function's start.
 
 glibc selects AVX-512 (EVEX) string functions on CPUs that have it: its memcmp branches
-`ja` to a block whose first instruction is `vmovdqu64`, and its rawmemchr starts with
-one.  VEX knows no EVEX instruction, so CFGFast made no block there: the branch was
+`ja` to a block whose first instruction is `vmovdqu64`, its memchr falls through a `je`
+into one, and its rawmemchr starts with one.  VEX knows no EVEX instruction, so CFGFast made no block there: the branch was
 taken for a tail call into nothing and the function's recovery failed with "no code
 could be decoded" (every test that models libc's strdup, on such a CPU).  Capstone
 decodes both now.  The test builds the two shapes; it only models them, so the CPU
@@ -25,6 +25,10 @@ __attribute__((naked)) void g(void) {
   __asm__("vmovdqu64 (%rsi), %ymm17\n\tkmovd %k1, %eax\n\tret\n");
 }
 void h(void) { g(); }
+__attribute__((naked)) void k(void) {
+  __asm__("test %rdx, %rdx\n\tje 1f\n\tvmovdqu64 (%rsi), %ymm17\n\tkmovd %k1, %eax\n\t"
+          "ret\n1:\n\txor %eax, %eax\n\tret\n");
+}
 """
 
 
@@ -63,3 +67,14 @@ def test_a_function_starting_with_an_evex_instruction_is_modelled(lib):
     g = m.functions["g"]
     assert [i.mnemonic for b in g.blocks for i in b.instructions] == ["vmovdqu64", "kmovd",
                                                                       "ret"]
+
+
+def test_a_conditional_branchs_fall_through_into_evex_code_stays_inside(lib):
+    """glibc's EVEX memchr: `je` whose fall-through starts with an EVEX instruction (the
+    copy could not be made: "falls through to …, which is not a block")."""
+    from wcetfit.static import binary
+
+    k = binary.load_model(lib, ["k"], use_cache=False).functions["k"]
+    mnemonics = [i.mnemonic for b in k.blocks for i in b.instructions]
+    assert mnemonics == ["test", "je", "vmovdqu64", "kmovd", "ret", "xor", "ret"]
+    assert k.calls == ()

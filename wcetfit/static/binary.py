@@ -69,7 +69,8 @@ RECOVERY_ROUNDS = 16
 # 9: CFGFast's resolver takes a predecessor's guard over the block's byte extension, and
 #    a hoisted table base from the one lea reaching the jump
 # 10: function starts and branch targets VEX cannot decode at all are decoded by capstone
-MODEL_FORMAT = 10
+# 11: … and conditional branches' fall-throughs
+MODEL_FORMAT = 11
 
 # CFGFast options, chosen deliberately (a default CFGFast of libm takes ~40 s, this ~10 s):
 CFG_OPTIONS = dict(

@@ -76,13 +76,17 @@ def continue_cuts(blocks: dict[int, int], edges: dict[int, tuple[tuple[int | Non
                 cuts.append(a)
             continue
         base = last[2].split()[-1] if last[2] else ""
-        if not (base.startswith("j") or base in ("loop", "loope", "loopne")) \
-                or not re.fullmatch(r"0x[0-9a-f]+", last[3]):
-            continue
-        t = int(last[3], 16)
-        if elf.in_exec(t) and t not in blocks and containing(t) is None \
-                and all(d != t for d, _ in edges[a]):
-            dangling.append((a, t))
+        branch = base.startswith("j") or base in ("loop", "loope", "loopne")
+        targets = []
+        if branch and re.fullmatch(r"0x[0-9a-f]+", last[3]):
+            targets.append(int(last[3], 16))
+        if branch and base != "jmp":
+            # the fall-through (glibc's EVEX memchr); not after a call, which may not return
+            targets.append(a + size)
+        for t in targets:
+            if elf.in_exec(t) and t not in blocks and containing(t) is None \
+                    and all(d != t for d, _ in edges[a]):
+                dangling.append((a, t))
     missing = sorted(e for e in set(entries) if elf.in_exec(e) and e not in blocks
                      and containing(e) is None)
     if not cuts and not dangling and not missing:

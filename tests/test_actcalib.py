@@ -59,3 +59,13 @@ def test_slope_of_groups_whose_readings_are_all_equal():
     assert slope == pytest.approx(26.0) and 0 < se < float("inf")
     with pytest.raises(MeasurementError):
         slope_of(ns, np.array([52.0, np.nan, np.nan, np.nan]), np.array([0, np.inf, np.inf, np.inf]))
+
+
+def test_kappa_is_epsilon_plus_delta_when_the_iteration_cost_is_noise():
+    """A quiet machine measured the unprobed iteration at −0.05 ticks: ε and δ took it as
+    0 and κ subtracted it, so ε + δ and κ differed (a CI failure of the test above)."""
+    from wcetfit.split.actcalib import combine
+
+    c = combine(70.0, 0.3, 80.0, 0.3, -0.05, 0.1, dof=300)
+    e, d, k = (c[x]["value_ticks"] for x in ("epsilon", "delta", "kappa"))
+    assert abs(e + d - k) < 1e-9 and k == 150.0

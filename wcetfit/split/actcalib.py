@@ -142,10 +142,12 @@ def combine(l_mean: float, l_se: float, sp: float, sp_se: float, c_iter: float,
     """ε, δ and ε + δ from L's inclusive mean, P's exclusive slope and the unprobed
     iteration's cost (module docstring); intervals: t95 × SE, plus c_iter/2 for ε and δ."""
     t95 = float(stats.t.ppf(0.975, max(dof, 1)))
+    # (an iteration costs no less than nothing: a c_iter measured below 0 is noise, and
+    # taken as 0 in ε, δ and their sum alike, so that κ = ε + δ holds whatever it is)
     share = max(c_iter, 0.0) / 2
     eps = l_mean - share
     delta = sp - share
-    kappa = l_mean + sp - c_iter
+    kappa = l_mean + sp - 2 * share
     return {"epsilon": Overhead(eps, t95 * math.hypot(l_se, c_se / 2) + share).to_json(),
             "delta": Overhead(delta, t95 * math.hypot(sp_se, c_se / 2) + share).to_json(),
             "kappa": Overhead(kappa, t95 * math.sqrt(l_se ** 2 + sp_se ** 2 + c_se ** 2))

@@ -20,10 +20,10 @@ import re
 import shutil
 import subprocess
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from test_static_real import objdump
 
 from wcetfit.static import binary, elfinfo
 from wcetfit.static.cfgcache import CfgCache
@@ -38,18 +38,6 @@ def need_expat() -> str:
     if shutil.which("objdump") is None:
         pytest.skip("needs objdump (binutils)")
     return EXPAT
-
-
-@lru_cache(maxsize=None)
-def objdump(path: str) -> tuple[tuple[int, str, str], ...]:
-    out = subprocess.run(["objdump", "-d", "-w", "--no-show-raw-insn", path],
-                         capture_output=True, text=True, check=True).stdout
-    rows = []
-    for line in out.splitlines():
-        m = re.match(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$", line)
-        if m:
-            rows.append((int(m.group(1), 16), m.group(2), m.group(3)))
-    return tuple(rows)
 
 
 def _fde(path: str, address: int) -> tuple[int, int] | None:
@@ -121,14 +109,8 @@ def test_tokenizer_tables_guarded_in_the_predecessor_read_only_the_guards_entrie
     predecessor, the jump's block holds only the byte extension; the table has the
     guard's N entries (updatePosition: 6), not 256, and every block of the function
     starts on one of objdump's instruction boundaries."""
-    path = need_expat()
-    cases = [c for c in _tokenizer_switches(path, extended=True) if not c[4]][:4]
-    if not cases:
-        pytest.skip(f"no `cmp $N,%al; ja` / `movzbl %al,%eax; movslq` switch in {path}")
-    cache = CfgCache(str(tmp_path / "cache"), enabled=True)
-    model = binary.load_model(path, [c[3] for c in cases], with_callees=False, use_cache=cache)
-    for n, table, jmp, start, _ in cases:
-        _check(path, model.function(start), n, table, jmp)
+    _check_switches(tmp_path, hoisted=False, most=4,
+                    missing="no `cmp $N,%al; ja` / `movzbl %al,%eax; movslq` switch")
 
 
 def test_table_base_hoisted_from_one_of_several_leas_is_the_one_reaching_the_jump(tmp_path):
@@ -136,10 +118,18 @@ def test_table_base_hoisted_from_one_of_several_leas_is_the_one_reaching_the_jum
     and ``lea T2(%rip),%r15``): the table is the one whose lea reaches the jump, read from
     its start (angr's own resolver records it 4 bytes on, without entry 0, and the copy
     cannot relocate a table that is not at its base: the function ran uncounted)."""
+    _check_switches(tmp_path, hoisted=True, most=2,
+                    missing="no switch off one of several hoisted leas of one register")
+
+
+def _check_switches(tmp_path, *, hoisted: bool, most: int, missing: str) -> None:
+    """Model the first ``most`` tokenizer switches of one kind (a table base hoisted
+    from one of several leas, or a byte-extended index) and check each table."""
     path = need_expat()
-    cases = [c for c in _tokenizer_switches(path, extended=False) if c[4]][:2]
+    cases = [c for c in _tokenizer_switches(path, extended=not hoisted)
+             if bool(c[4]) == hoisted][:most]
     if not cases:
-        pytest.skip(f"no switch off one of several hoisted leas of one register in {path}")
+        pytest.skip(f"{missing} in {path}")
     cache = CfgCache(str(tmp_path / "cache"), enabled=True)
     model = binary.load_model(path, [c[3] for c in cases], with_callees=False, use_cache=cache)
     for n, table, jmp, start, _ in cases:

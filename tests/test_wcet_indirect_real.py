@@ -23,28 +23,18 @@ LZMA = Path("/lib/x86_64-linux-gnu/liblzma.so.5")
                     "bound through pointers is checked on synthetic CFGs only "
                     "(tests/test_wcet_context.py)")
 def test_lzma_decoders_behind_pointers_are_bounded_per_call_site(tmp_path):
+    from bench.multi import make_target
     from wcetfit.cli import main
 
-    (tmp_path / "wcetfit.toml").write_text(
-        f'binary = "{LZMA}"\nfunctions = ["lzma_stream_buffer_decode"]\n'
-        'prototype = "int lzma_stream_buffer_decode(uint64_t *memlimit, uint32_t flags, '
-        'const void *allocator, const uint8_t *in, size_t *in_pos, size_t in_size, '
-        'uint8_t *out, size_t *out_pos, size_t out_size);"\n'
-        'inputs = "inputs.py"\n[measure]\ninputs = 40\nrepeats = 3\nseed = 1\n'
-        '[search]\nbudget = 0\n')
-    (tmp_path / "inputs.py").write_text(
-        "import lzma\n\n"
-        "def generate(ctx):\n"
-        "    ffi = ctx.ffi\n"
-        "    n = 1 + int(ctx.rng.integers(0, 2048))\n"
-        "    raw = bytes(ctx.rng.integers(0, 1 + int(ctx.rng.integers(1, 256)), n, "
-        "dtype='uint8'))\n"
-        "    data = lzma.compress(raw, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64)\n"
-        "    return (ffi.new('uint64_t *', 2**64 - 1), 0, ffi.NULL, "
-        "ffi.from_buffer('uint8_t[]', bytearray(data)), ffi.new('size_t *', 0), len(data), "
-        "ffi.new('uint8_t[]', n), ffi.new('size_t *', 0), n)\n")
+    # the bench's target (its xz-stream inputs), smaller: 40 inputs × 3, no search
+    d = Path(make_target("lzma_stream_buffer_decode", str(tmp_path)))
+    toml = (d / "wcetfit.toml").read_text()
+    (d / "wcetfit.toml").write_text(
+        toml.replace("inputs = 300", "inputs = 40").replace("repeats = 10", "repeats = 3")
+        + "[search]\nbudget = 0\n")
+    assert "inputs = 40" in (d / "wcetfit.toml").read_text()
     out = tmp_path / "report.json"
-    assert main(["analyze", str(tmp_path), "--no-wait", "--json", str(out)]) == 0
+    assert main(["analyze", str(d), "--no-wait", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     fn = doc["functions"][0]
     w = fn["wcet"]

@@ -129,20 +129,21 @@ def analyse(target_dir: str, stages: dict | None = None, *,  # type: ignore[no-u
     keeps its trace and every activation of the root's own functions is timed too
     (``[timing] activations = true``), so the fit takes per-activation rows."""
     from wcetfit import pipeline
-    from wcetfit.count.run import run_counts
     from wcetfit.timing.run import run_times
 
     s = pipeline.open_session(target_dir)
     root = s.target.functions[0]
     t0 = time.perf_counter()
-    counts = run_counts(s.target, s.store, s.model, [root], trace=activations)[root]
+    # as `wcetfit analyze` counts: the callees reached through pointers too (zlib's
+    # zalloc, liblzma's decoders behind next.code)
+    s = pipeline.count_following_indirect(s, [root], trace=activations)
     t1 = time.perf_counter()
-    times = run_times(s.target, s.store, s.roots)[root]
+    run_times(s.target, s.store, s.roots)
     t2 = time.perf_counter()
     if activations:
         pipeline.activation_step(s, root, required=True)
     t25 = time.perf_counter()
-    a = pipeline.analyze_stage(s, root, counts, times)
+    a = pipeline.analyze_stage(s, root, *pipeline.stored_measurements(s, root))
     t3 = time.perf_counter()
     if stages is not None:
         stages.update(count=round(t1 - t0, 2), time=round(t2 - t1, 2),

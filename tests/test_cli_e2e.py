@@ -137,6 +137,19 @@ def test_analyze_then_reuse_and_report(victim):
     assert "stored: 3 repeats" in line and "pass --repeats 3" in line
     res = wcetfit("report", str(victim), "--repeats", "3", "--json", "-")
     assert res.returncode == 0, res.stderr
+    # wcetfit.toml asking for repeats none was timed with, and no --repeats: the one set
+    # stored is reported, and that is said (after `analyze --repeats 3`, a plain
+    # `report` used to stop at the error above)
+    toml = (victim / "wcetfit.toml").read_text()
+    assert "repeats = 3" in toml
+    (victim / "wcetfit.toml").write_text(toml.replace("repeats = 3", "repeats = 8"))
+    try:
+        res = wcetfit("report", str(victim), "--json", "-")
+        assert res.returncode == 0, res.stderr
+        assert "using the timing set of 3 repeats stored" in res.stderr
+        assert json.loads(res.stdout)["functions"][0]["name"] == "victim"
+    finally:
+        (victim / "wcetfit.toml").write_text(toml)
 
 
 def test_interrupted_count_resumes_without_loss(victim):

@@ -576,6 +576,32 @@ def _with_reach_verdicts(report: Any, reached: Any) -> Any:
         Finding(text, "`wcetfit reach TARGET_DIR` prints each block's verdict"),))
 
 
+def with_stored_repeats(session: Session) -> Session:
+    """The session reading the timing sets ``analyze --repeats R`` stored when wcetfit.toml
+    asks for a number of repeats none was timed with, and one other number was (for
+    every measured function alike): `report` after `analyze --repeats 3` reports what
+    analyze measured, and says so.  Otherwise the session as it is (the error then names
+    the option).  For commands whose --repeats was not given."""
+    from wcetfit.measurements import load_times, stored_repeats
+    from wcetfit.timing.run import resolve_method
+
+    m = session.target.measure
+    method, _ = resolve_method(session.target)
+    found = set()
+    for root in session.target.functions:
+        if load_times(session.store, root, m.seed, method, m.repeats) is not None:
+            return session
+        found.add(tuple(stored_repeats(session.store, root, m.seed, method)))
+    if len(found) != 1 or len(next(iter(found))) != 1:
+        return session
+    repeats = next(iter(found))[0]
+    log.warning("wcetfit.toml asks for %d repeats, and none were timed: using the timing "
+                "set of %d repeats stored (as `analyze --repeats %d` took them); pass "
+                "--repeats to choose", m.repeats, repeats, repeats)
+    return replace(session, target=replace(session.target,
+                                           measure=replace(m, repeats=repeats)))
+
+
 def stored_measurements(session: Session, root: str, *,
                         require_times: bool = True) -> tuple[Any, Any]:
     """The counts and times of ``root`` in the store (searched and reached inputs

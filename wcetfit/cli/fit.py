@@ -29,10 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.common import check_output_path, write_json
     from wcetfit.fit.result import FitOptions
-    from wcetfit.pipeline import fit_stage, open_session, stored_measurements
+    from wcetfit.pipeline import (fit_stage, open_session, stored_measurements,
+                                  with_stored_repeats)
 
     check_output_path(args.json)
     s = open_session(args.target, seed=args.seed, repeats=args.repeats)
+    if args.repeats is None:
+        s = with_stored_repeats(s)
     options = FitOptions(intervals="both" if args.bootstrap else "sandwich")
     results = {}
     for root in s.target.functions:

@@ -41,10 +41,13 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from wcetfit.pipeline import analyze_stage, open_session, stored_measurements
+    from wcetfit.pipeline import (analyze_stage, open_session, stored_measurements,
+                                  with_stored_repeats)
 
     check_outputs(args)
     s = open_session(args.target, inputs=args.inputs, seed=args.seed, repeats=args.repeats)
+    if args.repeats is None:
+        s = with_stored_repeats(s)
     analyses = []
     for root in s.target.functions:
         counts, times = stored_measurements(s, root)

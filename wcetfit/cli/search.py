@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.common import check_output_path, measure_overrides, write_json
     from wcetfit.cli.progress import progress_bars
     from wcetfit.errors import TargetError
-    from wcetfit.pipeline import open_session
+    from wcetfit.pipeline import open_session, with_stored_repeats
     from wcetfit.search.engine import SearchOptions
     from wcetfit.search.workflow import run_search
 
@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
         raise TargetError("--budget must be at least 1 and --timed at least 0")
     check_output_path(args.json)
     s = open_session(args.target, **measure_overrides(args))
+    if args.repeats is None:
+        s = with_stored_repeats(s)
     roots = [args.function] if args.function else list(s.target.functions)
     unknown = [r for r in roots if r not in s.target.functions]
     if unknown:

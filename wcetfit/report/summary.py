@@ -23,6 +23,8 @@ import re
 import textwrap
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from rich.console import Console
 from rich.text import Text
 
@@ -446,6 +448,16 @@ def _top(report: Report, *, short: bool = False) -> list[str]:
     when its approximate share is large.  ``short``: name and share only."""
     items: list[tuple[float, str, str]] = []
     seen_groups: set = set()
+    # ε is part of every timed call and no part of the function: on a short function it
+    # is a large share, and the blocks' shares alone read as if the function took it
+    root = report.functions[0] if report.functions else None
+    mean = float(np.mean(report.predicted_ticks)) if report.predicted_ticks else 0.0
+    if root is not None and root.overhead_ticks is not None and mean > 0 \
+            and root.overhead_ticks / mean >= MIN_SHARE:
+        share = root.overhead_ticks / mean
+        items.append((share, f"{F.pct(share):>8}  ε, the timed region's own overhead (not "
+                             f"the function): {F.num(root.overhead_ticks)} ticks per call",
+                      f"ε {F.pct(share)}"))
     for fr in report.functions:
         for r in fr.blocks:
             if r.estimable and r.share is not None and r.cost_ticks is not None \

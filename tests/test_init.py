@@ -302,6 +302,91 @@ def test_buffers_without_a_length_anywhere_hold_any_input(tmp_path):
         assert ffi.sizeof(x) == 8 * max(n, 1) and ffi.sizeof(y) >= 8 * max(n, 64)
 
 
+ZLIB_H = "/usr/include/zlib.h"
+LZMA_H = "/usr/include/lzma.h"
+
+
+def _line(text, name):
+    [line] = [ln for ln in text.splitlines() if re.match(rf"\s+{name} = ", ln)]
+    return line
+
+
+def test_signed_length_without_a_buffer_is_drawn_like_a_length(tmp_path):
+    """A signed integer named like a length that no buffer pairs with runs over
+    0..MAX_LEN like the lengths, never negative (a negative len2 makes zlib's crc32_combine
+    loop for a very long time: the measurement hung); other signed integers keep their
+    whole range."""
+    from wcetfit.scaffold.header import declaration_from_header
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    h = tmp_path / "s.h"
+    h.write_text("long skip(int fd, long count, short nbytes, int level, unsigned n);\n")
+    mod, ffi, text = _module(tmp_path, declaration_from_header(str(h), ["skip"]))
+    args = _inputs(mod, ffi, "skip", n=100)
+    for name, k in (("count", 1), ("nbytes", 2)):
+        values = [a[k] for a in args]
+        assert min(values) >= 0 and max(values) == mod.MAX_LEN, (name, min(values))
+        assert len(set(values)) > 10
+        assert "never negative" in _line(text.text, name)
+    assert min(a[0] for a in args) < 0 and min(a[3] for a in args) < 0   # fd, level
+    assert max(a[4] for a in args) > mod.MAX_LEN                 # unsigned: as before
+
+    if not os.path.exists(ZLIB_H):
+        pytest.skip(f"{ZLIB_H} is not installed")
+    # zlib.h declares crc32_combine(uLong, uLong, z_off_t) unnamed; its comment names them
+    decl = declaration_from_header(ZLIB_H, ["crc32_combine"])
+    assert [p.name for p in decl.params] == ["crc1", "crc2", "len2"]
+    mod, ffi, text = _module(tmp_path, decl)
+    args = _inputs(mod, ffi, "crc32_combine", n=100)
+    assert all(0 <= len2 <= mod.MAX_LEN for _, _, len2 in args)
+    assert max(len2 for _, _, len2 in args) == mod.MAX_LEN       # the slow inputs
+    assert max(crc1 for crc1, _, _ in args) > mod.MAX_LEN         # a crc is not a length
+    assert "never negative" in _line(text.text, "len2")
+
+
+def test_pointer_to_a_position_is_a_cursor_starting_at_zero(tmp_path):
+    """A non-const pointer to an integer named like a position is an in-out cursor: one
+    element, 0 (lzma_easy_buffer_encode's size_t *out_pos was UNSIZED_LEN random values,
+    so *out_pos was garbage); a pointer to a length (uLongf *destLen) stays the in-out
+    capacity of its buffer."""
+    from wcetfit.scaffold.header import declaration_from_header
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    h = tmp_path / "c.h"
+    h.write_text(textwrap.dedent("""
+        #include <stddef.h>
+        int put(char *buf, size_t len, size_t *pos, long *offset, unsigned *outIdx,
+                const size_t *index);
+    """))
+    mod, ffi, text = _module(tmp_path, declaration_from_header(str(h), ["put"]))
+    for buf, n, pos, offset, idx, index in _inputs(mod, ffi, "put"):
+        assert ffi.sizeof(buf) == max(n, 1)
+        for cursor, ctype in ((pos, "size_t *"), (offset, "long *"), (idx, "unsigned *")):
+            # one element (ffi.new of a pointer type; a buffer is an array) holding 0
+            assert ffi.typeof(cursor) is ffi.typeof(ctype) and cursor[0] == 0
+        assert ffi.sizeof(index) > ffi.sizeof("size_t")      # const: an input, as before
+    for name in ("pos", "offset", "outIdx"):
+        assert "cursor" in _line(text.text, name)
+    assert not any(note.startswith(("pos:", "offset:", "outIdx:")) for note in text.notes)
+
+    for header in (LZMA_H, ZLIB_H):
+        if not os.path.exists(header):
+            pytest.skip(f"{header} is not installed")
+    mod, ffi, text = _module(tmp_path, declaration_from_header(LZMA_H,
+                                                               ["lzma_easy_buffer_encode"]))
+    for *_, out, out_pos, out_size in _inputs(mod, ffi, "lzma_easy_buffer_encode"):
+        assert ffi.typeof(out_pos) is ffi.typeof("size_t *") and out_pos[0] == 0
+        assert ffi.sizeof(out) == max(out_size, 1)
+    assert "cursor" in _line(text.text, "out_pos")
+    assert not any(note.startswith("out_pos:") for note in text.notes)
+    mod, ffi, _ = _module(tmp_path, declaration_from_header(ZLIB_H, ["compress"]))
+    for dest, dest_len, source, source_len in _inputs(mod, ffi, "compress"):
+        assert ffi.sizeof(dest) == dest_len[0] == mod.UNSIZED_LEN   # in-out capacity
+        assert ffi.sizeof(source) == max(source_len, 1)
+
+
 @pytest.mark.slow
 def test_init_sha256_digest_fits_then_counts_and_times(tmp_path):
     """The newcomer's SHA256 on libcrypto: init, every generated input (through the

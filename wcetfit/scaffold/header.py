@@ -183,8 +183,10 @@ class _Extractor:
         decl.storage, decl.funcspec = [], []
         gen = _Generator()
         spelled: list[Param] = []
+        written = _written_names(self.header, name, [_pointer_depth(p.type) for p in params]) \
+            if any(not p.name for p in params) else None
         for i, p in enumerate(params):
-            pname = p.name or f"arg{i + 1}"
+            pname = p.name or (written[i] if written else f"arg{i + 1}")
             if not p.name:
                 _set_declname(p, pname)
             spelled.append(Param(pname, gen._generate_type(p.type, emit_declname=False).strip()))
@@ -324,6 +326,60 @@ def _without_storage(ext: object) -> object:
         ext = copy.copy(ext)
         ext.storage, ext.funcspec = [], []
     return ext
+
+
+_C_WORDS = frozenset("""
+    auto break case char const continue default do double else enum extern float for goto
+    if inline int long register restrict return short signed sizeof static struct switch
+    typedef union unsigned void volatile while _Bool OF ZEXPORT ZEXTERN
+""".split())
+
+
+def _written_names(header: str, function: str, depths: list[int]) -> list[str] | None:
+    """Names for an unnamed declaration (``crc32_combine(uLong, uLong, off_t)``) from a
+    prototype of the same function the header's text writes with them, often in the
+    comment documenting it (zlib.h: ``crc32_combine OF((uLong crc1, uLong crc2, z_off_t
+    len2))``).  Used only when the parameter count and each one's pointer depth agree and
+    every parameter is named; else None (the parameters stay ``argN``)."""
+    import re
+
+    try:
+        with open(header, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    for m in re.finditer(rf"\b{re.escape(function)}\s*(?:[A-Z_][A-Z0-9_]*\s*)?\(", text):
+        depth, end = 1, m.end()
+        while end < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            end += 1
+        inner = text[m.end():end - 1].strip()
+        while inner.startswith("(") and inner.endswith(")"):     # OF((...))
+            inner = inner[1:-1].strip()
+        parts = inner.split(",") if inner else []
+        if len(parts) != len(depths) or any("(" in q or "[" in q for q in parts):
+            continue
+        names = []
+        for part, want in zip(parts, depths):
+            words = re.findall(r"[A-Za-z_]\w*", part)
+            if len(words) < 2 or words[-1] in _C_WORDS or part.count("*") != want or \
+                    not re.search(rf"\b{words[-1]}\s*$", part):
+                break
+            names.append(words[-1])
+        if len(names) == len(depths) and len(set(names)) == len(names):
+            return names
+    return None
+
+
+def _pointer_depth(node: object) -> int:
+    """How many pointer levels a parameter's type has (``const char **p``: 2)."""
+    from pycparser import c_ast
+
+    n = 0
+    while not isinstance(node, c_ast.TypeDecl) and hasattr(node, "type"):
+        n += isinstance(node, c_ast.PtrDecl)
+        node = node.type
+    return n
 
 
 def _set_declname(param: object, name: str) -> None:

@@ -9,7 +9,12 @@ What each parameter gets (cffi tells the types; the declaration gives the names)
   nearest integer named like a length.  A pointer to an integer named like a length
   (``uLongf *destLen``) is an in-out capacity: it holds its buffer's size.  Lengths
   range over ``0..MAX_LEN`` with every ``SLOW_EVERY``-th input at ``MAX_LEN``, the slow
-  calls a WCET needs.
+  calls a WCET needs.  A signed integer named like a length that no buffer pairs with
+  (zlib's ``crc32_combine(crc1, crc2, z_off_t len2)``) is drawn like a length too, never
+  negative: a negative length is not a slow input but a meaningless one (``len2 < 0``
+  makes crc32_combine loop for a very long time, a hang).
+* a non-const pointer to an integer named like a position (``size_t *out_pos``,
+  ``*offset``, ``*idx``) is an in-out cursor the function advances: one element, 0.
 * a buffer whose size the prototype does not give is a guess, and the guess errs large:
   one that borrows another's length (``SHA256(d, n, md)``: ``md`` has no length of its
   own, the function writes 32 bytes whatever ``n`` is) holds ``n + OUT_SPARE``
@@ -53,6 +58,12 @@ _LENGTHY = re.compile(rf"(?i)({_LENGTH_WORD}|^n$|^n_|^n[A-Z])")
 _NOT_LENGTH = re.compile(r"(?i)^(flags?|mode|level|crc|adler|seed|key|val|value|c|ch|byte|"
                          r"fill|off|offset|pos|idx|index|start|init|hash|sum|mask|shift|"
                          r"flush|strategy|options?|kind|type|x|y|z)$")
+# Names the length rule takes that say which thing, not how many (a signal's or an
+# error's number): they keep their negative values.
+_NUMBER_OF_A_THING = re.compile(r"(?i)(sig|err|errno|sys|sock|fd|proto|port)_?num$")
+# A pointer to an integer named so is an in-out cursor (lzma's ``size_t *out_pos``).
+_CURSOR = re.compile(r"(^|_)(?i:pos|position|off|offs|offset|idx|index)$|"
+                     r"[a-z0-9](Pos|Position|Off|Offs|Offset|Idx|Index)$")
 _FLOATS = ("float", "double", "long double")
 _CHARS = ("char16_t", "char32_t", "wchar_t")
 
@@ -117,6 +128,11 @@ class _Writer:
         self.helper_of: dict[str, str] = {}         # struct cname -> helper name
         self.notes: list[str] = []
         self.borrowed: set[int] = set()             # buffers sized from another's length
+        # in-out cursors: non-const pointers to an integer named like a position
+        self.cursors: set[int] = {
+            i for i, (p, t) in enumerate(zip(self.params, self.types))
+            if t.kind == "pointer" and _is_int(t.item) and _CURSOR.search(p.name)
+            and not _LENGTHY.search(p.name) and not re.search(r"\bconst\b", p.spelling)}
 
     # -- scalars --
 
@@ -199,7 +215,8 @@ class _Writer:
         value_len = {i for i, t in enumerate(types) if _is_int(t)}
         inout = {i for i, t in enumerate(types)
                  if t.kind == "pointer" and _is_int(t.item) and _LENGTHY.search(params[i].name)}
-        buffers = [i for i, t in enumerate(types) if i not in inout and self.buffer_kind(t)]
+        buffers = [i for i, t in enumerate(types)
+                   if i not in inout and i not in self.cursors and self.buffer_kind(t)]
         out: dict[int, int] = {}
         named: set[int] = set()
         for b in buffers:                       # by name: dest/destLen, source/sourceLen
@@ -291,8 +308,20 @@ class _Writer:
                     inout: set[int]) -> list[str]:
         ffi, name = self.ffi, names[i]
         if t.kind in ("primitive", "enum"):
+            if _is_int(t) and _LENGTHY.search(p.name) and not _NUMBER_OF_A_THING.search(p.name):
+                lo, hi, _ = _int_range(ffi, t)
+                if lo < 0:             # a negative length is meaningless, not slow
+                    cap = "MAX_LEN" if hi >= MAX_LEN else f"min(MAX_LEN, {_pow(hi)})"
+                    return [f"    {name} = _length(ctx, {cap})  # {t.cname}: a length, count "
+                            "or size by its name (no buffer pairs with it): 0..MAX_LEN like "
+                            "the lengths, never negative"]
             expr, comment = self.scalar(t)
             return [f"    {name} = {expr}  # {comment}"]
+        if i in self.cursors:
+            return [f"    {name} = ffi.new(\"{_strip_const(p.spelling)}\", 0)  # {t.cname}: "
+                    "an in-out cursor the function advances (a position, offset or index): "
+                    "one element, starting at 0; set it if the function expects another "
+                    "start"]
         if t.kind == "struct":
             helper = self.struct_helper(t, p.name)
             return [f"    {name} = ffi.new(\"{t.cname} *\", {helper}(rng))[0]  # by value"]

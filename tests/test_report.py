@@ -794,3 +794,24 @@ def test_where_the_time_goes_names_the_overhead(built):
     lines = [t for t in _top(report) if t.strip().split("  ", 1)[-1].startswith("ε")]
     assert lines and f"{100 * share:.1f}" in lines[0].replace(",", "")
     assert "not the function" in lines[0]
+
+
+def test_the_summary_folds_observed_loop_warnings_and_puts_one_path_first():
+    """liblzma's decoder has 45 loops bounded by what the inputs reached: one warning
+    each filled the screen's twelve and hid the rest.  After three, they are one line;
+    the warning that every input took one path comes before them."""
+    from wcetfit.report import Finding
+    from wcetfit.report.summary import _by_priority, _folded_loops
+
+    loops = [Finding(f"f: loop f+0x{10 * i:x} is bounded by what the inputs reached (≤ 4)",
+                     "add it") for i in range(1, 11)]
+    one_path = Finding("f: all 40 inputs ran the same blocks the same number of times: …",
+                       "vary the inputs")
+    other = Finding("fit: outlier rejection did not settle", "")
+    got = _folded_loops(_by_priority(loops + [other, one_path]))
+    assert got[0] == one_path
+    assert got[1:4] == loops[:3]
+    assert got[4].message.startswith("7 more loops are bounded by what the inputs reached: "
+                                     "f+0x28, f+0x32")
+    assert got[5] == other and len(got) == 6
+    assert _folded_loops(loops[:4]) == loops[:4]          # four: nothing to fold

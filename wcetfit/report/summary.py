@@ -151,8 +151,14 @@ def _root_compact(report: Report, console: Console, *, skip: set) -> None:
 
 
 # Which warnings a short view shows first: those that say the bound may be wrong.
-_PRIORITY = ("below the slowest", "bounded by what the inputs reached",
-             "worst-case path uses", "never produced", "indirect call", "imported")
+_PRIORITY = ("below the slowest", "ran the same blocks the same number of times",
+             "bounded by what the inputs reached", "worst-case path uses", "never produced",
+             "indirect call", "imported")
+
+# Loops bounded by what the inputs reached, shown one by one on the screen: the rest are
+# one line (they are also in "The bound rests on"; liblzma's decoder has 45, and they
+# hid every other warning).
+OBSERVED_LOOP_WARNINGS = 3
 
 
 # ... and last: the conditions of the measurement, said for every function alike.
@@ -216,8 +222,8 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
         _line(console, "Where the time goes (share of the mean call):", indent="  ")
         for text in top:
             _line(console, text, indent="    ")
-    warns = _by_priority([x for x in _root_warnings(report) if x not in skip
-                          and not x.message.startswith("no WCET bound")])
+    warns = _folded_loops(_by_priority([x for x in _root_warnings(report) if x not in skip
+                                        and not x.message.startswith("no WCET bound")]))
     if warns:
         _line(console, f"Warnings ({len(warns)}):", indent="  ", style="bold")
         _warnings(console, warns, max_warn, indent="    ")
@@ -231,6 +237,31 @@ def _slowest_name(report: Report, w) -> str:  # type: ignore[no-untyped-def]
     if w.slowest_number is not None:
         return input_label(w.slowest_number)
     return report.input_name(w.max_observed_input)
+
+
+def _folded_loops(warns: list[Finding]) -> list[Finding]:
+    """The first :data:`OBSERVED_LOOP_WARNINGS` warnings of loops bounded by what the
+    inputs reached, and the others in one, where they stood."""
+    key = "bounded by what the inputs reached"
+    loops = [x for x in warns if key in x.message]
+    if len(loops) <= OBSERVED_LOOP_WARNINGS + 1:
+        return warns
+    rest = loops[OBSERVED_LOOP_WARNINGS:]
+    names = [m.group(1) for x in rest
+             if (m := re.search(r"loop (\S+) is bounded", x.message))]
+    shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
+    folded = Finding(f"{len(rest)} more loops are bounded by what the inputs reached"
+                     + (f": {shown}" if shown else ""),
+                     "if inputs can iterate more, add their bounds under [loops] "
+                     "(wcetfit report --full lists each)")
+    out: list[Finding] = []
+    for x in warns:
+        if x in rest:
+            if folded not in out:
+                out.append(folded)
+        else:
+            out.append(x)
+    return out
 
 
 def _warnings(console: Console, warns: Sequence[Finding], limit: int, indent: str) -> None:

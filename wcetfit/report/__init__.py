@@ -598,7 +598,9 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                     f"{name}: indirect {'tail ' if site.tail else ''}call at "
                     f"{hexaddr(co.instruction)} ({loop_key(fn, co.block)}) \u2192 "
                     + ", ".join(t.describe() for t in site.observed)
-                    + ("; the largest WCET of the callees in this binary is in the bound"
+                    + (("; the callees in this binary are in the bound, each call site "
+                        "with its own instances of them" if "per call site" in co.note else
+                        "; the largest WCET of the callees in this binary is in the bound")
                        if inside and co.callee_wcet_ticks is not None else "")
                     + ("; the time of those outside the binary stays in the calling block, "
                        "not in the bound" if len(inside) < len(site.observed) else ""),

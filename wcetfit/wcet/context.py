@@ -60,13 +60,17 @@ class _Instance:
     parent: int | None             # calling instance
     site: int | None               # calling block in the parent
     path: str                      # "root > f@0x… > g@0x…", for labels
-    call: int | None = None        # the call instruction in the parent
-    # an indirect site's target: the site's executions are shared among the instances of
-    # the targets it was seen calling (one target per execution), not each one's alone
-    shared: bool = False
+    call: Any = None               # the CallSite in the parent that calls it
     # calling block → the per-call WCET of a callee without instances (recursive) that
     # its edges' costs carry, per execution
     charged: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def shared(self) -> bool:
+        """An indirect site's target: the site's executions are shared among the
+        instances of the targets it was seen calling (one per execution), not each
+        one's alone."""
+        return self.call is not None and self.call.kind != CALL_INTERNAL
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,7 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                 f = flow_of(g)
                 inst.append(_Instance(functions[g], f, nv, k, cs.block,
                                       f"{me.path} > {g}@{loop_key(me.fn, cs.block)}",
-                                      cs.instruction, cs.kind != CALL_INTERNAL))
+                                      cs))
                 nv += len(f.edges)
                 if nv > MAX_VARIABLES:
                     log.info("%s: the call tree has more than %d edge variables per call "
@@ -214,7 +218,7 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
         if me.parent is None:
             lb[src] = ub[src] = 1.0
         elif me.shared:
-            calls = sites.setdefault((me.parent, me.call), ({}, me))[0]
+            calls = sites.setdefault((me.parent, me.call.instruction), ({}, me))[0]
             calls[src] = 1.0
         else:
             coef = {src: 1.0}
@@ -297,7 +301,7 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
     # executions of the calling block (all of them when every target seen is one of
     # them; at most all when some run uncounted, outside the binary or recursive).
     for (parent, call), (coef, me) in sites.items():
-        cs = next(c for c in inst[parent].fn.calls if c.instruction == call)
+        cs = me.call
         every = all(t.address is not None and by_addr.get(t.address) in inline
                     for t in cs.observed)
         coef = dict(coef)

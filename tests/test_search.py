@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wcetfit.search.choices import ChoiceRng, ChoiceSequence
+from wcetfit.search.choices import Choice, ChoiceRng, ChoiceSequence
 from wcetfit.search.mutate import crossover, mutate
 from wcetfit.search.store import sequence_from_json, sequence_to_json
 
@@ -104,6 +104,30 @@ def test_choice_sequences_survive_json():
         assert type(a.value) is type(b.value)
         assert np.array_equal(np.asarray(a.value), np.asarray(b.value)) \
             if not isinstance(a.value, bytes) else a.value == b.value
+
+
+def test_a_lengthened_draw_keeps_its_recorded_elements():
+    """A buffer drawn after its length changed keeps the recorded elements, repeated or
+    cut to the new length (a fresh draw would lose a pattern the search built)."""
+    rng = ChoiceRng(np.random.default_rng(3))
+    rng.integers(0, 65)
+    rng.integers(0, 256, 4)
+    rng.bytes(3)
+    rng.permutation(4)
+    rec = list(rng.recorded)
+    rec[1] = Choice("integers", np.array([255, 201, 255, 202]), rec[1].bounds)
+    rec[2] = Choice("bytes", b"\xff\x00\x01", None)
+    replay = ChoiceRng(np.random.default_rng(3), rec)
+    replay.integers(0, 65)
+    longer = replay.integers(0, 256, 10)
+    assert longer.tolist() == [255, 201, 255, 202, 255, 201, 255, 202, 255, 201]
+    assert replay.bytes(5) == b"\xff\x00\x01\xff\x00"
+    shorter = ChoiceRng(np.random.default_rng(3), rec)
+    shorter.integers(0, 65)
+    assert shorter.integers(0, 200, 2).tolist() == [199, 199]     # clipped into the new range
+    shorter.bytes(1)
+    p = shorter.permutation(6)                                     # a permutation draws fresh
+    assert sorted(p.tolist()) == list(range(6))
 
 
 # --- a function whose slowest input is known --------------------------------------------

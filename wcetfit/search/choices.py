@@ -5,7 +5,12 @@ generator: it forwards every draw to a real :class:`numpy.random.Generator` and 
 method, its arguments and the value returned.  Given a (mutated) record it replays it
 instead: draw *k* returns the record's *k*-th value when the call still has the same
 method and shape, clipped into the call's current range (an earlier mutated draw may have
-moved a bound, e.g. ``integers(0, n)`` after ``n`` changed), and a fresh draw otherwise.
+moved a bound, e.g. ``integers(0, n)`` after ``n`` changed).  A one-dimensional draw whose
+length changed (``integers(0, 256, n)`` after ``n`` changed) keeps its recorded elements,
+cut short or repeated to the new length: a buffer the search made all-extreme stays so
+when a later mutation lengthens it (a fresh draw there would throw the pattern away, and
+the search could only reach the longest extreme buffer by changing both draws at once).
+Any other call draws fresh.
 So any record replays to a valid input of the same ``generate``, and an unchanged record
 replays to exactly the recorded input.
 """
@@ -87,6 +92,28 @@ def fits(choice: Choice, method: str, fresh_shape: tuple) -> bool:
     return choice.method == method and choice.shape() == fresh_shape
 
 
+# Draws whose elements may be repeated or cut to a new length: not permutations, nor
+# choices (their elements may have to be distinct).
+RESIZABLE = RECORDED - {"permutation", "choice"}
+
+
+def resized(choice: Choice, method: str, fresh: Any) -> Any:
+    """The recorded value of a one-dimensional draw at the fresh draw's length (its
+    elements cut short or repeated in order), or None where it cannot stand for it."""
+    if choice.method != method or method not in RESIZABLE:
+        return None
+    old = choice.value
+    if isinstance(fresh, (bytes, bytearray)):
+        if not isinstance(old, (bytes, bytearray)) or not old:
+            return None
+        n = len(fresh)
+        return (bytes(old) * (n // len(old) + 1))[:n]
+    if not isinstance(old, np.ndarray) or old.ndim != 1 or old.size == 0 \
+            or np.ndim(fresh) != 1:
+        return None
+    return np.resize(old, np.shape(fresh)).astype(np.asarray(fresh).dtype)
+
+
 def clip_to_call(value: Any, method: str, args: tuple, kwargs: dict) -> Any:
     """``value`` moved into the call's current range (unchanged where it has none)."""
     b = _bounds(method, args, kwargs)
@@ -131,8 +158,10 @@ class ChoiceRng:
                 shape = (("bytes", len(value)) if isinstance(value, (bytes, bytearray))
                          else np.shape(value))
                 old = self._replay[k]
-                if fits(old, name, shape):
-                    moved = clip_to_call(_copy(old.value), name, args, kwargs)
+                kept = _copy(old.value) if fits(old, name, shape) else \
+                    resized(old, name, value)
+                if kept is not None:
+                    moved = clip_to_call(kept, name, args, kwargs)
                     if moved is not None:
                         value = moved
                         self.replayed += 1

@@ -35,6 +35,13 @@ def seq(*text: str) -> list[tuple[int, int, str, str]]:
      "rax", 8),
     (seq("xor eax, eax", "cmp ecx, 1", "mov edx, 5", "cmove eax, edx"), "rax", 6),
     (seq("and ecx, 7", "add ecx, 2", "mov eax, ecx"), "rax", 10),
+    # the index loaded from the slot the guard compared, its address rewritten by a lea
+    # (liblzma's range encoder): [rax + (rdx+12)*4] is [rax + rdx*4 + 0x30]
+    (seq("mov rdx, qword ptr [rax + 0x28]", "cmp dword ptr [rax + rdx*4 + 0x30], 4",
+         "lea rcx, [rdx + 0xc]", "ja 0x2000", "mov ecx, dword ptr [rax + rcx*4]"), "rcx", 5),
+    # the same slot spelled otherwise: [rdx + rax] is [rax + rdx]
+    (seq("cmp byte ptr [rdx + rax], 3", "ja 0x2000", "movzx eax, byte ptr [rax + rdx]"),
+     "rax", 4),
 ])
 def test_bound(insns, reg, n):
     assert _bound_from(insns, reg) == n
@@ -60,6 +67,15 @@ def test_bound(insns, reg, n):
     (seq("and eax, 3", "sub eax, 2"), "rax"),
     # nothing at all
     (seq("mov eax, dword ptr [rdi]"), "rax"),
+    # the lea moves the address to another slot than the one compared
+    (seq("cmp dword ptr [rax + rdx*4 + 0x30], 4", "lea rcx, [rdx + 0xb]", "ja 0x2000",
+         "mov ecx, dword ptr [rax + rcx*4]"), "rcx"),
+    # the lea writes the address's base: the compared slot is another object's
+    (seq("cmp dword ptr [rax + rdx*4], 4", "lea rax, [rsi + 8]", "ja 0x2000",
+         "mov ecx, dword ptr [rax + rdx*4]"), "rcx"),
+    # a lea of the index with a second register: not followed
+    (seq("cmp dword ptr [rax + rdx*4], 4", "lea rcx, [rdx + rsi]", "ja 0x2000",
+         "mov ecx, dword ptr [rax + rcx*4]"), "rcx"),
 ])
 def test_no_bound(insns, reg):
     assert _bound_from(insns, reg) is None

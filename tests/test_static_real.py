@@ -317,6 +317,40 @@ def test_computed_index_without_a_guard_is_bounded_by_its_value_range(cache):
     _check_table(path, binary.load_model(path, use_cache=cache).function(start), n, table, jmp[0])
 
 
+def test_switch_guarded_on_the_memory_slot_its_index_is_loaded_from(cache):
+    """liblzma's range encoder: ``cmpl $4,0x30(%rax,%rdx,4); lea 0xc(%rdx),%rcx; ja; mov
+    (%rax,%rcx,4),%ecx; movslq (%r9,%rcx,4),%rcx; ...; jmp *%rcx``.  The guard compares
+    the slot the index is loaded from, under another spelling of its address (rcx = rdx +
+    12), so the table has N + 1 entries.  Unresolved, the function could not be copied and
+    no lzma encoder was counted or bounded."""
+    path = need("liblzma.so.5")
+    rows = objdump(path)
+    for i in range(len(rows) - 8):
+        a, m, ops = rows[i]
+        mc = re.fullmatch(r"\$0x([0-9a-f]+),0x([0-9a-f]+)\(%(\w+),%(\w+),4\)", ops.strip()) \
+            if m == "cmpl" else None
+        if mc is None:
+            continue
+        window = rows[i + 1:i + 9]
+        lea = next((r for r in window if r[1] == "lea" and re.fullmatch(
+            rf"0x([0-9a-f]+)\(%{mc.group(4)}\),%\w+", r[2].strip())), None)
+        jmp = next((r for r in window if r[1] == "jmp" and r[2].startswith("*%")), None)
+        table = next((r for r in window if r[1] == "lea" and "(%rip)" in r[2]), None)
+        if lea and jmp and int(lea[2].split("(")[0], 16) * 4 == int(mc.group(2), 16):
+            break
+    else:
+        pytest.skip(f"no switch guarded on its index's memory slot in {path}")
+    n = int(mc.group(1), 16) + 1
+    start, _ = fde_of(path, jmp[0])
+    if table is None:      # the table base is loaded before the guard, in the entry block
+        table = next(r for r in objdump(path, start, jmp[0]) if r[1] == "lea"
+                     and "(%rip)" in r[2])
+    base = int(re.search(r"#\s*([0-9a-f]+)", table[2]).group(1), 16)
+    fn = binary.load_model(path, [start], with_callees=False, use_cache=cache).function(start)
+    _check_table(path, fn, n, base, jmp[0])
+    _check_table(path, binary.load_model(path, use_cache=cache).function(start), n, base, jmp[0])
+
+
 @pytest.mark.slow
 def test_whole_library_switches_and_tail_calls(cache):
     """In a whole-library recovery, every other function's code is around: a misread

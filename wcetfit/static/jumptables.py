@@ -109,13 +109,22 @@ def _guarded_bound(insns: list[tuple[int, int, str, str]], reg: str, branch: str
         if mem is not None:
             # ``cmp byte ptr [X], n-1; ja; movzx idx, byte ptr [X]``: nothing in between
             # may write memory or the registers of X.
-            if mnem == "cmp" and ops.rsplit(",", 1)[0].strip() == mem:
+            if mnem == "cmp" and same_address(ops.rsplit(",", 1)[0].strip(), mem):
                 imm = ops.rsplit(",", 1)[1].strip()
                 nxt = _next_branch(insns, i)
                 if nxt == branch and _IMM.fullmatch(imm):
                     return found(int(imm, 0) + 1)
                 return cap
-            if mnem.startswith("j") or mnem in ("lea", "nop", "test", "cmp"):
+            if mnem == "lea" and len(parts) == 2:
+                # ``cmp dword ptr [rax + rdx*4 + 0x30], 4; lea rcx, [rdx + 0xc]; ja; mov
+                # ecx, dword ptr [rax + rcx*4]`` (liblzma's range encoder): the load's
+                # address written in terms of what the register held before the lea.
+                before = address_before_lea(mem, parts[0], parts[1])
+                if before is None:
+                    return cap
+                mem = before
+                continue
+            if mnem.startswith("j") or mnem in ("nop", "test", "cmp"):
                 continue
             # A push writes below the stack pointer, where no live object is (no alias),
             # but moves the stack pointer; a pop writes its register.
@@ -160,6 +169,70 @@ def _guarded_bound(insns: list[tuple[int, int, str, str]], reg: str, branch: str
         if _writes(ops, mnem, fam):
             return cap
     return cap
+
+
+_MEMORY = re.compile(r"^(?:(\w+) ptr )?\[([^\]]+)\]$")
+_TERM = re.compile(r"^(\w+)(?:\*([1248]))?$")
+
+Address = tuple[str | None, str | None, str | None, int, int]   # size, base, index, scale, disp
+
+
+def parse_address(operand: str) -> Address | None:
+    """``dword ptr [rax + rdx*4 + 0x30]`` → ("dword", "rax", "rdx", 4, 0x30); None for
+    anything else (a segment, rip, a form this does not know)."""
+    m = _MEMORY.match(operand.strip())
+    if m is None:
+        return None
+    size, inner = m.group(1), m.group(2).replace(" - ", " + -")
+    base = index = None
+    scale, disp = 1, 0
+    for term in (t.strip() for t in inner.split(" + ")):
+        if re.fullmatch(r"-?(0x[0-9a-f]+|\d+)", term):
+            disp += int(term, 0)
+            continue
+        t = _TERM.match(term)
+        if t is None or family(t.group(1)) is None or "rip" in term:
+            return None
+        if t.group(2) is not None or base is not None:
+            if index is not None:
+                return None
+            index, scale = family(t.group(1)), int(t.group(2) or 1)
+        else:
+            base = family(t.group(1))
+    if index is not None and scale == 1 and base is not None and base > index:
+        base, index = index, base          # [a + b] and [b + a] are one address
+    return size, base, index, scale, disp
+
+
+def same_address(a: str, b: str) -> bool:
+    """Whether two memory operands name the same bytes (same size, same registers, same
+    displacement), whatever capstone's spelling."""
+    pa, pb = parse_address(a), parse_address(b)
+    return pa is not None and pa == pb
+
+
+def address_before_lea(mem: str, dest: str, src: str) -> str | None:
+    """``mem`` rewritten for the point before ``lea dest, src``: unchanged when the lea
+    writes none of its registers; with the index substituted when the lea set the index
+    to another register plus a constant (``lea rcx, [rdx + 0xc]``: ``[rax + rcx*4]`` was
+    ``[rax + rdx*4 + 0x30]``); None when the address cannot be followed past the lea."""
+    addr = parse_address(mem)
+    fam = family(dest)
+    if addr is None or fam is None:
+        return None
+    size, base, index, scale, disp = addr
+    if fam not in (base, index):
+        return mem
+    lea = parse_address(src)
+    if fam != index or base == fam or lea is None or lea[2] is not None \
+            or lea[1] is None or _width(dest) != 64:
+        return None
+    index, disp = lea[1], disp + scale * lea[4]
+    text = " + ".join([x for x in (base,) if x] + [f"{index}*{scale}"]
+                      + ([hex(disp)] if disp > 0 else []))
+    if disp < 0:
+        text += f" - {hex(-disp)}"
+    return f"{size + ' ptr ' if size else ''}[{text}]"
 
 
 # Instructions that write registers they do not name as their first operand (or more than

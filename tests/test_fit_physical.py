@@ -239,3 +239,26 @@ def test_a_small_rise_is_printed_with_its_digits():
     assert physical._percent(0.00031) == "0.031"
     assert physical._percent(physical.NOTED_RISE) == "0.01"
     assert physical._percent(0.439) == "43.9"
+
+
+def test_an_exact_unconstrained_fit_gives_no_rise_figure():
+    """As many unknowns as inputs: least squares reproduces the timings, and a rise over
+    its zero residual printed as "11876182777.6 %" (liblzma's encoder on 70 inputs).  The
+    note gives the residual physical costs leave, as a share of the timings, instead."""
+    rng = np.random.default_rng(2)
+    cfg = cfgsim.make_cfg(("seq", ("while", ("block",))))
+    counts = cfgsim.simulate_counts(cfg, 400, rng, max_trip=9)
+    counts = counts[counts[:, 1] >= 3]
+    distinct = np.unique(counts, axis=0)
+    rank = np.linalg.matrix_rank(np.hstack([distinct, np.ones((len(distinct), 1))]))
+    counts = distinct[:rank]                       # one input per unknown direction
+    ticks = cfgsim.simulate_ticks(counts, np.full(cfg.n_blocks, 150.0), -700.0, rng,
+                                  repeats=10)
+    res = fit_function(counts, ticks, addrs_for(cfg.n_blocks),
+                       options=FitOptions(folds=0, overhead_floor_ticks=49.0))
+    held = [w for w in res.fit_warnings if w.code == WARN_HELD]
+    assert len(held) == 1, res.warnings
+    assert "sum of squares by" not in held[0].message
+    assert "reproduces them exactly" in held[0].message
+    share = float(held[0].message.split("leaves a residual of ")[1].split(" %")[0])
+    assert 0.0 < share < 100.0

@@ -326,8 +326,9 @@ def _fit(rows: Any, config_ids: np.ndarray | None, quantum: float | None, statis
     cov = Gp @ M @ Gp * (n / df if df >= 1 else math.inf)
 
     def half(c: np.ndarray) -> float:
-        v = float(c @ cov @ c)
-        return t95 * math.sqrt(max(v, 0.0)) if math.isfinite(t95) else math.inf
+        if not math.isfinite(t95):       # no residual degree of freedom: no interval
+            return math.inf
+        return t95 * math.sqrt(max(float(c @ cov @ c), 0.0))
 
     # particular solution: confounded overheads at 0 (module docstring)
     sol, cov_sol = _particular(G, b, an, nb, theta, M, n / df if df >= 1 else math.inf)

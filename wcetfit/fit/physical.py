@@ -175,11 +175,23 @@ def physical_fit(fx: Any, kept: np.ndarray, theta_linear: np.ndarray) -> Physica
     held = ", ".join(x for x in (f"{n_blocks} block cost(s) at 0" if n_blocks else "",
                                  f"ε at its floor of {lower[n_cls]:.0f} ticks" if n_eps
                                  else "") if x)
+    if s_lin > EXACT_SHARE * yy:
+        effect = f"which raises the weighted residual sum of squares by {_percent(rise)} %"
+    else:
+        # Least squares reproduces the timings (as many unknowns as inputs): a rise over
+        # nothing is no figure (liblzma's encoder on 70 inputs: "11876182777.6 %").
+        effect = (f"which leaves a residual of {100.0 * math.sqrt(max(sse(theta), 0.0) / yy):.1f} "
+                  f"% of the timings (root mean square); unconstrained least squares "
+                  f"reproduces them exactly (as many unknowns as inputs: time more inputs)")
     note = (f"unconstrained least squares gives {broke} unknown(s) values no machine has "
             f"(a cost below 0 or ε below its floor); the costs are fitted held to physical "
-            f"values ({held or 'none held at a bound'}), which raises the weighted residual "
-            f"sum of squares by {_percent(rise)} %")
+            f"values ({held or 'none held at a bound'}), {effect}")
     return PhysicalFit(theta, cov, fold_theta, len(samples), at_bound, note)
+
+
+# An unconstrained residual sum of squares below this share of the timings' own sum of
+# squares is an exact fit (rounding): a rise relative to it is not reported as a figure.
+EXACT_SHARE = 1e-9
 
 
 def _percent(rise: float) -> str:

@@ -204,8 +204,41 @@ def test_inputs_the_fit_rejected_are_covered_by_the_dispersion():
                           rejected=(Rejection(7, "residual"), Rejection(9, "residual")),
                           predict=lambda counts, unknown="zero": pred)
     d = call_dispersion(system, fit)
+    # the bound is the point (here the longest prediction) times the dispersion
     for i in (7, 9):
-        assert pred[i] * (1 + d.excess) >= np.median(ticks[i])
+        assert pred.max() * (1 + d.excess) >= np.median(ticks[i])
+    # the short input's excess counts in ticks, not as 20.5× its prediction
+    assert d.misfit == pytest.approx(1 + (41_000 - 2_000) / 40_000, rel=1e-9)
+    assert 1 + d.excess < 3.0
+    # a larger point: the same ticks are a smaller share of it, and still covered
+    d2 = call_dispersion(system, fit, point=80_000.0)
+    assert d2.misfit == pytest.approx(1 + 39_000 / 80_000, rel=1e-9)
+    assert 80_000.0 * (1 + d2.excess) >= np.median(ticks[9])
+
+
+def test_a_short_input_measured_long_adds_its_ticks_not_its_ratio():
+    """liblzma's encoder: the model missed most of one input's time (predicted 4 M
+    ticks, measured 110 M), and that ratio multiplied the whole 91 M-tick point: a bound
+    82× the slowest input.  The excess of an input predicted short is ticks the model
+    lacks: the bound adds them (and covers the input), it does not scale by them."""
+    from types import SimpleNamespace
+
+    from wcetfit.pipeline import call_dispersion
+
+    rng = np.random.default_rng(4)
+    n, r = 120, 3
+    pred = rng.uniform(30e6, 37e6, n)
+    pred[5] = 4e6
+    ticks = pred[:, None] * (1 + np.abs(rng.normal(0, 0.01, (n, r))))
+    ticks[5] = [110e6, 111e6, 109e6]
+    fit = SimpleNamespace(quantum_ticks=26.0, rejected=(),
+                          predict=lambda counts, unknown="zero": pred)
+    system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)))
+    point = 91e6
+    d = call_dispersion(system, fit, point=point)
+    assert point * (1 + d.excess) >= 111e6
+    assert 1 + d.excess < 2.5, d          # not 27×
+    assert d.misfit == pytest.approx(1 + (110e6 - 4e6) / point, rel=1e-6)
 
 
 def test_a_call_slower_by_less_than_any_interrupt_is_covered():

@@ -321,7 +321,7 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
         log.warning("%s: no WCET bound: %s", root, exc)
         return exc
     p = session.target.exceedance
-    d = call_dispersion(system, fit, exceedance=p)
+    d = call_dispersion(system, fit, exceedance=p, point=result.bound_ticks)
     return replace(result, dispersion=d.excess, dispersion_factors=d.to_dict(), exceedance=p)
 
 
@@ -382,7 +382,8 @@ class Dispersion:
 
 
 def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
-                    min_quanta: float = 40.0, exceedance: float | None = None) -> Dispersion:
+                    min_quanta: float = 40.0, exceedance: float | None = None,
+                    point: float | None = None) -> Dispersion:
     """Relative excess of one undisturbed timed call over its predicted time, in three
     factors (:class:`Dispersion`): the worst misfit of an input's mean seen; the
     call-to-call excess over an input's mean that single calls pass with probability at
@@ -404,6 +405,16 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     do not pull the costs; but they were measured, and a bound below a measured input is
     wrong whatever the reason the model missed it (a data-dependent cost, a disturbed
     timing pass).  Their misfit is part of what single calls may show.
+
+    ``point``: the IPET point the factors multiply (default: the longest prediction).  An
+    input predicted at least ``long_share`` of it is a long path, and its excess over its
+    prediction is taken relative to that prediction: a model that misses a share of a
+    long path's time misses that share of the worst path's.  An input predicted shorter
+    shows that the model misses a cost of so many ticks, not which share of a long path
+    that is: its excess counts in ticks, relative to the point (liblzma's encoder: an
+    input predicted 4 M ticks and measured 110 M, taken as a share, multiplied the whole
+    bound by 27, 82× the slowest input).  Either way the bound stays above every
+    measured input: point × (1 + excess / point) ≥ prediction + excess.
     """
     import numpy as np
 
@@ -432,7 +443,11 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     # observed loop bound), and the call's own noise around its input's mean (random from
     # call to call: extrapolated to the 1e-6 quantile by extreme-value theory).
     means = summary.value[rows]
-    misfit = means / predicted[rows]
+    # what an excess over the prediction is relative to: the prediction of a long path,
+    # the point for a short one (docstring)
+    reference = max(float(point or 0.0), float(np.nanmax(predicted, initial=0.0)))
+    per = np.where(predicted[rows] >= long_share * reference, predicted[rows], reference)
+    misfit = 1.0 + (means - predicted[rows]) / per
     keep = _not_interrupted(summary, ticks, getattr(system, "tsc_hz", None))[rows]
     calls = np.where(keep, ticks[rows], np.nan)
     noise = (calls / means[:, None]).ravel()
@@ -444,7 +459,7 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     per_call = max(float(noise.max()), gumbel_quantile(noise, exceedance=p))
     from wcetfit.wcet.margin import joint_excess
     joint = joint_excess(system.ticks[rows], keep, predicted[rows],
-                         exceedance=p, quantile=gumbel_quantile)
+                         exceedance=p, quantile=gumbel_quantile, per=per)
     return Dispersion(misfit=max(1.0, float(misfit.max())), call=max(1.0, per_call),
                       machine_speed=machine, joint=joint)
 

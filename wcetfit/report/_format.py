@@ -89,11 +89,16 @@ def bound_note(w) -> str:  # type: ignore[no-untyped-def]
     return "point estimate + 95% margin of the worst path"
 
 
+# How an excess over a prediction becomes a factor (wcetfit.pipeline.call_dispersion).
+SHARE_OF = (" (the excess as a share of the input's prediction, or of the worst path's for "
+            "an input predicted below a quarter of it)")
+
+
 def dispersion_note(w) -> str:  # type: ignore[no-untyped-def]
     """The call dispersion's factors, each with where it comes from."""
     f = w.dispersion_factors or {}
     parts = [f"+{100 * (w.dispersion or 0):.1f}% = "
-             f"worst misfit of an input seen ×{f.get('misfit', 1.0):.3f}",
+             f"worst misfit of an input seen ×{f.get('misfit', 1.0):.3f}{SHARE_OF}",
              f"call-to-call excess passed with probability ≤ {w.exceedance:.0e} per call "
              f"×{f.get('call', 1.0):.3f} (extreme-value fit; [wcet] exceedance)"]
     if f.get("machine_speed", 1.0) != 1.0:
@@ -104,7 +109,7 @@ def dispersion_note(w) -> str:  # type: ignore[no-untyped-def]
     if joint is not None and joint < product:
         # the three did not come together on any call measured: the joint factor is kept
         return (f"+{100 * (w.dispersion or 0):.1f}% = a timed call over its input's "
-                f"prediction, passed with probability ≤ {w.exceedance:.0e} per call "
+                f"prediction{SHARE_OF}, passed with probability ≤ {w.exceedance:.0e} per call "
                 f"×{joint:.3f} (extreme-value fit of every call as timed, slow periods "
                 f"included; below the product of its parts: "
                 + " × ".join(parts).split(" = ", 1)[1] + ")")

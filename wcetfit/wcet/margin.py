@@ -84,7 +84,8 @@ def inlined_margin(functions: Mapping[str, FunctionModel],
 
 
 def joint_excess(ticks: np.ndarray, keep: np.ndarray, predicted: np.ndarray, *,
-                 exceedance: float, quantile) -> float:  # type: ignore[no-untyped-def]
+                 exceedance: float, quantile,  # type: ignore[no-untyped-def]
+                 per: np.ndarray | None = None) -> float:
     """One timed call over its input's prediction, as the calls measured it: the factor
     single calls pass with probability at most ``exceedance`` (``quantile(values,
     exceedance=…)``, an extreme-value fit such as ``wcetfit.pipeline.gumbel_quantile``),
@@ -98,10 +99,16 @@ def joint_excess(ticks: np.ndarray, keep: np.ndarray, predicted: np.ndarray, *,
     and the machine's slowest period come together.  Under load each is large (adpcm on a
     shared 2-core VM: 1.25 × 2.38 × 2.01 = 5.97) while no call measured came near their
     product (the slowest call 2.75× its prediction): the joint factor is measured where
-    they do come together, on every call, so it is never below what a call showed."""
+    they do come together, on every call, so it is never below what a call showed.
+
+    ``per``: what each input's excess over its prediction is relative to (default the
+    prediction itself; the point for inputs predicted short: wcetfit.pipeline.call_dispersion)."""
     t = np.asarray(ticks, dtype=float)
     p = np.asarray(predicted, dtype=float)[:, None]
-    ratio = np.where(np.asarray(keep, dtype=bool) & np.isfinite(t) & (p > 0), t / p, np.nan)
+    q = p if per is None else np.asarray(per, dtype=float)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(np.asarray(keep, dtype=bool) & np.isfinite(t) & (p > 0) & (q > 0),
+                         1.0 + (t - p) / q, np.nan)
     ratio = ratio[np.isfinite(ratio)]
     if ratio.size == 0:
         return math.inf

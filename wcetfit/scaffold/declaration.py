@@ -7,7 +7,7 @@ DWARF debugging information (:mod:`wcetfit.scaffold.dwarf`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Type names the call harness already knows without a declaration: cffi's built-in
 # types, which are also the names the harness's C prelude (<stdint.h>, <stddef.h>,
@@ -30,6 +30,26 @@ class Param:
 
 
 @dataclass(frozen=True)
+class Constant:
+    """An integer constant a library's header defines (a macro or an enumerator)."""
+
+    name: str
+    value: int
+    # the first sentence of the comment attached to its group of #defines (zlib.h writes
+    # "/* compression levels */" under Z_NO_COMPRESSION..Z_DEFAULT_COMPRESSION)
+    about: str = ""
+
+
+@dataclass(frozen=True)
+class Documented:
+    """The values a header's comments give a parameter in words, and the words."""
+
+    values: tuple[int, ...] = ()                  # "128, 192 or 256"
+    ranges: tuple[tuple[int, int], ...] = ()      # "between 0 and 9", "[0, 9]"
+    quotes: tuple[str, ...] = ()                  # what was read, for the inputs' comment
+
+
+@dataclass(frozen=True)
 class Declaration:
     """One function's declaration, ready for a target's wcetfit.toml."""
 
@@ -38,3 +58,7 @@ class Declaration:
     cdef: str                      # the typedefs and struct/union/enum definitions it needs
     params: tuple[Param, ...]
     source: str                    # where it came from, for the target file's comment
+    # what a header (not DWARF) says about values: the integer constants of the library's
+    # own header files, and per parameter name the values its comments give
+    constants: tuple[Constant, ...] = ()
+    documented: dict[str, Documented] = field(default_factory=dict)

@@ -16,6 +16,7 @@ inputs cannot fill what they do not know, and the cdef stays short.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
 import logging
@@ -50,9 +51,15 @@ def preprocess(header: str, *, compiler: str = "gcc") -> str:
         raise TargetError(f"{header}: no such header file")
     if shutil.which(compiler) is None:
         raise TargetError(f"{compiler} not found: it preprocesses the header (install gcc)")
-    source = (f"#include <stddef.h>\n#include <stdio.h>\n"
-              f"#include \"{os.path.abspath(header)}\"\n")
-    return _cpp(source, header, ["-I", os.path.dirname(os.path.abspath(header))], compiler)
+    return _cpp(include_source(header), header,
+                ["-I", os.path.dirname(os.path.abspath(header))], compiler)
+
+
+def include_source(header: str) -> str:
+    """The C that :func:`preprocess` runs through the preprocessor: the header after
+    <stddef.h> and <stdio.h>."""
+    return (f"#include <stddef.h>\n#include <stdio.h>\n"
+            f"#include \"{os.path.abspath(header)}\"\n")
 
 
 def _cpp(source: str, header: str, flags: list[str], compiler: str = "gcc") -> str:
@@ -110,8 +117,15 @@ def harness_tags() -> frozenset[tuple[str, str]]:
 def declaration_from_header(header: str, names: list[str]) -> Declaration:
     """The declaration of the first of ``names`` the header declares (a function's symbol
     name and its aliases)."""
+    from wcetfit.scaffold.constants import documented_values, library_constants
+
     ast = parse_header(header)
-    return _Extractor(ast, header).declaration(names)
+    decl = _Extractor(ast, header).declaration(names)
+    # what the header says about values, for the inputs to start from (not needed for
+    # the prototype: empty when it cannot be read)
+    constants, own = library_constants(header, ast)
+    return dataclasses.replace(decl, constants=constants, documented=documented_values(
+        own, [p.name for p in decl.params]))
 
 
 # --- walking the AST -----------------------------------------------------------------

@@ -13,6 +13,11 @@ What each parameter gets (cffi tells the types; the declaration gives the names)
   (zlib's ``crc32_combine(crc1, crc2, z_off_t len2)``) is drawn like a length too, never
   negative: a negative length is not a slow input but a meaningless one (``len2 < 0``
   makes crc32_combine loop for a very long time, a hang).
+* a length whose name says bits (``bits``, ``nbits``, ``key_bits``, ``bitlen``:
+  AES_set_encrypt_key's ``(const unsigned char *userKey, const int bits, ...)``) counts
+  bits: its buffer holds ceil(bits / 8) bytes (elements of its type: bits / (8 * size)),
+  and it is drawn in whole bytes, ``8 * (0..MAX_LEN)``, or from the sizes the header's
+  text lists for it (``128, 192 or 256``).
 * a non-const pointer to an integer named like a position (``size_t *out_pos``,
   ``*offset``, ``*idx``) is an in-out cursor the function advances: one element, 0.
 * a buffer whose size the prototype does not give is a guess, and the guess errs large:
@@ -21,8 +26,16 @@ What each parameter gets (cffi tells the types; the declaration gives the names)
   elements, one with no length anywhere ``UNSIZED_LEN = MAX_LEN + OUT_SPARE`` (room for
   a copy of any input, a C string's NUL and a tail); a ``char`` one of them ends in a
   NUL, so a string scan stops inside it.  The comment beside it and a note say so.
-* integers range over their type (at most 32 bits), with the ends, 0, 1 and small values
-  drawn often because those are what branches test; enums take their declared values;
+* an integer that the header's constants name (macros and enumerators whose name
+  contains the parameter's, ``LZMA_PRESET_*`` for ``preset``, or whose group's comment
+  does, zlib.h's ``/* compression levels */`` for ``level``) selects a mode: it is drawn
+  from those values and the range between the smallest and largest (widened by the
+  ranges the header's comments give it, ``[0, 9]``), single high bits above them
+  (``LZMA_PRESET_EXTREME``) OR-ed in as flags; masks and error codes are no values.
+  A guess, said beside it and in a note (the header's text is not the function's
+  contract: a whole type's range made most calls take the error path instead).
+* other integers range over their type (at most 32 bits), with the ends, 0, 1 and small
+  values drawn often because those are what branches test; enums take their declared values;
   floating values are uniform in ±1000; ``char`` is one byte.
 * a pointer to a struct is one struct filled field by field by a helper function
   (``_struct_tm(rng)``), nested structs and arrays included; pointers inside structs
@@ -38,7 +51,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from wcetfit.scaffold.declaration import Declaration, Param
+from wcetfit.scaffold.declaration import Constant, Declaration, Documented, Param
 
 MAX_LEN = 4096
 # The room a buffer whose size the prototype does not give gets beyond the length it
@@ -64,6 +77,26 @@ _NUMBER_OF_A_THING = re.compile(r"(?i)(sig|err|errno|sys|sock|fd|proto|port)_?nu
 # A pointer to an integer named so is an in-out cursor (lzma's ``size_t *out_pos``).
 _CURSOR = re.compile(r"(^|_)(?i:pos|position|off|offs|offset|idx|index)$|"
                      r"[a-z0-9](Pos|Position|Off|Offs|Offset|Idx|Index)$")
+# A length named so counts bits (AES_set_encrypt_key's ``bits``, ``nbits``, ``key_bits``,
+# ``bitlen``): its buffer holds ceil(bits / 8) bytes, and it is drawn in whole bytes.
+_BITS = re.compile(r"(?i)(bits|^n_?bit|bit_?(len|length|count|cnt|size|sz|num))$")
+# Constants that are not values of what they name: a mask extracts bits from one, an
+# error is a result (liblzma's LZMA_MEMLIMIT_ERROR is a return code, not a memlimit).
+_NOT_A_VALUE = re.compile(r"(?i)mask|(^|_)(err|error|errno|fail|failed|failure)(_|$)")
+# Constants named as the ends or the default of a scale are values on it, never flags;
+# a maximum without a minimum bounds a range that starts at 0 (zconf.h's MAX_MEM_LEVEL).
+_ON_A_SCALE = re.compile(r"(?i)(^|_)(min|max|minimum|maximum|default)(_|$)")
+_MAXIMUM = re.compile(r"(?i)(^|_)max(imum)?(_|$)")
+# Parameter names too generic for constants or comments carrying them to say what the
+# parameter takes ("Allowed flush values" is not about a parameter named value).
+_GENERIC = frozenset("value val values number num data size type count result arg "
+                     "param params".split())
+# A parameter name carried by more constants than this is too common a word for them
+# to say what it takes.
+_MOST_NAMED = 32
+# Flags are single bits from this one up, above every plain value (LZMA_PRESET_EXTREME
+# = 1 << 31 over the levels 0..9): OR'ed into a value rather than drawn as one.
+_LOWEST_FLAG = 1 << 8
 _FLOATS = ("float", "double", "long double")
 _CHARS = ("char16_t", "char32_t", "wchar_t")
 
@@ -86,6 +119,44 @@ def _int_range(ffi: Any, ct: Any, bits: int | None = None) -> tuple[int, int, bo
     if signed:
         return -(1 << (width - 1)), (1 << (width - 1)) - 1, width < size_bits
     return 0, (1 << width) - 1, width < size_bits
+
+
+def _full_range(ffi: Any, ct: Any) -> tuple[int, int]:
+    """(lo, hi) of an integer type, however wide."""
+    bits = 8 * ffi.sizeof(ct)
+    if int(ffi.cast(ct, -1)) < 0:
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def _constants_for(name: str, constants: tuple[Constant, ...]) -> list[Constant]:
+    """The header's constants that are values of parameter ``name``: those whose name
+    contains it (``LZMA_PRESET_*`` for ``preset``, case and ``_`` aside) and those whose
+    group's comment names it (zlib.h's ``/* compression levels */`` under
+    ``Z_*COMPRESSION``, for ``level``).  Masks and error codes are left out."""
+    key = name.lower().replace("_", "")
+    if len(key) < 4 or key in _GENERIC:      # n, len, key, crc: in too many names
+        return []
+    word = re.compile(rf"(?i)(?<![\w-]){re.escape(name)}s?(?![\w-])")   # a word: not "high-level"
+    found = [c for c in constants if not _NOT_A_VALUE.search(c.name) and
+             (key in c.name.lower().replace("_", "") or word.search(c.about))]
+    found = list({c.name: c for c in found}.values())
+    return found if len(found) <= _MOST_NAMED else []
+
+
+def _split_flags(consts: list[Constant]) -> tuple[list[int], list[int]]:
+    """(plain values, flags) of constants: flags are single bits at or above
+    _LOWEST_FLAG, not named as a point on a scale, above some plain value and every
+    one (a set of powers of two alone is sizes: LZMA_DICT_SIZE_MIN = 4096, ...)."""
+    def bit(c: Constant) -> bool:
+        v = c.value
+        return v >= _LOWEST_FLAG and v & (v - 1) == 0 and not _ON_A_SCALE.search(c.name)
+
+    plain = {c.value for c in consts if not bit(c)}
+    if not plain:
+        return sorted({c.value for c in consts}), []
+    flags = {c.value for c in consts if bit(c) and c.value > max(plain)}
+    return sorted({c.value for c in consts} - flags), sorted(flags)
 
 
 def _pow(v: int) -> str:
@@ -128,6 +199,8 @@ class _Writer:
         self.helper_of: dict[str, str] = {}         # struct cname -> helper name
         self.notes: list[str] = []
         self.borrowed: set[int] = set()             # buffers sized from another's length
+        self.inout: set[int] = set()                # in-out length pointers (by pairs())
+        self.names: list[str] = []                  # the parameters' Python names
         # in-out cursors: non-const pointers to an integer named like a position
         self.cursors: set[int] = {
             i for i, (p, t) in enumerate(zip(self.params, self.types))
@@ -268,7 +341,8 @@ class _Writer:
         ffi = self.ffi
         params, types = self.params, self.types
         pairs, inout = self.pairs()
-        names = [_ident(p.name) for p in params]
+        self.inout = inout
+        names = self.names = [_ident(p.name) for p in params]
         seen: dict[str, int] = {}
         for i, n in enumerate(names):           # two parameters "arg" would collide
             if n in seen:
@@ -288,6 +362,9 @@ class _Writer:
             if c in inout:
                 body.append(f"    {names[c]}_cap = UNSIZED_LEN  # capacity of {users}, in "
                             f"elements; *{params[c].name} holds it")
+                continue
+            if self.in_bits(c):
+                body.append(self.bit_length_line(c, users))
                 continue
             _, hi, _ = _int_range(ffi, t)
             cap = "MAX_LEN" if hi >= MAX_LEN else f"min(MAX_LEN, {_pow(hi)})"
@@ -315,6 +392,9 @@ class _Writer:
                     return [f"    {name} = _length(ctx, {cap})  # {t.cname}: a length, count "
                             "or size by its name (no buffer pairs with it): 0..MAX_LEN like "
                             "the lengths, never negative"]
+            named = self.named_values(p, t) if _is_int(t) else None
+            if named is not None:
+                return [f"    {name} = {named}"]
             expr, comment = self.scalar(t)
             return [f"    {name} = {expr}  # {comment}"]
         if i in self.cursors:
@@ -363,18 +443,19 @@ class _Writer:
         fill = None                                # elements holding generated data
         if i in self.borrowed:
             c = pairs[i]
-            fill = names[c]
+            fill = self.count(c, item)
             n = f"{fill} + OUT_SPARE"
-            how = (f"no length of its own: {self.params[c].name} + OUT_SPARE elements is a "
+            how = (f"no length of its own: {fill} + OUT_SPARE elements is a "
                    f"guess: set it to the size {self.decl.function} {self.access(const)}")
             self.notes.append(f"{p.name}: no length parameter of its own; sized "
-                              f"{self.params[c].name} + {OUT_SPARE} elements, a guess: set it to "
+                              f"{fill} + {OUT_SPARE} elements, a guess: set it to "
                               f"the size the function {self.access(const)}")
         elif i in pairs:
             c = pairs[i]
-            n = f"{names[c]}_cap" if c in inout else names[c]
-            how = (f"sized from {self.params[c].name}" if c not in inout else
-                   f"its capacity is *{self.params[c].name}")
+            n = f"{names[c]}_cap" if c in inout else self.count(c, item)
+            how = (f"its capacity is *{self.params[c].name}" if c in inout else
+                   f"sized from {self.params[c].name}" if n == names[c] else
+                   f"sized from {self.params[c].name}, a count of bits: {n} elements")
         else:
             n = "UNSIZED_LEN"
             how = (f"no length parameter: UNSIZED_LEN elements is a guess: set it to the size "
@@ -411,6 +492,71 @@ class _Writer:
                          f".astype({np_t}).tobytes(), {_times(k, esize)})  # set the range "
                          "that matters")
         return lines
+
+    # -- lengths in bits --
+
+    def in_bits(self, c: int) -> bool:
+        """Length parameter ``c`` counts bits, by its name."""
+        return c not in self.inout and bool(_BITS.search(self.params[c].name))
+
+    def count(self, c: int, item: Any) -> str:
+        """The elements (of type ``item``) of a buffer whose length is parameter ``c``: ``c``
+        itself, or for a length in bits the elements that hold as many bits."""
+        name = self.names[c]
+        if not self.in_bits(c):
+            return name
+        per = 8 * (1 if item.kind == "void" else self.ffi.sizeof(item))
+        return f"({name} + {per - 1}) // {per}"
+
+    def bit_length_line(self, c: int, users: str) -> str:
+        """A length in bits: a whole number of bytes up to MAX_LEN of them, or one of the
+        sizes the header's text lists for it (``128, 192 or 256``)."""
+        t, name, pname = self.types[c], self.names[c], self.params[c].name
+        _, hi, _ = _int_range(self.ffi, t)
+        doc = self.decl.documented.get(pname, Documented())
+        listed = sorted(v for v in doc.values if 0 < v <= hi and v % 8 == 0)
+        if listed:
+            quotes = "; ".join(f'"{q}"' for q in doc.quotes)
+            return (f"    {name} = _one_of(ctx, {listed})  # {t.cname}: the length of {users} "
+                    f"in bits (by its name); the sizes the header's text gives ({quotes}), "
+                    "the largest on the slow inputs; add others to reach the error paths")
+        cap = "MAX_LEN" if hi >= 8 * MAX_LEN else f"min(MAX_LEN, {hi // 8})"
+        return (f"    {name} = 8 * _length(ctx, {cap})  # {t.cname}: the length of {users} "
+                f"in bits (by its name): whole bytes, 8 * (0..MAX_LEN), and {users} "
+                f"holds ceil({pname} / 8) bytes; narrow it to the sizes "
+                f"{self.decl.function} takes")
+
+    # -- values named by the header's constants --
+
+    def named_values(self, p: Param, t: Any) -> str | None:
+        """A draw over the values the header's constants give ``p`` (with the ranges its
+        text gives), and its comment; None when it names none."""
+        lo, hi = _full_range(self.ffi, t)
+        consts = [c for c in _constants_for(p.name, self.decl.constants)
+                  if lo <= c.value <= hi]
+        if not consts:
+            return None
+        doc = self.decl.documented.get(p.name, Documented())
+        plain, flags = _split_flags(consts)
+        values = sorted(set(plain) | {v for v in doc.values if lo <= v <= hi})
+        ends = values + [min(max(v, lo), hi) for r in doc.ranges for v in r]
+        if any(_MAXIMUM.search(c.name) for c in consts) and lo <= 0:
+            ends.append(0)                       # a maximum's range starts at 0
+        low, high = (min(ends), max(ends)) if ends else (0, 0)
+        shown = [f"{c.name} = {_pow(c.value)}" + (" (a flag)" if c.value in flags else "")
+                 for c in sorted(consts, key=lambda c: c.value)]
+        listing = ", ".join(shown[:8]) + (", …" if len(shown) > 8 else "")
+        text = f" and its text ({'; '.join(repr(q) for q in doc.quotes)})" \
+            if doc.quotes else ""
+        self.notes.append(f"{p.name}: drawn from the values the header's constants give it "
+                          f"({', '.join(c.name for c in consts[:4])}"
+                          f"{', …' if len(consts) > 4 else ''}), a guess: narrow it")
+        draw = f"_among(rng, {values}, {_pow(low)}, {_pow(high)}" + \
+            (f", [{', '.join(_pow(f) for f in flags)}])" if flags else ")")
+        return (f"{draw}  # {t.cname}: a guess from the header's constants {listing}{text}: "
+                f"one of them or {_pow(low)}..{_pow(high)}"
+                f"{', flags OR-ed in' if flags else ''}; narrow it to the values "
+                f"{self.decl.function} takes")
 
     @staticmethod
     def access(const: bool) -> str:
@@ -475,6 +621,24 @@ def _int(rng, lo, hi):
 
 def _pick(rng, values):
     return values[int(rng.integers(len(values)))]
+
+
+def _among(rng, values, lo, hi, flags=()):
+    """A parameter that selects a mode: one of values on half the draws, else any in
+    [lo, hi]; each flag OR-ed in on a quarter of the draws."""
+    v = _pick(rng, values) if values and rng.random() < 0.5 else \
+        lo + int(rng.integers(0, hi - lo + 1, dtype=np.uint64))
+    for flag in flags:
+        if rng.random() < 0.25:
+            v |= flag
+    return v
+
+
+def _one_of(ctx, values):
+    """One of values, the largest on every SLOW_EVERY-th input."""
+    if ctx.index % SLOW_EVERY == SLOW_EVERY - 1:
+        return max(values)
+    return _pick(ctx.rng, values)
 
 
 def _float(rng, lo, hi):

@@ -202,7 +202,8 @@ def run_reach(session: Any, root: str, budget_s: float, *, keep: bool = True,
     repeats = target.measure.repeats
     countable = {k: v for k, v in by_key.items() if k in real}
     if countable:
-        keys, ticks, failed = time_candidates(target, fn_model.name, fn_model.address, method,
+        # under wcetfit.toml's name, which the prototype declares (not an IFUNC's model name)
+        keys, ticks, failed = time_candidates(target, root, fn_model.address, method,
                                               countable, repeats, inputs=inputs)
         for f in failed:
             notes.append(f"input {f.index} failed while timed: {f.describe()}")

@@ -58,7 +58,9 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
     fn_model = session.root_model(root)
     repeats = target.measure.repeats
     if chosen:
-        keys, ticks, failed = time_candidates(target, fn_model.name, fn_model.address, method,
+        # timed under wcetfit.toml's name, the one the prototype declares (an IFUNC's model
+        # is named after its implementation: sin@impl+0x702c0)
+        keys, ticks, failed = time_candidates(target, root, fn_model.address, method,
                                               {c.key: c.sequence for c in chosen}, repeats)
     else:
         keys, ticks, failed = np.zeros(0, np.int64), np.zeros((0, repeats)), []

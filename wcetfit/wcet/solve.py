@@ -17,9 +17,12 @@ that were neither.  So the answer is never taken on trust:
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import sys
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -103,8 +106,31 @@ def _milp(p: Problem, *, presolve: bool, integral: bool = True, ub: np.ndarray |
     options: dict[str, Any] = {"mip_rel_gap": 0.0, "presolve": presolve}
     if time_limit is not None:
         options["time_limit"] = float(time_limit)
-    return milp(-p.cost / scale, integrality=np.ones(n) if integral else np.zeros(n),
-                bounds=Bounds(p.lb, p.ub if ub is None else ub), options=options, **kw), scale
+    with _stdout_silenced():
+        res = milp(-p.cost / scale, integrality=np.ones(n) if integral else np.zeros(n),
+                   bounds=Bounds(p.lb, p.ub if ub is None else ub), options=options, **kw)
+    return res, scale
+
+
+@contextlib.contextmanager
+def _stdout_silenced() -> Iterator[None]:
+    """File descriptor 1 pointed at /dev/null while HiGHS runs: its MIP solver prints
+    debugging lines straight to it (``HighsMipSolverData::transformNewIntegerFeasible
+    Solution tmpSolver.run();``, libbz2's compressor), which broke ``wcetfit report --json
+    -`` and headed the text report.  Python's own buffered output is flushed first."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:                     # no descriptor 1 at all: nothing to protect
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _verdict(res: Any) -> str:

@@ -138,7 +138,10 @@ def iterate(fx: Any) -> None:
     fx.iterations = 0
     reject = o.robust == "reject"
     loops = max(1, o.max_iterations) if (reject or fx.weighted) else 1
-    seen: set[bytes] = set()
+    # the rejection states applied so far, in order: key → index into `history`, whose
+    # entries are (rejection mask, its reasons) as committed
+    seen: dict[bytes, int] = {}
+    history: list[tuple[np.ndarray, Any]] = []
     settled = not (reject or fx.weighted)
     for it in range(loops):
         reduce_columns(fx, fx.G.sum(axis=0))
@@ -156,13 +159,19 @@ def iterate(fx: Any) -> None:
                 state = (fx._pending.tobytes() if o.rows == "input"
                          else fx._pending_calls.tobytes())
                 if state in seen:
-                    # a cycle between rejection sets: keep the current one and stop
-                    fx._warn("outlier rejection oscillates between sets of rows; "
-                               "stopped")
+                    # a cycle: the pending set was applied before.  Nothing of the
+                    # pending step is committed (its reasons neither): the fit is left
+                    # in one consistent state, chosen by stop_on_cycle.
+                    stop_on_cycle(fx, cand, history[seen[state]:])
                     settled = True
                     break
-                seen.add(state)
+                seen[state] = len(history)
+            # the set (changed or not) and its reasons, from this round's residuals
+            commit_reasons(fx, cand)
+            if changed.size:
+                history.append(current_state(fx))
         v_rows = np.zeros(0, dtype=np.int64)
+        v_new = None
         if fx.weighted:
             v_new = np.ones(fx.n)
             v_new[cand] = row_weights(fx, pred)
@@ -171,20 +180,7 @@ def iterate(fx: Any) -> None:
         if changed.size == 0 and v_rows.size == 0:
             settled = True
             break
-        old_w, old_S, old_v = fx.w.copy(), fx.S.copy(), fx.v.copy()
-        if changed.size:
-            # downdate/update the exact G and b for the rows whose weight or sum changed
-            apply_rejection(fx, changed)
-            gw = np.zeros(fx.n)
-            bw = np.zeros(fx.n)
-            gw[changed] = fx.w[changed] - old_w[changed]
-            bw[changed] = fx.S[changed] - old_S[changed]
-            fx.design.accumulate(fx.G, fx.b, gw, bw, changed)
-        if fx.weighted:
-            if v_rows.size:
-                fx.v[v_rows] = v_new[v_rows]
-                fx.weight_iterations += 1
-            update_weighted(fx, np.union1d(changed, v_rows), old_w, old_S, old_v)
+        update_rows(fx, changed, v_rows, v_new)
     if not settled:
         fx.warnings.append(f"outlier rejection/reweighting did not settle in "
                              f"{o.max_iterations} iterations")
@@ -193,6 +189,104 @@ def iterate(fx: Any) -> None:
                    "the model may not fit (data-dependent costs?); only the worst were "
                    "rejected")
     reduce_columns(fx, fx.G.sum(axis=0))
+
+
+def update_rows(fx: Any, changed: np.ndarray, v_rows: np.ndarray | None = None,
+                v_new: np.ndarray | None = None) -> None:
+    """Apply the pending rejection to the rows in ``changed`` and the new weights to the
+    rows in ``v_rows``, keeping G, b (exact) and Gw, bw (weighted) in step."""
+    if v_rows is None:
+        v_rows = np.zeros(0, dtype=np.int64)
+    old_w, old_S, old_v = fx.w.copy(), fx.S.copy(), fx.v.copy()
+    if changed.size:
+        # downdate/update the exact G and b for the rows whose weight or sum changed
+        apply_rejection(fx, changed)
+        gw = np.zeros(fx.n)
+        bw = np.zeros(fx.n)
+        gw[changed] = fx.w[changed] - old_w[changed]
+        bw[changed] = fx.S[changed] - old_S[changed]
+        fx.design.accumulate(fx.G, fx.b, gw, bw, changed)
+    if fx.weighted:
+        if v_rows.size and v_new is not None:
+            fx.v[v_rows] = v_new[v_rows]
+            fx.weight_iterations += 1
+        update_weighted(fx, np.union1d(changed, v_rows), old_w, old_S, old_v)
+
+
+def commit_reasons(fx: Any, cand: np.ndarray) -> None:
+    """Make the pending step's reasons the current ones (called only when its set is
+    applied, or equals the applied one): a rejected row's reason is always that of the
+    step that decided the set in force."""
+    if fx.opts.rows == "input":
+        for i in cand:
+            fx.rej_reason.pop(int(i), None)
+        fx.rej_reason.update(fx._pending_reasons)
+    else:
+        fx._call_z = fx._pending_call_z
+
+
+def current_state(fx: Any) -> tuple[np.ndarray, Any]:
+    if fx.opts.rows == "input":
+        return fx._pending.copy(), dict(fx._pending_reasons)
+    cand, z, cut = fx._pending_call_z
+    return fx._pending_calls.copy(), (cand, z.copy(), cut)
+
+
+def stop_on_cycle(fx: Any, cand: np.ndarray, cycle: list[tuple[np.ndarray, Any]]) -> None:
+    """The rejection cycles through the states in ``cycle`` (in order; the last is the one
+    applied now).  Keep their union: every row (call) that one of the cycle's fits judged
+    an outlier, each with the reason of the last state that rejected it.
+
+    Why the union: the cycle means the rows the model fits worst change with which others
+    are left out — two (or more) groups of inputs that the counts describe alike but that
+    run at different speeds.  With any one state of the cycle the other group's rows are
+    in the fit and pull the costs towards them (the next round calls *them* outliers);
+    the intersection keeps every disputed row in the fit.  The union fits the rows that no
+    state of the cycle disputes, so the costs describe the undisputed majority.  The bound
+    stays above every measured input whichever set is kept (the dispersion term covers a
+    rejected row's excess over the prediction), so the choice is only about the quality
+    of the fit.  Whichever state the loop happened to stop in would be an accident of the
+    iteration order.  If the union exceeds the cap on rejections, the state applied now is
+    kept instead (already consistent, with its own reasons)."""
+    o = fx.opts
+    sizes = [int(m.sum()) for m, _ in cycle]
+    unit = "rows" if o.rows == "input" else "calls"
+    union = np.logical_or.reduce([m for m, _ in cycle])
+    if o.rows == "input":
+        limit = int(o.max_reject_fraction * cand.size)
+    else:
+        limit = int(o.max_reject_fraction * int(fx.valid_calls[cand].sum()))
+    if int(union.sum()) <= limit:
+        kept = f"kept their union, {int(union.sum())} {unit}, out of the fit"
+        if o.rows == "input":
+            reasons: dict[int, str] = {}
+            for _, r in cycle:
+                reasons.update(r)
+            fx._pending = union
+            fx._pending_reasons = reasons
+            changed = np.flatnonzero(union != fx.rejected_rows)
+        else:
+            cand_z, z, cut = cycle[-1][1]
+            z = z.copy()
+            for m, (_, zk, _) in cycle:
+                sel = m[cand_z]
+                z[sel] = zk[sel]
+            fx._pending_calls = union
+            fx._pending_call_z = (cand_z, z, cut)
+            changed = np.flatnonzero((union != fx.call_rejected).any(axis=1))
+        commit_reasons(fx, cand)
+        update_rows(fx, changed)
+    else:
+        # the applied state and its committed reasons stay as they are
+        kept = (f"kept the last set, {sizes[-1]} {unit} (their union, "
+                f"{int(union.sum())}, exceeds the {o.max_reject_fraction:.0%} cap)")
+    sets = ", ".join(str(k) for k in sizes[:-1]) + f" and {sizes[-1]}"
+    fx._warn(f"outlier rejection cycled {'between' if len(sizes) == 2 else 'among'} sets "
+             f"of {sets} rejected {unit}; {kept}: the {unit} that the model fits worst "
+             f"change with which others are left out — the timings of these inputs may "
+             f"depend on data the counts do not see (caches, branch history, operand "
+             f"values); more inputs or repeats settle it, or a count that tells these "
+             f"inputs apart")
 
 
 def update_weighted(fx: Any, rows: np.ndarray, old_w: np.ndarray, old_S: np.ndarray,
@@ -245,12 +339,12 @@ def reject_step(fx: Any, cand: np.ndarray, pred: np.ndarray) -> np.ndarray:
         new = np.zeros(fx.n, dtype=bool)
         new[cand[bad]] = True
         changed = np.flatnonzero(new != fx.rejected_rows)
-        for pos in np.flatnonzero(bad):
-            fx.rej_reason[int(cand[pos])] = (
-                f"residual: {r[pos]:+.1f} ticks, |z| = {abs(z[pos]):.1f} > {cut:.1f}")
-        for i in changed:
-            if not new[i]:
-                fx.rej_reason.pop(int(i), None)
+        # pending until committed (commit_reasons): a step stopped on a cycle must not
+        # leave its reasons on rows whose weights it never changed
+        fx._pending_reasons = {
+            int(cand[pos]): (f"residual: {r[pos]:+.1f} ticks, |z| = {abs(z[pos]):.1f} "
+                             f"> {cut:.1f}")
+            for pos in np.flatnonzero(bad)}
         fx._pending = new
         return changed
     # rows == "call": residuals of single calls
@@ -274,7 +368,7 @@ def reject_step(fx: Any, cand: np.ndarray, pred: np.ndarray) -> np.ndarray:
     newc[cand] = bad
     changed = np.flatnonzero((newc != fx.call_rejected).any(axis=1))
     fx._pending_calls = newc
-    fx._call_z = (cand, z, cut)
+    fx._pending_call_z = (cand, z, cut)
     return changed
 
 

@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.progress import progress_bars
     from wcetfit.cli.report import check_outputs, emit
     from wcetfit.timing.run import run_times
+    from wcetfit.fit.system import refuse_shared_blocks
     from wcetfit.pipeline import (activation_step, analyze_stage, count_following_indirect,
                                   open_session, stored_measurements, wants_activations)
 
@@ -40,12 +41,16 @@ def run(args: argparse.Namespace) -> int:
     _lock = lock_target_store(args.target, wait=not args.no_wait)  # held to the end
     s = open_session(args.target, fresh=args.fresh, **measure_overrides(args))
     roots = list(s.target.functions)
+    for root in roots:                      # before minutes of measuring, not after
+        refuse_shared_blocks(root, s.functions_of(root))
     # per-activation rows ([timing] activations) need the count run's block trace
     per_activation = [root for root in roots if wants_activations(s, root)]
     notes: dict[str, tuple[str, ...]] = {}
     with progress_bars() as update:
         s = count_following_indirect(s, roots, trace=bool(per_activation),
                                      progress=lambda d, t: update("count", d, t))
+        for root in roots:                  # callees reached through pointers, now modelled
+            refuse_shared_blocks(root, s.functions_of(root))
         run_times(s.target, s.store, s.roots, wait=not args.no_wait,
                   progress=lambda d, t: update("time", d, t))
         for root in per_activation:

@@ -51,6 +51,34 @@ class LinearSystem:
         return tuple(a for _, a in self.columns)
 
 
+def refuse_shared_blocks(root: str, functions: Mapping[str, FunctionModel]) -> None:
+    """Raise BinaryError when two of ``functions`` (``root``'s) share blocks.
+
+    Hand-written assembly may jump into another function's body (libgmp's __gmpn_add_nc
+    ends in a jump into __gmpn_add_n's loop), so the static model gives both functions the
+    same blocks.  The fit keys a block's cost by its address, one cost per address, and
+    cannot yet hold one block as two functions' columns: it stopped after minutes of
+    measuring with "block addresses are not unique".  Called before measuring, too."""
+    from wcetfit.errors import BinaryError
+
+    owner: dict[int, str] = {}
+    shared: dict[tuple[str, str], list[int]] = {}
+    for name, fn in functions.items():
+        for a in fn.block_addresses:
+            other = owner.setdefault(a, name)
+            if other != name:
+                shared.setdefault((other, name), []).append(a)
+    if shared:
+        (a, b), where = next(iter(shared.items()))
+        raise BinaryError(
+            f"{root}: {a} and {b} share {len(where)} block(s) (from {min(where):#x}: code "
+            f"that jumps into another function's body, as hand-written assembly does); "
+            f"wcetfit fits one cost per block address and cannot model one block in two "
+            f"functions yet"
+            + (f" ({len(shared) - 1} more pair(s) of functions share blocks)"
+               if len(shared) > 1 else ""))
+
+
 def structural_basis(functions: Sequence[FunctionModel], root: str) -> np.ndarray:
     """Orthonormal rows spanning the block-count vectors of calls of ``root``.
 

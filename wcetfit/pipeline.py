@@ -169,7 +169,7 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
     from wcetfit.fit.solve import fit_function
     from wcetfit.fit.robust import detect_quantum
     from wcetfit.timing.speed import flat_profile, speed_profile
-    from wcetfit.fit.system import build_system
+    from wcetfit.fit.system import build_system, refuse_shared_blocks
 
     options = replace(options or FitOptions(), costs=session.target.fit_costs)
     if options.overhead_floor_ticks == 0.0 and getattr(times, "method", None):
@@ -180,6 +180,7 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
         if floor is not None and floor > 0:
             options = replace(options, overhead_floor_ticks=float(floor))
     functions = session.functions_of(root)
+    refuse_shared_blocks(root, functions)
     system = build_system(functions, counts, times)
     if session.target.follow_speed:
         if options.quantum_ticks is None:       # detected once, for the profile and the fit
@@ -288,7 +289,12 @@ def activation_step(session: Session, root: str, progress: Progress | None = Non
 
 
 def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
-    """The IPET bound, or the WcetError that prevented it (shown in the report)."""
+    """The IPET bound, or the WcetError that prevented it (shown in the report).
+
+    A function the model reaches but the counts do not hold (it ran uncounted) has no
+    costs: the bound is refused, unless every block calling it no input ran and
+    ``[wcet] unreached`` is "observed": the bound then leaves it out with those blocks,
+    and says so among the root's warnings."""
     from wcetfit.errors import WcetError
     from wcetfit.wcet.analyze import analyze_wcet, fit_inputs
 
@@ -299,11 +305,20 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     functions = session.functions_of(root)
     counted = {c[0] for c in system.columns}
     absent = [n for n in functions if n not in counted]
+    left_out: tuple[str, ...] = ()
     if absent:
-        # the IPET would stop at the first such function with "no cost for N blocks"
-        exc = WcetError(_absent_reason(session, root, absent))
-        log.warning("%s: no WCET bound: %s", root, exc)
-        return exc
+        sites = _absent_call_sites(functions, absent, system)
+        ran = [n for n in absent if sites[n][0]]
+        if ran or session.target.unreached != "observed":
+            # the IPET would stop at the first such function with "no cost for N blocks"
+            exc = WcetError(_absent_reason(session, root, absent, sites,
+                                           session.target.unreached))
+            log.warning("%s: no WCET bound: %s", root, exc)
+            return exc
+        # every call of them is in a block no input ran, which the "observed" policy
+        # forces to 0 in the IPET: without those calls the bound is the same program's
+        left_out = (_left_out_note(session, root, absent, sites),)
+        functions = _without_calls_to(functions, absent)
     fi = fit_inputs(fit, functions)
     try:
         # one BLAS thread, as in the fit: the observed span's SVD (wcetfit.wcet.analyze) then
@@ -320,15 +335,83 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     except WcetError as exc:
         log.warning("%s: no WCET bound: %s", root, exc)
         return exc
+    if left_out:
+        # after the note on the blocks no input ran (the first warning), which it extends
+        first = tuple(result.warnings[:1]) if result.unreached else ()
+        result = replace(result, warnings=first + left_out
+                         + tuple(result.warnings[len(first):]))
     p = session.target.exceedance
     d = call_dispersion(system, fit, exceedance=p, point=result.bound_ticks)
     return replace(result, dispersion=d.excess, dispersion_factors=d.to_dict(), exceedance=p)
 
 
-def _absent_reason(session: Session, root: str, absent: list[str]) -> str:
-    """Why functions the model reaches have no counts: the instrumented copy cannot hold
-    them (they run as original code; counting again changes nothing), or they are
-    indirect targets observed after the counts were taken (counting again helps)."""
+def _absent_call_sites(functions: dict[str, FunctionModel], absent: list[str],
+                       system: Any) -> dict[str, tuple[list[str], list[str], list[str]]]:
+    """Per function without counts: the blocks calling it that an input ran, those no
+    input ran (as "fn+0xOFF", in the counted functions), and the uncounted functions
+    calling it.  A block counts as unexecuted only if its count is 0 on every row and
+    every block of its function has a column (so the IPET, under the "observed" policy,
+    forces it to 0); a block without a column counts as executed."""
+    import numpy as np
+
+    from wcetfit.model import CALL_INDIRECT, CALL_INTERNAL
+    from wcetfit.wcet.result import loop_key
+
+    entry = {}
+    for n in absent:
+        entry[functions[n].address] = n
+        entry.setdefault(functions[n].entry, n)
+    col = {c: j for j, c in enumerate(system.columns)}
+    C = np.asarray(system.counts)
+    out: dict[str, tuple[list[str], list[str], list[str]]] = {n: ([], [], []) for n in absent}
+    for name, fn in functions.items():
+        whole = all((name, a) in col for a in fn.block_addresses)
+        for cs in fn.calls:
+            if cs.kind == CALL_INTERNAL:
+                targets = [cs.target] if cs.target is not None else []
+            elif cs.kind == CALL_INDIRECT:
+                targets = list(cs.observed_internal)
+            else:
+                continue
+            for callee in dict.fromkeys(entry[t] for t in targets if t in entry):
+                ran, unran, via = out[callee]
+                if name in absent:
+                    if name not in via:
+                        via.append(name)
+                    continue
+                j = col.get((name, cs.block))
+                where = loop_key(fn, cs.block)
+                executed = not whole or j is None or bool(C.size and C[:, j].any())
+                lst = ran if executed else unran
+                if where not in lst:
+                    lst.append(where)
+    return out
+
+
+def _without_calls_to(functions: dict[str, FunctionModel],
+                      absent: list[str]) -> dict[str, FunctionModel]:
+    """The counted functions, their calls of the ``absent`` ones taken out (all made from
+    blocks no input ran: the IPET forces those blocks to 0 under the "observed" policy,
+    so the calls change nothing in the bound, but the IPET needs a callee for each)."""
+    gone = {functions[n].address for n in absent} | {functions[n].entry for n in absent}
+
+    def keeps(cs: Any) -> bool:
+        targets = [cs.target] if cs.kind == "internal" else list(cs.observed_internal)
+        return not any(t in gone for t in targets if t is not None)
+
+    out = {}
+    for name, fn in functions.items():
+        if name in absent:
+            continue
+        calls = tuple(cs for cs in fn.calls if keeps(cs))
+        out[name] = fn if len(calls) == len(fn.calls) else replace(fn, calls=calls)
+    return out
+
+
+def _uncounted_why(session: Session, root: str, absent: list[str]) -> dict[str, str | None]:
+    """Why each function the model reaches has no counts: the reason the instrumented copy
+    cannot hold it (it runs as original code; counting again changes nothing), or None:
+    an indirect target observed after the counts were taken (counting again helps)."""
     from wcetfit.count.relocate import relocatable_closure
     from wcetfit.loader import read_elf
 
@@ -339,22 +422,79 @@ def _absent_reason(session: Session, root: str, absent: list[str]) -> str:
     except Exception as exc:  # noqa: BLE001 -- only the wording depends on it
         log.info("%s: why its callees run uncounted not found: %s", root, exc)
         skipped = {}
-    uncopied = [n for n in absent if n in skipped]
-    later = [n for n in absent if n not in skipped]
+    return {n: skipped.get(n) for n in absent}
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names)
+
+
+def _listed(items: list[str], most: int = 4) -> str:
+    return ", ".join(items[:most]) + (", …" if len(items) > most else "")
+
+
+def _callers(root: str, site: tuple[list[str], list[str], list[str]]) -> str:
+    """Where a function without counts is called from, for the messages."""
+    ran, unran, via = site
+    if ran:
+        text = f"called by {root} (in blocks the inputs ran: {_listed(ran)})"
+        if unran:
+            text += f" and from blocks no input ran ({_listed(unran)})"
+    elif unran:
+        text = f"called only from blocks no input ran ({_listed(unran)})"
+    else:
+        text = ""
+    if via:
+        runs = "runs" if len(via) == 1 else "run"
+        text += (f", and by {_names(via)}, which {runs} uncounted too" if text else
+                 f"called only by {_names(via)}, which {runs} uncounted too")
+    return text or f"reached by {root} in the model"
+
+
+def _left_out_note(session: Session, root: str, absent: list[str],
+                   sites: dict[str, tuple[list[str], list[str], list[str]]]) -> str:
+    """The root's warning on functions left out of the bound with the unexecuted blocks
+    that call them."""
+    why = _uncounted_why(session, root, absent)
     parts = []
-    if uncopied:
+    for n in absent:
+        reason = (f"the copy cannot hold it: {why[n]}" if why[n] else
+                  "an indirect target observed after the counts were taken")
+        like = "those blocks" if sites[n][1] else "its callers"
+        parts.append(f"{n}: {_callers(root, sites[n])}; it runs uncounted ({reason}), and "
+                     f"like {like} it is left out of the bound")
+    return "; ".join(parts)
+
+
+def _absent_reason(session: Session, root: str, absent: list[str],
+                   sites: dict[str, tuple[list[str], list[str], list[str]]] | None = None,
+                   policy: str = "observed") -> str:
+    """Why functions the model reaches have no counts, and so no bound: the instrumented
+    copy cannot hold them (they run as original code; counting again changes nothing), or
+    they are indirect targets observed after the counts were taken (counting again
+    helps).  ``sites``: :func:`_absent_call_sites`; ``policy``: ``[wcet] unreached``."""
+    why = _uncounted_why(session, root, absent)
+    sites = sites or {n: ([], [], []) for n in absent}
+    uncopied = [n for n in absent if why[n]]
+    later = [n for n in absent if not why[n]]
+    parts = []
+    for n in uncopied:
+        site = sites[n]
+        text = f"{n}: {_callers(root, site)}, but the instrumented copy cannot hold it " \
+               f"({why[n]}), so it runs as original code, uncounted: its blocks have no cost"
+        if site[0]:
+            text += ", and its time in the calling block is a mean over the inputs, not a " \
+                    "worst case"
+        elif policy != "observed":
+            text += (f", and [wcet] unreached = \"{policy}\" bounds the blocks no input ran "
+                     "(with \"observed\", the default, they and it would be left out of "
+                     "the bound)")
+        parts.append(text)
+    for n in later:
         parts.append(
-            f"{', '.join(uncopied)}: reached by {root}, but the instrumented copy cannot "
-            f"hold {'them' if len(uncopied) > 1 else 'it'} ("
-            + "; ".join(f"{n}: {skipped[n]}" for n in uncopied[:3])
-            + ("; …" if len(uncopied) > 3 else "")
-            + "), so they run as original code, uncounted: their blocks have no cost, and "
-              "their time in the calling block is a mean over the inputs, not a worst case")
-    if later:
-        parts.append(
-            f"{', '.join(later)}: reached by {root} in the model but not in its stored "
-            "counts: targets of indirect calls observed after these counts were taken "
-            "(count again: `wcetfit count` and `wcetfit analyze` count them as callees)")
+            f"{n}: {_callers(root, sites[n])}, but not in its stored counts: a target of "
+            "indirect calls observed after these counts were taken (count again: "
+            "`wcetfit count` and `wcetfit analyze` count it as a callee)")
     return "; ".join(parts)
 
 
@@ -554,12 +694,26 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
                           speed=system.speed, input_numbers=system.indices,
                           describe_input=describe)
     report = _with_load_warning(report, times)
+    report = _with_failures(report, counts, times)
     report = _with_reach_verdicts(report, reached)
     if notes:
         from wcetfit.report import Finding
         report = replace(report, warnings=tuple(report.warnings)
                          + tuple(Finding.of(n) for n in notes))
     return Analysis(root, functions, system, fit, wcet, report)
+
+
+def _with_failures(report: Any, counts: Any, times: Any) -> Any:
+    """The inputs the measuring runs left out (crashed, hung, failed a check) among the
+    root's warnings, first: a report over the inputs that ran says nothing of the others."""
+    from dataclasses import replace
+
+    from wcetfit.report.failures import failed_inputs_finding
+
+    finding = failed_inputs_finding(counts, times)
+    if finding is None:
+        return report
+    return replace(report, warnings=(finding,) + tuple(report.warnings))
 
 
 def _with_load_warning(report: Any, times: Any) -> Any:

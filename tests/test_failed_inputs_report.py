@@ -1,0 +1,70 @@
+"""Inputs that crash are left out of the fit, and the report says so where the result is
+read.  A new user's EVP_EncodeBlock target crashed on 58 of 100 inputs; the report
+described the 42 others ("42 inputs × 3 timed calls") and none of its warnings said that
+most inputs could not be called."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from test_hostile import HOSTILE_C
+from wcetfit.isolate import InputFailure
+from wcetfit.report.failures import failed_inputs_finding
+
+
+def test_one_finding_counts_and_names_the_failures():
+    f = [InputFailure(i, "crash", "SIGABRT (signal 6)", f"({i}, 3)") for i in (3, 8, 13, 18)]
+    f.append(InputFailure(21, "hang", "no return after 1.0 s", "(21, 3)"))
+    counts = SimpleNamespace(failures=tuple(f[:2]))
+    times = SimpleNamespace(failures=tuple(f[1:]), indices=np.arange(25))
+    w = failed_inputs_finding(counts, times)
+    assert w is not None
+    assert w.message.startswith("5 input(s) failed and are left out of the fit")
+    assert "crash: SIGABRT (signal 6) ×4" in w.message and "hang: no return ×1" in w.message
+    assert "25 were measured" in w.message
+    assert "input 3 (3, 3): crash" in w.message and w.message.endswith("; …")
+    assert "generate()" in w.advice
+    assert failed_inputs_finding(SimpleNamespace(failures=()), times=None) is None
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build the target")
+def test_the_report_of_a_target_with_crashing_inputs_says_so(tmp_path):
+    from wcetfit.cli import main
+
+    (tmp_path / "hostile.c").write_text(HOSTILE_C)
+    subprocess.run(["gcc", "-O2", "-fPIC", "-shared", "-pthread", "-o",
+                    str(tmp_path / "libhostile.so"), str(tmp_path / "hostile.c")], check=True)
+    (tmp_path / "wcetfit.toml").write_text("""
+binary = "libhostile.so"
+functions = ["hostile"]
+prototype = "long hostile(int kind, int x);"
+inputs = "inputs.py"
+[measure]
+inputs = 30
+repeats = 3
+[search]
+budget = 0
+""")
+    # kind 2 aborts when x == 3: inputs 3, 8, 13, 18, 23 and 28
+    (tmp_path / "inputs.py").write_text("def generate(ctx):\n    return (2, ctx.index % 5)\n")
+    out = tmp_path / "r.json"
+    assert main(["analyze", str(tmp_path), "--no-wait", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    said = [w["message"] for w in doc["warnings"] if "failed and are left out" in w["message"]]
+    assert len(said) == 1, [w["message"] for w in doc["warnings"]]
+    assert said[0].startswith("6 input(s) failed") and "SIGABRT" in said[0]
+    assert "input 3 " in said[0]
+    # the summary on the screen shows it first
+    from wcetfit.cli import main as cli
+    import contextlib, io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert cli(["report", str(tmp_path)]) == 0
+    text = buf.getvalue()
+    assert "6 input(s) failed" in text, text[-3000:]

@@ -1,0 +1,48 @@
+"""The inputs the measuring runs left out because they failed, as one finding of the root.
+
+A crash, a hang, a failed differential check: the count and timing runs keep going and
+leave the input out (wcetfit.isolate), and the fit never sees it.  The user must read
+that where the result is: a report over 42 of 100 inputs, with the other 58 crashed in
+EVP_EncodeBlock, described a function the inputs mostly could not call, and an input
+whose neighbours crash may itself have corrupted memory without crashing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from wcetfit.report import Finding
+
+# Failed inputs named one by one in the finding (the rest are counted).
+NAMED_FAILURES = 3
+
+
+def failed_inputs_finding(counts: Any, times: Any) -> Finding | None:
+    """One finding for the inputs the count and timing runs left out, or None."""
+    failures: dict[int, Any] = {}
+    for run in (counts, times):
+        for f in getattr(run, "failures", ()) or ():
+            failures.setdefault(int(f.index), f)
+    if not failures:
+        return None
+    indices = getattr(times, "indices", None)
+    kept = len(indices) if indices is not None else 0
+    kinds = Counter(f"{f.kind}: {_short(f.message)}" for f in failures.values())
+    first = [failures[i] for i in sorted(failures)[:NAMED_FAILURES]]
+    how = ", ".join(f"{k} ×{n}" for k, n in kinds.most_common())
+    message = (f"{len(failures)} input(s) failed and are left out of the fit and the bound "
+               f"({how}){f'; {kept} were measured' if kept else ''}: "
+               + "; ".join(f.describe() for f in first)
+               + ("; …" if len(failures) > NAMED_FAILURES else ""))
+    advice = ("an input generate() makes should be one the function's contract allows: a "
+              "crash usually means a buffer too small for what the function writes, or "
+              "an argument out of range; inputs beside crashing ones may corrupt memory "
+              "without crashing, so fix generate() (or narrow it) and measure again "
+              "(`wcetfit analyze --fresh`)")
+    return Finding(message, advice)
+
+
+def _short(message: str) -> str:
+    """The kind of failure without its details: "SIGABRT (signal 6)", "no return"."""
+    return message.split(";")[0].split(" after ")[0].strip()[:60]

@@ -815,3 +815,23 @@ def test_the_summary_folds_observed_loop_warnings_and_puts_one_path_first():
                                      "f+0x28, f+0x32")
     assert got[5] == other and len(got) == 6
     assert _folded_loops(loops[:4]) == loops[:4]          # four: nothing to fold
+
+
+def test_where_the_time_goes_says_when_the_overhead_holds_always_once_blocks(built):
+    """Where the inputs cannot tell the blocks every call runs once from ε, ε holds their
+    time too (libcrypto SHA1: 747 ticks of "overhead" against an empty timed region of
+    about 50): "not the function" was wrong there."""
+    from dataclasses import replace
+
+    from wcetfit.report import GroupRow
+    from wcetfit.report.summary import _top
+
+    report = built[-1]
+    root = report.functions[0]
+    group = GroupRow("overhead", (root.blocks[0].address, root.blocks[1].address), "overhead",
+                     (), None, None, False)
+    with_once = replace(report, functions=(replace(root, groups=tuple(root.groups) + (group,)),)
+                        + tuple(report.functions[1:]))
+    lines = [t for t in _top(with_once) if t.strip().split("  ", 1)[-1].startswith("ε")]
+    assert lines and "ε with the 2 block(s) every call runs once" in lines[0]
+    assert "not the function" not in lines[0]

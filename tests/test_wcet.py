@@ -783,3 +783,32 @@ def test_observed_paths_off_bounds_by_the_cfg_alone():
     assert on.bound_ticks < off.bound_ticks
     assert on.envelopes and not off.envelopes
     assert any("path envelope" in w for w in on.warnings)
+
+
+def test_a_conditional_tail_call_calls_on_its_exit_edge_only():
+    """SHA512's entry block ends in ``jne <its XOP variant>`` and falls through to the
+    generic code: the variant is called on the block's exit edge only.  With a cap of 0
+    calls (no input ran the variant) the cap on the block's count forbade the entry block
+    ("no execution satisfies the constraints"), and every execution of the block was
+    charged the variant's WCET."""
+    from dataclasses import replace
+
+    # 0 entry: jne variant (tail, exit) | fall through to 1 -> 2 exit
+    f = make_fn("f", 0x1000, 3, [(0, 1), (1, 2)], [0, 2],
+                calls=[(0, CALL_INTERNAL, 0x9000, "variant")])
+    f = replace(f, calls=tuple(replace(c, tail=True) for c in f.calls))
+    costs = costs_of(f, [10, 20, 30])
+    # with the variant's calls capped at 0 (never seen), the generic path: 10 + 20 + 30
+    r = ipet(f, costs, {}, callee_wcet={0x9000: 1000.0}, call_caps={0x9000: 0})
+    assert r.bound_ticks == pytest.approx(60.0)
+    assert r.block_counts[addr(f, 0)] == 1
+    # uncapped, the worst path takes the tail call: 10 + 1000, never both
+    r = ipet(f, costs, {}, callee_wcet={0x9000: 1000.0})
+    assert r.bound_ticks == pytest.approx(1010.0)
+    assert r.block_counts[addr(f, 1)] == 0
+    assert [c.count for c in r.calls if c.target == 0x9000] == [1]
+    # an unconditional tail call is charged per execution, as before
+    g = make_fn("g", 0x2000, 2, [(0, 1)], [1], calls=[(1, CALL_INTERNAL, 0x9000, "v")])
+    g = replace(g, calls=tuple(replace(c, tail=True) for c in g.calls))
+    r = ipet(g, costs_of(g, [5, 7]), {}, callee_wcet={0x9000: 100.0})
+    assert r.bound_ticks == pytest.approx(112.0)

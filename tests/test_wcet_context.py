@@ -322,3 +322,30 @@ def test_a_callers_own_bound_includes_a_callee_lumped_at_the_root():
     calls_of_h = g.block_counts[addr(fns["g"], 2)]
     assert calls_of_h >= 1
     assert g.bound_ticks >= calls_of_h * h_one
+
+
+def test_a_conditional_tail_call_enters_its_instance_on_the_exit_edge_only():
+    """f's entry block ends in ``jne v`` (a tail call) and falls through to f's own code
+    (SHA512 choosing its XOP variant so).  v runs when the block leaves by that edge, not
+    at every execution of the block: measured calls either take v or f's code, and the
+    bound is the slower of the two, not their sum."""
+    from dataclasses import replace
+
+    v = make_fn("v", 0x9000, 2, [(0, 1)], [1])
+    f = make_fn("f", 0x4000, 3, [(0, 1), (1, 2)], [0, 2],
+                calls=[(0, CALL_INTERNAL, 0x9000, "v")])
+    f = replace(f, calls=tuple(replace(c, tail=True) for c in f.calls))
+    fns = {"f": f, "v": v}
+    cols = [(fn.name, b.address) for fn in (f, v) for b in fn.blocks]
+    via_v = np.array([1, 0, 0, 1, 1])
+    own = np.array([1, 1, 1, 0, 0])
+    C = np.array([via_v, own] * 10)
+    costs = {"f": costs_of(f, [5, 40, 30]), "v": costs_of(v, [60, 20])}
+    res = analyze_wcet(fns, "f", costs, C, cols, entry_cost=3.0, use_relations=False,
+                       observed_paths=False)
+    pred = predicted(C, cols, costs, 3.0)
+    assert pred.max() == 88.0                        # through v: 3 + 5 + 60 + 20
+    assert res.bound_ticks == pytest.approx(88.0)    # not 3 + 5 + 40 + 30 + 60 + 20
+    # the per-call-site program itself: v's instance entered on the exit edge only
+    ctx = context_bound(fns, "f", costs, {}, inline=["v"], entry_cost=3.0)
+    assert ctx is not None and ctx.bound_ticks == pytest.approx(88.0)

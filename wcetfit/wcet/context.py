@@ -41,7 +41,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from wcetfit.model import CALL_INDIRECT, CALL_INTERNAL, FunctionModel
-from wcetfit.wcet.flow import SOURCE, Flow, irreducible_blocks
+from wcetfit.wcet.flow import SINK, SOURCE, Flow, irreducible_blocks
 from wcetfit.wcet.interproc import callee_name, entry_names
 from wcetfit.wcet.result import (SOURCE_OBSERVED, CallOutcome, IpetResult, LoopBound,
                                  LoopOutcome, PathStep, as_loop_bound, loop_key)
@@ -222,10 +222,20 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
             calls[src] = 1.0
         else:
             coef = {src: 1.0}
-            for i, v in _counts_of(inst[me.parent], [(me.site, 1.0)]).items():
-                coef[i] = coef.get(i, 0.0) - v
-            rows.append(Row(coef, 0.0, 0.0, f"{me.path}: one call per execution of the "
-                                            f"calling block"))
+            parent = inst[me.parent]
+            exit_edge = (me.site, SINK)
+            if me.call is not None and me.call.tail and parent.flow.succ.get(me.site) \
+                    and exit_edge in parent.flow.var:
+                # a conditional tail call (``jne`` to another function ending a block that
+                # also falls through): one call per time the block leaves by that edge
+                i = parent.offset + parent.flow.var[exit_edge]
+                coef[i] = coef.get(i, 0.0) - 1.0
+                what = "one call per exit of the calling block by its conditional tail call"
+            else:
+                for i, v in _counts_of(parent, [(me.site, 1.0)]).items():
+                    coef[i] = coef.get(i, 0.0) - v
+                what = "one call per execution of the calling block"
+            rows.append(Row(coef, 0.0, 0.0, f"{me.path}: {what}"))
         for lp in fn.loops:
             b = bounds.get(name, {}).get(lp.header)
             if me.parent is not None:

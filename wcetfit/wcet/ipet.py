@@ -104,10 +104,25 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
         raise WcetError(f"{fn.name}: cost of {describe_block(fn, bad[0])} is not a finite "
                         f"number ({own[bad[0]]!r})")
     callee_per_exec = {a: 0.0 for a in flow.blocks}
+    # A conditional tail call (``jne other_function`` ending a block that also falls through
+    # inside the function: SHA512's entry block picks its XOP variant so) calls on one of
+    # the block's out-edges only, the one leaving the function: its callee is charged on
+    # that edge, and its calls are that edge's flow, not the block's count (a cap of 0 on
+    # the block's count forbade the entry block: "no execution satisfies the constraints").
+    tail_edge = {c.block: flow.var[(c.block, SINK)] for c in fn.calls
+                 if c.tail and flow.succ.get(c.block) and (c.block, SINK) in flow.var}
+    edge_callee: dict[int, float] = {}
     call_notes: list[tuple[Any, float | None, str]] = []
     warnings: list[str] = []
     for c in fn.calls:
-        if c.kind == CALL_INTERNAL and c.target is not None and c.target in callee_wcet:
+        if c.kind == CALL_INTERNAL and c.target is not None and c.target in callee_wcet \
+                and c.block in tail_edge:
+            w = float(callee_wcet[c.target])
+            i = tail_edge[c.block]
+            edge_callee[i] = edge_callee.get(i, 0.0) + w
+            call_notes.append((c, w, "callee WCET added per conditional tail call (the "
+                                     "block's exit edge)"))
+        elif c.kind == CALL_INTERNAL and c.target is not None and c.target in callee_wcet:
             w = float(callee_wcet[c.target])
             callee_per_exec[c.block] = callee_per_exec.get(c.block, 0.0) + w
             call_notes.append((c, w, "callee WCET added per execution"))
@@ -169,7 +184,7 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
     cost = np.zeros(nv)
     for i, (s, _) in enumerate(flow.edges):
         if s != SOURCE:
-            cost[i] = total_cost[s]          # count of s = Σ out-flows of s
+            cost[i] = total_cost[s] + edge_callee.get(i, 0.0)   # count of s = Σ out-flows
     lb = np.zeros(nv)
     ub = np.full(nv, np.inf)
     if entries < 1:
@@ -242,7 +257,11 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
         cap = int(call_caps[target])
         cap_rows[target] = len(rows)
         callee = sites[0].target_name or hexaddr(target)
-        rows.append(Row(count_coef((cs.block, 1.0) for cs in sites), -np.inf, float(cap),
+        coef = count_coef((cs.block, 1.0) for cs in sites if cs.block not in tail_edge)
+        for cs in sites:
+            if cs.block in tail_edge:
+                coef[tail_edge[cs.block]] = coef.get(tail_edge[cs.block], 0.0) + 1.0
+        rows.append(Row(coef, -np.inf, float(cap),
                         f"calls to {callee}: ≤ {cap} (observed: its most activations per "
                         f"measured call)"))
     for env in envelopes:
@@ -313,7 +332,10 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
     status = "optimal" if sol.status == "optimal" else "time_limit"
 
     counts = {a: int(sum(f[i] for i in flow.outs[a])) for a in flow.blocks}
-    bound = float(entry_cost) + sum(total_cost[a] * n for a, n in counts.items() if n)
+    bound = float(entry_cost) + sum(total_cost[a] * n for a, n in counts.items() if n) \
+        + sum(w * float(f[i]) for i, w in edge_callee.items())
+    # calls made: a block's executions, or a conditional tail call's exit-edge flow
+    made = {a: int(f[tail_edge[a]]) if a in tail_edge else n for a, n in counts.items()}
     if status != "optimal":
         if sol.dual_bound is not None:
             # The dual bound is a valid upper bound even when the search stopped early.
@@ -346,12 +368,12 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
         loops_out.append(LoopOutcome(lp.header, loop_key(fn, lp.header), b, ne, nb, binding))
 
     calls_out = tuple(CallOutcome(cs.block, cs.instruction, cs.kind, cs.target,
-                                  cs.target_name, counts.get(cs.block, 0), w, note,
+                                  cs.target_name, made.get(cs.block, 0), w, note,
                                   cap=call_caps.get(cs.target) if cs.target in cap_rows else None)
                       for cs, w, note in call_notes)
     in_loops = {a for lp in fn.loops for a in lp.body}
     for target, sites in cap_sites.items():
-        n = sum(counts.get(cs.block, 0) for cs in sites)
+        n = sum(made.get(cs.block, 0) for cs in sites)
         # said only where the CFG allows more calls than the cap: a call in a loop
         if n and n >= call_caps[target] and any(cs.block in in_loops for cs in sites):
             warnings.append(f"{fn.name}: the worst path calls "
@@ -368,8 +390,12 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
                         if e.intercept + e.slope * counts.get(e.header, 0)
                         - sum(counts.get(a, 0) for a in e.blocks) < 1.0)
     executed = {a for a, n in counts.items() if n > 0}
-    path = tuple(PathStep(a, counts[a], own[a], callee_per_exec[a],
-                          counts[a] * total_cost[a]) for a in flow.topo_order(executed))
+    def tail_ticks(a: int) -> float:          # a conditional tail call's callees, in all
+        return edge_callee.get(tail_edge[a], 0.0) * made[a] if a in tail_edge else 0.0
+
+    path = tuple(PathStep(a, counts[a], own[a], callee_per_exec[a] + tail_ticks(a) / counts[a],
+                          counts[a] * total_cost[a] + tail_ticks(a))
+                 for a in flow.topo_order(executed))
     edge_flows = {flow.edges[i]: int(f[i]) for i in range(flow.n_cfg)}
     exit_flows = {flow.edges[i][0]: int(f[i]) for i in range(flow.source_var + 1, nv)}
     log.debug("%s: IPET bound %.1f ticks over %d blocks (%s)", fn.name, bound,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -121,6 +121,27 @@ def _failures_from_json(data: Sequence[dict[str, Any]]) -> list[InputFailure]:
 
 
 # --- the store's view of counts and times ----------------------------------------------
+
+def first_generated(cs: CountSet, ts: TimeSet | None, n: int
+                    ) -> tuple[CountSet, TimeSet | None, int]:
+    """The counts and times of generated inputs 0..n-1 (and every searched or reached
+    input, numbered from ``wcetfit.search.candidates.SEARCH_BASE``), and how many generated
+    inputs were stored: ``report --inputs N`` over a store that holds more."""
+    from wcetfit.search.candidates import SEARCH_BASE
+
+    def keep(indices: np.ndarray) -> np.ndarray:
+        return (indices < n) | (indices >= SEARCH_BASE)
+
+    stored = int(np.sum(cs.indices < SEARCH_BASE))
+    k = keep(cs.indices)
+    cs = replace(cs, indices=cs.indices[k],
+                 functions=tuple(replace(fc, counts=fc.counts[k]) for fc in cs.functions))
+    if ts is not None:
+        t = keep(ts.indices)
+        ts = replace(ts, indices=ts.indices[t], ticks=ts.ticks[t],
+                     done=ts.done[t] if ts.done is not None else None)
+    return cs, ts, stored
+
 
 def counts_name(function: str, seed: int) -> str:
     return f"counts-{_safe(function)}-s{seed}"

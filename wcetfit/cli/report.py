@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("target", metavar="TARGET_DIR", help="folder holding wcetfit.toml")
     # which stored measurements: those of an `analyze --inputs N --repeats R` run
     p.add_argument("--inputs", type=int, metavar="N",
-                   help="number of generated inputs (default: [measure] inputs)")
+                   help="report generated inputs 0..N-1 of those stored, searched and "
+                        "reached ones included (default: every stored input)")
     p.add_argument("--seed", type=int, metavar="S",
                    help="seed of the inputs (default: [measure] seed)")
     p.add_argument("--repeats", type=int, metavar="R",
@@ -51,9 +52,26 @@ def run(args: argparse.Namespace) -> int:
     analyses = []
     for root in s.target.functions:
         counts, times = stored_measurements(s, root)
+        if args.inputs is not None:
+            counts, times = _first_inputs(root, counts, times, args.inputs)
         analyses.append(analyze_stage(s, root, counts, times))
     emit(analyses, args)
     return 0
+
+
+def _first_inputs(root: str, counts, times, n: int):  # type: ignore[no-untyped-def]
+    """``--inputs N``: the report of generated inputs 0..N-1 (searched and reached ones
+    stay), said when the store holds fewer."""
+    import logging
+
+    from wcetfit.measurements import first_generated
+
+    counts, times, stored = first_generated(counts, times, n)
+    if stored < n:
+        logging.getLogger(__name__).warning(
+            "%s: --inputs %d, but %d generated inputs are stored: reporting those (`wcetfit "
+            "analyze --inputs %d` measures the rest)", root, n, stored, n)
+    return counts, times
 
 
 def check_outputs(args: argparse.Namespace) -> None:

@@ -843,3 +843,24 @@ def test_where_the_time_goes_says_when_the_overhead_holds_always_once_blocks(bui
     lines = [t for t in _top(with_once) if t.strip().split("  ", 1)[-1].startswith("ε")]
     assert lines and "ε with the 2 block(s) every call runs once" in lines[0]
     assert "not the function" not in lines[0]
+
+
+def test_callees_blocks_no_input_ran_are_folded_after_two():
+    """libcrypto's SHA512 and liblzma's encoder: one "never executed" warning per callee
+    (dozens, error paths mostly) hid the others.  The root's and two callees' are shown,
+    the rest is one line with their count and names."""
+    from wcetfit.report import Finding
+    from wcetfit.report.summary import _folded_unexecuted
+
+    def never(fn, n):
+        return Finding(f"{fn}: {n} block(s) never executed by the inputs: {fn}+0x10; their "
+                       f"cost is unknown", "add inputs that reach them")
+
+    warns = [never("root", 2), Finding("a loop", ""), never("c1", 1), never("c2", 3),
+             never("c3", 4), never("c4", 5), Finding("last", "")]
+    out = _folded_unexecuted(warns, "root")
+    assert [w.message.split(":")[0] for w in out][:4] == ["root", "a loop", "c1", "c2"]
+    assert out[4].message.startswith("2 more callees have blocks no input executed (9 "
+                                     "blocks: c3, c4)")
+    assert out[4].advice == "add inputs that reach them" and out[5].message == "last"
+    assert _folded_unexecuted(warns[:5], "root") == warns[:5]     # three callees: as they are

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from wcetfit.errors import MeasurementError, WcetfitError
+from wcetfit.numbering import input_label
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class InputFailure:
     arguments: str     # summary of the input's arguments
 
     def describe(self) -> str:
-        return f"input {self.index} {self.arguments}: {self.kind}: {self.message}"
+        return f"{input_label(self.index)} {self.arguments}: {self.kind}: {self.message}"
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from wcetfit.errors import SelfCheckError
 from wcetfit.model import hexaddr
+from wcetfit.numbering import input_label
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def outcome(kind: ReturnKind | None, ret: Any, pack: Any, args: Sequence[bytes],
 def check_same_result(kind: ReturnKind | None, c: Outcome, o: Outcome, index: int,
                       fn: str) -> None:
     """Raise SelfCheckError, with the reason, unless the two return values agree."""
-    head = f"differential check for input {index}: {fn}"
+    head = f"differential check for {input_label(index)}: {fn}"
     ret, ret_o = c.ret, o.ret
     if kind is None or not kind.pointer:
         if not _same_scalar(ret, ret_o):
@@ -152,7 +153,7 @@ def _where(loc: tuple[int, int] | None, address: int) -> str:
 def check_same_memory(c: Outcome, o: Outcome, ranges: Sequence[tuple[int, int]],
                       binary: Any, index: int, fn: str) -> None:
     """Argument memory and the binary's writable pages after the two calls."""
-    head = f"differential check for input {index}: {fn}"
+    head = f"differential check for {input_label(index)}: {fn}"
     after_c, after_o = c.args, o.args
     if after_c != after_o:
         k = next(k for k, (x, y) in enumerate(zip(after_c, after_o)) if x != y)

@@ -52,6 +52,7 @@ from wcetfit.errors import MeasurementError, SelfCheckError
 from wcetfit.loader import (PROT_EXEC, PROT_READ, PAGE, LoadedBinary, NearMemory,
                             WritableData, alloc_near, load_binary)
 from wcetfit.model import FunctionModel
+from wcetfit.numbering import input_label
 from wcetfit.count.compare import (Outcome, ReturnKind, check_same_memory,
                                    check_same_result, outcome)
 from wcetfit.count.flow import (FlowStructure, _transfers, activations,  # noqa: F401
@@ -335,7 +336,7 @@ class Counter:
                 # Calls whose target the table could not hold may have entered relocated
                 # code: activations would be wrong, so the input is not counted.
                 raise SelfCheckError(
-                    f"input {index}: the indirect call at {insn:#x} went to more than "
+                    f"{input_label(index)}: the indirect call at {insn:#x} went to more than "
                     f"{enc.DISPATCH_SLOTS} different targets ({lost} calls not recorded)")
             out[insn] = {(rt - bias if lo <= rt < hi else symbol_at(rt)): n
                          for rt, n in seen.items()}
@@ -409,21 +410,21 @@ def _collect(pid: int, r: int, index: int, fn: str) -> Outcome:
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        raise SelfCheckError(f"differential check for input {index}: the original {fn} died "
+        raise SelfCheckError(f"differential check for {input_label(index)}: the original {fn} died "
                              f"of {signal.Signals(sig).name} where the instrumented copy "
                              "returned")
     if not data:
-        raise SelfCheckError(f"differential check for input {index}: the original {fn}'s "
+        raise SelfCheckError(f"differential check for {input_label(index)}: the original {fn}'s "
                              f"process exited (status {status:#x}) without a result")
     try:
         kind, value = pickle.loads(data)
     except Exception as exc:  # noqa: BLE001 - whatever wrote into the pipe, it is no result
-        raise SelfCheckError(f"differential check for input {index}: the original {fn}'s "
+        raise SelfCheckError(f"differential check for {input_label(index)}: the original {fn}'s "
                              f"process wrote no readable result ({type(exc).__name__}: "
                              f"{exc}); did the function fork or write to inherited file "
                              "descriptors?") from None
     if kind != "ok":
-        raise SelfCheckError(f"differential check for input {index}: calling the original "
+        raise SelfCheckError(f"differential check for {input_label(index)}: calling the original "
                              f"{fn} failed: {value}")
     return value
 

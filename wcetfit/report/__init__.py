@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from wcetfit.numbering import input_label  # noqa: F401 -- named here too
 from wcetfit.errors import WcetfitError
 from wcetfit.model import (CALL_IMPORTED, CALL_INDIRECT, FunctionModel, hexaddr,
                            parse_addr)
@@ -46,21 +47,6 @@ GOAL_P95_REL = 0.05
 ESTIMABLE_TOL = 1e-6
 
 
-def input_label(number: int | None) -> str:
-    """An input as the user names it: "input 7" (generate's own numbering) or "search
-    input 41" (the worst-case search's candidates, stored from SEARCH_BASE on: the raw
-    number means nothing to a reader) or "reached input 2" (from REACH_BASE on)."""
-    from wcetfit.search.candidates import SEARCH_BASE
-    from wcetfit.search.witness import REACH_BASE
-
-    if number is None:
-        return "no input"
-    number = int(number)
-    if number >= REACH_BASE:            # inputs `wcetfit reach` found (above the search's)
-        return f"reached input {number - REACH_BASE}"
-    if number >= SEARCH_BASE:
-        return f"search input {number - SEARCH_BASE}"
-    return f"input {number}"
 
 
 def ticks_to_ns(ticks: float | None, tsc_hz: float | None) -> float | None:
@@ -606,7 +592,9 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                        "not in the bound" if len(inside) < len(site.observed) else ""),
                     "the targets are those the inputs made it call (observed): pass inputs "
                     "that reach every function it can call"))
-            elif co.kind == CALL_INDIRECT:
+            elif co.kind == CALL_INDIRECT and co.count > 0:
+                # (off the worst path, e.g. CRYPTO_free's call of a custom allocator no
+                # input set, an unknown callee changes nothing in the bound: no warning)
                 warns.append(Finding(
                     f"{name}: indirect call at {loop_key(fn, co.block)}: the callee is unknown "
                     f"and its time is not in the bound", "analyse the possible callees "

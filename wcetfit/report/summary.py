@@ -222,8 +222,9 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
         _line(console, "Where the time goes (share of the mean call):", indent="  ")
         for text in top:
             _line(console, text, indent="    ")
-    warns = _folded_loops(_by_priority([x for x in _root_warnings(report) if x not in skip
-                                        and not x.message.startswith("no WCET bound")]))
+    warns = _folded_unexecuted(_folded_loops(_by_priority(
+        [x for x in _root_warnings(report) if x not in skip
+         and not x.message.startswith("no WCET bound")])), fr.name)
     if warns:
         _line(console, f"Warnings ({len(warns)}):", indent="  ", style="bold")
         _warnings(console, warns, max_warn, indent="    ")
@@ -257,6 +258,36 @@ def _folded_loops(warns: list[Finding]) -> list[Finding]:
     out: list[Finding] = []
     for x in warns:
         if x in rest:
+            if folded not in out:
+                out.append(folded)
+        else:
+            out.append(x)
+    return out
+
+
+# Callees whose never-executed blocks are said one by one on the screen; the others are one
+# line (libcrypto's SHA512: 332 warnings, most of them error paths of callees).
+UNEXECUTED_CALLEE_WARNINGS = 2
+_UNEXECUTED = re.compile(r"^(\S+): (\d+) block\(s\) never executed by the inputs")
+
+
+def _folded_unexecuted(warns: list[Finding], root: str) -> list[Finding]:
+    """The root's warning of blocks no input executed, the first
+    :data:`UNEXECUTED_CALLEE_WARNINGS` callees', and the other callees' in one line."""
+    callees = [(x, m) for x in warns if (m := _UNEXECUTED.match(x.message))
+               and m.group(1) != root]
+    if len(callees) <= UNEXECUTED_CALLEE_WARNINGS + 1:
+        return warns
+    rest = callees[UNEXECUTED_CALLEE_WARNINGS:]
+    names = [m.group(1) for _, m in rest]
+    blocks = sum(int(m.group(2)) for _, m in rest)
+    folded = Finding(f"{len(rest)} more callees have blocks no input executed ({blocks} "
+                     f"blocks: {', '.join(names[:6])}{' …' if len(names) > 6 else ''}); "
+                     f"their costs are unknown", rest[0][0].advice)
+    dropped = {id(x) for x, _ in rest}
+    out: list[Finding] = []
+    for x in warns:
+        if id(x) in dropped:
             if folded not in out:
                 out.append(folded)
         else:

@@ -28,14 +28,11 @@ import numpy as np
 
 from wcetfit.errors import InputsError, SelfCheckError, WcetfitError
 from wcetfit.isolate import InputFailure, run_isolated
+from wcetfit.numbering import SEARCH_BASE, input_label
 from wcetfit.search.choices import ChoiceRng, ChoiceSequence
 from wcetfit.target import Target, generate_input, input_rng
 
 log = logging.getLogger(__name__)
-
-# Candidates are stored under input numbers from here on, far above any generated input,
-# so that they never collide with ``generate``'s own inputs 0, 1, 2, …
-SEARCH_BASE = 1 << 40
 
 
 class Replay:
@@ -101,7 +98,7 @@ class CandidateRejected(WcetfitError):
         self.index, self.kind, self.reason = index, kind, reason
 
     def __str__(self) -> str:
-        return f"input {self.index}: {self.kind}: {self.reason}"
+        return f"{input_label(self.index)}: {self.kind}: {self.reason}"
 
 
 # Said with a candidate that failed the count run's checks, which every measured input

@@ -161,7 +161,7 @@ def run_reach(session: Any, root: str, budget_s: float, *, keep: bool = True,
     if by_key:
         real, failed = count_candidates(target, session.model, root, by_key, inputs=inputs)
         for f in failed:
-            notes.append(f"input {f.index} failed in the count run: {f.describe()}")
+            notes.append(f"failed in the count run: {f.describe()}")
 
     names = {fc.name: fc for fc in counts.functions}
 
@@ -206,7 +206,7 @@ def run_reach(session: Any, root: str, budget_s: float, *, keep: bool = True,
         keys, ticks, failed = time_candidates(target, root, fn_model.address, method,
                                               countable, repeats, inputs=inputs)
         for f in failed:
-            notes.append(f"input {f.index} failed while timed: {f.describe()}")
+            notes.append(f"failed while timed: {f.describe()}")
         ok = [i for i, k in enumerate(keys) if np.isfinite(ticks[i]).any()]
         keys, ticks = keys[ok], ticks[ok]
     else:

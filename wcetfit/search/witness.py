@@ -21,13 +21,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from wcetfit.measurements import CountSet, FunctionCounts, TimeSet, stored_function_counts
+from wcetfit.numbering import REACH_BASE  # reached inputs are numbered from here
 from wcetfit.target import Target, generate_input, load_inputs_module
 
 log = logging.getLogger(__name__)
 
-# Reached inputs are numbered from here: above every generated input and every searched
-# one (wcetfit.search.candidates.SEARCH_BASE = 2**40 + k).
-REACH_BASE = 1 << 41
 # Buffers longer than this (bytes) are explored shorter: every symbolic byte multiplies the
 # paths of a loop over them, and the blocks random inputs miss are mostly short-length ones.
 MAX_BUFFER = 64

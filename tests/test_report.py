@@ -864,3 +864,22 @@ def test_callees_blocks_no_input_ran_are_folded_after_two():
                                      "blocks: c3, c4)")
     assert out[4].advice == "add inputs that reach them" and out[5].message == "last"
     assert _folded_unexecuted(warns[:5], "root") == warns[:5]     # three callees: as they are
+
+
+def test_a_group_across_functions_names_them(built):
+    """A group of blocks the inputs do not separate can span functions (liblzma's LZMA
+    encoder: 1,159 blocks of many functions read "group 1 of sub_16880")."""
+    from dataclasses import replace
+
+    from wcetfit.report import GroupRow
+    from wcetfit.report.summary import _top
+
+    report = built[-1]
+    root = report.functions[0]
+    other = replace(root, name="g", blocks=root.blocks[:1], groups=())
+    blocks = (root.blocks[1].address, root.blocks[0].address)
+    group = GroupRow(7, blocks, "structural", (), None, 0.5, True)
+    two = replace(report, functions=(replace(root, groups=(group,), blocks=root.blocks[1:]),
+                                      other))
+    lines = [t for t in _top(two) if "group 7" in t]
+    assert lines and "group 7 across 2 functions (" in lines[0], lines

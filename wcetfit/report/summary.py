@@ -552,7 +552,14 @@ def _top(report: Report, *, short: bool = False) -> list[str]:
                 continue       # a group across functions (an untimed callee's blocks)
             seen_groups.add((g.id, g.blocks))
             share = F.pct(g.share) if g.share_estimable else "≈" + F.pct(g.share)
-            where = f" of {fr.name}" if len(report.functions) > 1 else ""
+            # a group can span functions (liblzma's LZMA encoder: 1,159 blocks of a dozen
+            # functions read as "group 1 of sub_16880"): name them all
+            members = set(g.blocks)
+            spans = [f.name for f in report.functions
+                     if any(b.address in members for b in f.blocks)] or [fr.name]
+            where = ("" if len(report.functions) <= 1 else f" of {fr.name}" if len(spans) == 1
+                     else f" across {len(spans)} functions ({', '.join(spans[:3])}"
+                          f"{', …' if len(spans) > 3 else ''})")
             approx = "" if g.share_estimable else "; its share is approximate"
             who = (f"{fr.name}'s own activations do not separate" if g.kind == "activations"
                    else "the inputs do not separate")

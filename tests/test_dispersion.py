@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from wcetfit.pipeline import gumbel_quantile
+from wcetfit.wcet.dispersion import gumbel_quantile
 
 
 def test_gumbel_quantile_matches_the_law_it_was_drawn_from():
@@ -32,7 +32,7 @@ def test_quantile_lies_beyond_what_was_seen_for_long_tails_and_falls_back_when_f
 def test_call_dispersion_is_worst_misfit_times_call_noise_quantile():
     from types import SimpleNamespace
 
-    from wcetfit.pipeline import call_dispersion
+    from wcetfit.wcet.dispersion import call_dispersion
 
     rng = np.random.default_rng(5)
     n, r = 400, 10
@@ -53,7 +53,7 @@ def test_call_dispersion_is_worst_misfit_times_call_noise_quantile():
 def test_a_rarer_exceedance_gives_a_larger_dispersion():
     from types import SimpleNamespace
 
-    from wcetfit.pipeline import call_dispersion
+    from wcetfit.wcet.dispersion import call_dispersion
 
     rng = np.random.default_rng(6)
     n, r = 400, 10
@@ -90,7 +90,7 @@ def _slow_period_system(seed: int = 7):
 
 
 def test_a_slow_period_of_the_machine_enters_as_its_own_factor():
-    from wcetfit.pipeline import call_dispersion
+    from wcetfit.wcet.dispersion import call_dispersion
 
     system, fit, ticks, pred = _slow_period_system()
     d = call_dispersion(system, fit)
@@ -136,7 +136,7 @@ def test_the_joint_factor_is_what_calls_showed_when_disturbances_never_meet():
     where they come together: 1.5 as seen, extrapolated to 1e-6 per call by the Gumbel law
     of block maxima that lie between 1.3 and 1.5 (so somewhat above 1.5, far below the
     product), and the dispersion keeps the smaller.  It is never below a measured call."""
-    from wcetfit.pipeline import call_dispersion
+    from wcetfit.wcet.dispersion import call_dispersion
 
     system, fit, ratio = _disturbances_that_never_meet()
     d = call_dispersion(system, fit)
@@ -146,7 +146,7 @@ def test_the_joint_factor_is_what_calls_showed_when_disturbances_never_meet():
 
 
 def test_the_dispersion_keeps_the_product_when_it_is_smaller():
-    from wcetfit.pipeline import Dispersion
+    from wcetfit.wcet.dispersion import Dispersion
 
     assert Dispersion(misfit=1.1, call=1.1, machine_speed=1.0, joint=1.5).excess == \
         pytest.approx(0.21)
@@ -156,7 +156,7 @@ def test_the_dispersion_keeps_the_product_when_it_is_smaller():
 
 
 def test_joint_excess_alone():
-    from wcetfit.pipeline import gumbel_quantile
+    from wcetfit.wcet.dispersion import gumbel_quantile
     from wcetfit.wcet.margin import joint_excess
 
     t = np.array([[100.0, 110, 500], [200, 190, 210]])
@@ -189,7 +189,7 @@ def test_inputs_the_fit_rejected_are_covered_by_the_dispersion():
     from types import SimpleNamespace
 
     from wcetfit.fit.result import Rejection
-    from wcetfit.pipeline import call_dispersion
+    from wcetfit.wcet.dispersion import call_dispersion
 
     rng = np.random.default_rng(11)
     n, r = 200, 5
@@ -223,7 +223,7 @@ def test_a_short_input_measured_long_adds_its_ticks_not_its_ratio():
     lacks: the bound adds them (and covers the input), it does not scale by them."""
     from types import SimpleNamespace
 
-    from wcetfit.pipeline import call_dispersion
+    from wcetfit.wcet.dispersion import call_dispersion
 
     rng = np.random.default_rng(4)
     n, r = 120, 3
@@ -249,7 +249,7 @@ def test_a_call_slower_by_less_than_any_interrupt_is_covered():
     preemption and left out."""
     from types import SimpleNamespace
 
-    from wcetfit.pipeline import call_dispersion
+    from wcetfit.wcet.dispersion import call_dispersion
 
     rng = np.random.default_rng(8)
     n, r = 100, 3

@@ -59,7 +59,7 @@ class Target:
     loops: Mapping[str, Any] = field(default_factory=dict)
     recursion: Mapping[str, int] = field(default_factory=dict)   # function -> max depth
     # [wcet] exceedance: the probability per call with which a single undisturbed call may
-    # exceed the bound's call-dispersion factor (see wcetfit.pipeline.call_dispersion)
+    # exceed the bound's call-dispersion factor (see wcetfit.wcet.dispersion.call_dispersion)
     exceedance: float = 1e-6
     # [wcet] observed_paths: keep the worst path within the loop envelopes the inputs showed
     # (wcetfit.wcet.envelope); off, only the CFG, loop bounds and count relations limit it

@@ -89,7 +89,7 @@ def bound_note(w) -> str:  # type: ignore[no-untyped-def]
     return "point estimate + 95% margin of the worst path"
 
 
-# How an excess over a prediction becomes a factor (wcetfit.pipeline.call_dispersion).
+# How an excess over a prediction becomes a factor (wcetfit.wcet.dispersion.call_dispersion).
 SHARE_OF = (" (the excess as a share of the input's prediction, or of the worst path's for "
             "an input predicted below a quarter of it)")
 

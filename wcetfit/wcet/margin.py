@@ -9,7 +9,7 @@ maximum over all paths of their upper bounds (a non-convex problem); with costs 
 intervals are small against the differences between paths they coincide.
 
 **Dispersion.**  The fit predicts the mean time of a call; a WCET must cover single calls.
-``WcetResult.dispersion`` (set by ``wcetfit.pipeline.call_dispersion``) is the relative
+``WcetResult.dispersion`` (set by ``wcetfit.wcet.dispersion.call_dispersion``) is the relative
 excess of one undisturbed call over its prediction, exceeded with probability
 ``exceedance`` per call; the bound is (point + margin) × (1 + dispersion)
 (:attr:`wcetfit.wcet.result.WcetResult.upper_ticks`).
@@ -88,7 +88,7 @@ def joint_excess(ticks: np.ndarray, keep: np.ndarray, predicted: np.ndarray, *,
                  per: np.ndarray | None = None) -> float:
     """One timed call over its input's prediction, as the calls measured it: the factor
     single calls pass with probability at most ``exceedance`` (``quantile(values,
-    exceedance=…)``, an extreme-value fit such as ``wcetfit.pipeline.gumbel_quantile``),
+    exceedance=…)``, an extreme-value fit such as ``wcetfit.wcet.dispersion.gumbel_quantile``),
     and at least the largest seen.
 
     ``ticks`` [input, repeat] are the calls as timed (the machine's slow periods left in),
@@ -102,7 +102,7 @@ def joint_excess(ticks: np.ndarray, keep: np.ndarray, predicted: np.ndarray, *,
     they do come together, on every call, so it is never below what a call showed.
 
     ``per``: what each input's excess over its prediction is relative to (default the
-    prediction itself; the point for inputs predicted short: wcetfit.pipeline.call_dispersion)."""
+    prediction itself; the point for inputs predicted short: wcetfit.wcet.dispersion.call_dispersion)."""
     t = np.asarray(ticks, dtype=float)
     p = np.asarray(predicted, dtype=float)[:, None]
     q = p if per is None else np.asarray(per, dtype=float)[:, None]

@@ -211,11 +211,11 @@ class WcetResult:
     relations: tuple[CountRelation, ...] = ()  # observed, not forced by the CFG, applied
     envelopes: tuple[Any, ...] = ()            # observed path envelopes binding the root's path
     # Relative excess of one undisturbed timed call over its predicted time, exceeded with
-    # probability ≤ ``exceedance`` per call (see wcetfit.pipeline.call_dispersion): the fit predicts
+    # probability ≤ ``exceedance`` per call (see wcetfit.wcet.dispersion.call_dispersion): the fit predicts
     # the mean of a call, a WCET must cover single calls.
     dispersion: float = 0.0
     exceedance: float = 1e-6                   # the probability per call it is set for
-    # its factors (wcetfit.pipeline.Dispersion): misfit, call, machine_speed
+    # its factors (wcetfit.wcet.dispersion.Dispersion): misfit, call, machine_speed
     dispersion_factors: Mapping[str, float] = field(default_factory=dict)
     # function → blocks no input executed, left out of the worst path ([wcet] unreached =
     # "observed", the default; empty under "require"): the bound is for executions that

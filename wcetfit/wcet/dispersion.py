@@ -1,0 +1,174 @@
+"""How far one undisturbed call may exceed the time the fit predicts for it: the factor
+the WCET bound is multiplied by (``WcetResult.dispersion``).
+
+The fit predicts an input's mean time at the timing run's fast end; a WCET must cover
+single calls, on a machine whose speed moves.  Three factors, each the worst seen (the
+misfit of an input, a call's excess over its input's mean extrapolated by an extreme-value
+fit, the machine's slowest sustained period), and the joint factor measured where they
+came together (wcetfit.wcet.margin.joint_excess).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Dispersion:
+    """How much one undisturbed call may exceed its predicted time, as factors that
+    multiply: ``excess`` = misfit × call × machine_speed − 1 (≥ 0)."""
+
+    misfit: float = 1.0          # worst input mean over its prediction seen (≥ 1)
+    call: float = 1.0            # one call over its input's mean, at the exceedance
+    machine_speed: float = 1.0   # slowest sustained speed of the run over its fast end
+    # one call as timed over its input's prediction, at the exceedance: the three together
+    # as they came together (wcetfit.wcet.margin.joint_excess); taken when below their product
+    joint: float = math.inf
+
+    @property
+    def excess(self) -> float:
+        return max(0.0, min(self.misfit * self.call * self.machine_speed, self.joint) - 1.0)
+
+    def to_dict(self) -> dict[str, float]:
+        d = {"misfit": self.misfit, "call": self.call, "machine_speed": self.machine_speed}
+        if math.isfinite(self.joint):
+            d["joint"] = self.joint
+        return d
+
+
+def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
+                    min_quanta: float = 40.0, exceedance: float | None = None,
+                    point: float | None = None) -> Dispersion:
+    """Relative excess of one undisturbed timed call over its predicted time, in three
+    factors (:class:`Dispersion`): the worst misfit of an input's mean seen; the
+    call-to-call excess over an input's mean that single calls pass with probability at
+    most ``exceedance`` (default :data:`EXCEEDANCE_PER_CALL`; :func:`gumbel_quantile`,
+    and at least the largest seen); and the slowest sustained speed of the machine seen
+    in the timing run (wcetfit.timing.speed; 1 when the speed was not followed).
+
+    The fit predicts the mean time of a call with given counts at the run's fast end; a
+    single call of the same input runs longer or shorter (branch predictor and cache
+    state) and the whole machine slows for seconds at a time (a co-runner on the same
+    core).  A WCET bound must cover single calls, so the IPET bound is scaled by the
+    worst of each seen in the measurements.  Calls the repeat statistic treats as
+    interrupted (the same rule as the fit's: far from the input's median) are left out;
+    so are short calls (below ``long_share`` of the longest prediction, and below
+    ``min_quanta`` TSC steps) where one quantum alone is a large fraction and which say
+    little about the long paths a bound is made of.
+
+    Inputs the fit rejected as outliers stay in.  The fit leaves them out so that they
+    do not pull the costs; but they were measured, and a bound below a measured input is
+    wrong whatever the reason the model missed it (a data-dependent cost, a disturbed
+    timing pass).  Their misfit is part of what single calls may show.
+
+    ``point``: the IPET point the factors multiply (default: the longest prediction).  An
+    input predicted at least ``long_share`` of it is a long path, and its excess over its
+    prediction is taken relative to that prediction: a model that misses a share of a
+    long path's time misses that share of the worst path's.  An input predicted shorter
+    shows that the model misses a cost of so many ticks, not which share of a long path
+    that is: its excess counts in ticks, relative to the point (liblzma's encoder: an
+    input predicted 4 M ticks and measured 110 M, taken as a share, multiplied the whole
+    bound by 27, 82× the slowest input).  Either way the bound stays above every
+    measured input: point × (1 + excess / point) ≥ prediction + excess.
+    """
+    from wcetfit.fit.robust import summarize_repeats
+
+    speed = getattr(system, "speed", None)
+    machine = float(speed.max_factor) if speed is not None and speed.followed else 1.0
+    ticks = getattr(system, "ticks_at_reference", system.ticks)
+    summary = summarize_repeats(ticks, quantum=fit.quantum_ticks)
+    predicted = np.asarray(fit.predict(system.counts, unknown="zero"), dtype=float)
+    floor = max(min_quanta * (fit.quantum_ticks or 1.0),
+                long_share * float(np.nanmax(predicted, initial=0.0)))
+    # A call predicted short but measured long is a misfit the bound must cover, not a
+    # short call: the floor applies to what was predicted and what was measured alike.
+    measured = np.nan_to_num(np.asarray(summary.value, dtype=float), nan=0.0)
+    rows = np.isfinite(predicted) & (predicted > 0) & ((predicted >= floor) | (measured >= floor))
+    if rows.sum() < 10:
+        # a short function: every call is "short", so take them all but the ones within
+        # two TSC steps of nothing (their relative excess is pure quantization)
+        rows = np.isfinite(predicted) & (predicted >= 2 * (fit.quantum_ticks or 1))
+    if not rows.any():
+        return Dispersion(machine_speed=machine)
+    # Two different things make a call exceed its prediction, and they extrapolate
+    # differently: the model's misfit for an input (its mean over the prediction:
+    # data-dependent costs; a property of the input, bounded by the worst seen, like an
+    # observed loop bound), and the call's own noise around its input's mean (random from
+    # call to call: extrapolated to the 1e-6 quantile by extreme-value theory).
+    means = summary.value[rows]
+    # what an excess over the prediction is relative to: the prediction of a long path,
+    # the point for a short one (docstring)
+    reference = max(float(point or 0.0), float(np.nanmax(predicted, initial=0.0)))
+    per = np.where(predicted[rows] >= long_share * reference, predicted[rows], reference)
+    misfit = 1.0 + (means - predicted[rows]) / per
+    keep = _not_interrupted(summary, ticks, getattr(system, "tsc_hz", None))[rows]
+    calls = np.where(keep, ticks[rows], np.nan)
+    noise = (calls / means[:, None]).ravel()
+    noise = noise[np.isfinite(noise)]
+    misfit = misfit[np.isfinite(misfit)]
+    if noise.size == 0 or misfit.size == 0:
+        return Dispersion(machine_speed=machine)
+    p = EXCEEDANCE_PER_CALL if exceedance is None else exceedance
+    per_call = max(float(noise.max()), gumbel_quantile(noise, exceedance=p))
+    from wcetfit.wcet.margin import joint_excess
+    joint = joint_excess(system.ticks[rows], keep, predicted[rows],
+                         exceedance=p, quantile=gumbel_quantile, per=per)
+    return Dispersion(misfit=max(1.0, float(misfit.max())), call=max(1.0, per_call),
+                      machine_speed=machine, joint=joint)
+
+
+# The least time an interrupt or a preemption adds to a timed call.  The repeat statistic
+# flags calls far from their input's median by a relative rule, and on a short function
+# with quiet repeats that flags a call one cache miss slower (expat's XML_Parse: 96
+# ticks against 68 and 70, with a TSC step of 2).  No interrupt is that cheap: entering
+# and leaving the kernel costs microseconds (the cheapest trap measured on this VM, a
+# kernel uprobe, 13 µs), so a call less than this much above its input's median is the
+# function's own time, and the bound must cover it.
+MIN_INTERRUPT_NS = 500.0
+
+
+def _not_interrupted(summary: Any, ticks: Any, tsc_hz: float | None) -> Any:
+    """The calls that are the function's own time: those the repeat statistic keeps, and
+    those it flags whose excess over the input's median is below :data:`MIN_INTERRUPT_NS`
+    (all it flags when the TSC rate is unknown)."""
+    if not tsc_hz:
+        return summary.keep
+    t = np.asarray(ticks, dtype=float)
+    with np.errstate(invalid="ignore"):
+        excess = t - np.nanmedian(t, axis=1)[:, None]
+        cheap = np.isfinite(t) & (excess < MIN_INTERRUPT_NS * 1e-9 * float(tsc_hz))
+    return summary.keep | cheap
+
+
+# Exceedance probability per call that the dispersion is set for.  The training data
+# hold thousands of calls; a user's system makes millions, so the observed maximum
+# alone is exceeded by a fresh run of the same size about half the time (measured:
+# crc and chain, 3–4% above every training call).  1e-6 per call is the order of
+# exceedance probability measurement-based probabilistic timing analysis works with.
+# A target sets its own with [wcet] exceedance (wcetfit.target).
+EXCEEDANCE_PER_CALL = 1e-6
+
+
+def gumbel_quantile(values: Any, block: int = 50,
+                    exceedance: float = EXCEEDANCE_PER_CALL) -> float:
+    """The value single calls exceed with probability ``exceedance``, from a Gumbel law
+    fitted to maxima of blocks of ``block`` calls (extreme value theory, as MBPTA does).
+
+    The blocks are taken in a fixed random order, so slow spells of the machine do not
+    line up with blocks; the Gumbel law is fitted by moments (mean and standard
+    deviation of the block maxima).  Fewer than 10 blocks: the observed maximum."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    nblocks = v.size // block
+    if nblocks < 10:
+        return float(v.max(initial=0.0))
+    v = np.random.default_rng(0).permutation(v)[:nblocks * block].reshape(nblocks, block)
+    maxima = v.max(axis=1)
+    beta = float(maxima.std(ddof=1)) * math.sqrt(6) / math.pi
+    mu = float(maxima.mean()) - 0.5772156649 * beta
+    p_block = min(0.5, block * exceedance)
+    return mu - beta * math.log(-math.log1p(-p_block))

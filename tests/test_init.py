@@ -231,7 +231,8 @@ def test_buffers_sized_from_their_length_parameters(built, tmp_path):
     mod, ffi, text = _module(tmp_path, declaration_from_header(header, ["fir"]))
     for x, n, h, taps, y in _inputs(mod, ffi, "fir"):
         assert ffi.sizeof(x) == 2 * max(n, 1) and ffi.sizeof(h) == 2 * max(taps, 1)
-        assert ffi.sizeof(y) == 2 * (n + mod.OUT_SPARE)     # the output, from n plus room
+        # the output, from the call's lengths together, twice, plus room (OUT_GROWTH)
+        assert ffi.sizeof(y) == 2 * (mod.OUT_GROWTH * (n + taps) + mod.OUT_SPARE)
     assert len(text.notes) == 1 and text.notes[0].startswith("y: ") and \
         "a guess" in text.notes[0]
 

@@ -21,6 +21,7 @@ here leaves them empty rather than stopping ``wcetfit init``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import operator
@@ -373,20 +374,61 @@ def _sentences(text: str) -> Iterable[str]:
             yield from (s for s in re.split(r"(?<=[.!?:;])\s+(?=[A-Z\\@])", cleaned) if s)
 
 
-def documented_values(paths: Iterable[str], names: Iterable[str]) -> dict[str, Documented]:
+# What a sentence naming a length says to exclude 0: "n >= 1", "n > 0", "len != 0",
+# "must be positive", "at least one", "nonzero".  Operators must bind the name itself;
+# words must come after it in the same sentence ("n is at least 1"), so that a sentence
+# about another quantity naming the parameter in passing is less likely to count.
+_POSITIVE_WORDS = (r"(must|shall|should|has to|needs? to|is required to)\s+(be\s+)?"
+                   r"(strictly\s+)?(positive|non-?zero|greater than (zero|0)|at least (one|1)"
+                   r"|>=?\s*[01]\b)|\bis\s+(always\s+)?(strictly\s+)?(positive|non-?zero)"
+                   r"|\b(not|never)\s+(be\s+)?(zero|0)\b|\bat least (one|1)\b")
+
+
+def _positive_in(sentence: str, name: str) -> str | None:
+    """The words of ``sentence`` that exclude 0 from parameter ``name``, or None."""
+    n = re.escape(name)
+    m = re.search(rf"(?<![\w.>-]){n}\s*(>=\s*1|≥\s*1|>\s*0|!=\s*0|≠\s*0)(?!\w|\.\d)", sentence)
+    if m:
+        return m.group(0)
+    m = re.search(rf"(?<![\w-]){n}(?![\w-])[^.;:]*?({_POSITIVE_WORDS})", sentence, re.I)
+    return m.group(0) if m else None
+
+
+def documented_values(paths: Iterable[str], names: Iterable[str],
+                      function: str | None = None) -> dict[str, Documented]:
     """Per parameter name, the ranges and lists of values the comments of ``paths`` give
-    in the sentences that name it (as a whole word)."""
+    in the sentences that name it (as a whole word), and the words that exclude 0 from
+    it (:attr:`Documented.positive`).  A name shorter than 3 characters (``n``) is in
+    too many sentences: only those that also name ``function`` count for it, and only
+    for the words excluding 0."""
+    names = list(names)
     wanted = {n: re.compile(rf"(?<![\w-]){re.escape(n)}(?![\w-])")    # a word: not "high-level"
               for n in names if len(n) >= 3}
+    short = [n for n in names if 0 < len(n) < 3]
+    fn_word = re.compile(rf"(?<![\w-]){re.escape(function)}(?![\w-])") if function else None
     found: dict[str, tuple[list, list, list]] = {n: ([], [], []) for n in wanted}
+    positive: dict[str, list[str]] = {n: [] for n in names}
     for path in paths:
         for sentence in _sentences(_read(path)):
             for name, word in wanted.items():
                 if word.search(sentence):
                     _values_in(sentence, *found[name])
-    return {n: Documented(tuple(dict.fromkeys(v)), tuple(dict.fromkeys(r)),
-                          tuple(dict.fromkeys(q)))
-            for n, (v, r, q) in found.items() if v or r}
+                    said = _positive_in(sentence, name)
+                    if said:
+                        positive[name].append(said)
+            if short and fn_word is not None and fn_word.search(sentence):
+                for name in short:
+                    said = _positive_in(sentence, name)
+                    if said:
+                        positive[name].append(said)
+    out = {n: Documented(tuple(dict.fromkeys(v)), tuple(dict.fromkeys(r)),
+                         tuple(dict.fromkeys(q)))
+           for n, (v, r, q) in found.items() if v or r}
+    for n, said in positive.items():
+        if said:
+            out[n] = dataclasses.replace(out.get(n, Documented()),
+                                         positive=tuple(dict.fromkeys(said)))
+    return out
 
 
 def _values_in(sentence: str, values: list, ranges: list, quotes: list) -> None:

@@ -47,6 +47,9 @@ class Documented:
     values: tuple[int, ...] = ()                  # "128, 192 or 256"
     ranges: tuple[tuple[int, int], ...] = ()      # "between 0 and 9", "[0, 9]"
     quotes: tuple[str, ...] = ()                  # what was read, for the inputs' comment
+    # the words that exclude 0 from a length ("n >= 1", "must be positive", "at least
+    # one"): a length drawn from 1 then, 0 otherwise
+    positive: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

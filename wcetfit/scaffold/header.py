@@ -125,7 +125,7 @@ def declaration_from_header(header: str, names: list[str]) -> Declaration:
     # the prototype: empty when it cannot be read)
     constants, own = library_constants(header, ast)
     return dataclasses.replace(decl, constants=constants, documented=documented_values(
-        own, [p.name for p in decl.params]))
+        own, [p.name for p in decl.params], decl.function))
 
 
 # --- walking the AST -----------------------------------------------------------------

@@ -21,11 +21,24 @@ What each parameter gets (cffi tells the types; the declaration gives the names)
 * a non-const pointer to an integer named like a position (``size_t *out_pos``,
   ``*offset``, ``*idx``) is an in-out cursor the function advances: one element, 0.
 * a buffer whose size the prototype does not give is a guess, and the guess errs large:
-  one that borrows another's length (``SHA256(d, n, md)``: ``md`` has no length of its
-  own, the function writes 32 bytes whatever ``n`` is) holds ``n + OUT_SPARE``
-  elements, one with no length anywhere ``UNSIZED_LEN = MAX_LEN + OUT_SPARE`` (room for
-  a copy of any input, a C string's NUL and a tail); a ``char`` one of them ends in a
-  NUL, so a string scan stops inside it.  The comment beside it and a note say so.
+  one written (not const, also through a typedef: gmp's ``mp_ptr`` vs ``mp_srcptr``) in
+  a call with lengths holds ``OUT_GROWTH * S + OUT_SPARE`` elements, S the call's
+  lengths together (``SHA256(d, n, md)``'s 32-byte digest; ``mpn_mul(rp, up, un, vp,
+  vn)``'s un + vn limbs; EVP_EncodeBlock's 4/3 n + 1 bytes, see OUT_GROWTH); an input
+  borrowing a length ``n + OUT_SPARE``; one with no length anywhere ``UNSIZED_LEN =
+  MAX_LEN + OUT_SPARE`` (room for a copy of any input, a C string's NUL and a tail); a
+  ``char`` one of them ends in a NUL, so a string scan stops inside it.  The comment
+  beside it and a note say so.
+* a pointer to an array type (libjpeg's ``JBLOCKROW``, ``short (*)[64]``) is a buffer of
+  those arrays, paired with a length like any buffer.
+* a length is drawn from 1 where the header's text excludes 0 in a sentence naming it
+  (``n >= 1``, ``must be positive``, ``at least one``; for a name shorter than 3
+  letters, a sentence naming the function too); elsewhere from 0, its comment saying how
+  to start at 1 (a signed type says nothing: gmp's mpn_* need n >= 1).
+* an integer named for verbosity (``verbosity``, ``verbose``, ``debug``, ``trace``) that
+  the header names no values for is 0: a measured call must not print.  One whose name
+  carries a unit multiplier (``blockSize100k``, ``size_kb``) counts units of that size:
+  no buffer's length, drawn small (0..16), a guess said beside it.
 * an integer that the header's constants name (macros and enumerators whose name
   contains the parameter's, ``LZMA_PRESET_*`` for ``preset``, or whose group's comment
   does, zlib.h's ``/* compression levels */`` for ``level``) selects a mode: it is drawn
@@ -64,6 +77,16 @@ MAX_LEN = 4096
 # (libsodium's crypto_secretbox_easy writes mlen + 16 bytes, crypto_sign mlen + 64).
 OUT_SPARE = 512
 UNSIZED_LEN = MAX_LEN + OUT_SPARE
+# An output written through a pointer whose size the prototype does not give, in a call
+# with length parameters, is sized from their sum S (elements): OUT_GROWTH * S +
+# OUT_SPARE.  The sum, because an output is often as long as all its inputs together
+# (mpn_mul(rp, up, un, vp, vn) writes un + vn limbs; a concatenation or a merge the
+# lengths' total); twice it, because the common encoders and expanders write up to twice
+# their input (hex: 2 n; base64: 4 ceil(n / 3) + 1 bytes, EVP_EncodeBlock; UTF-8 from
+# Latin-1: 2 n; escaping a byte in two); plus OUT_SPARE, for the fixed results and tails
+# above (a digest of an empty input, an encoding's NUL or header).  Still a guess: an
+# output longer than that (a 6x expansion, a product of lengths) must be set by the user.
+OUT_GROWTH = 2
 
 _LENGTH_WORD = r"(len|length|size|sz|count|cnt|num|nbytes|bytes|nelem|nelems|nmemb|items)"
 _LENGTHY = re.compile(rf"(?i)({_LENGTH_WORD}|^n$|^n_|^n[A-Z])")
@@ -74,6 +97,15 @@ _NOT_LENGTH = re.compile(r"(?i)^(flags?|mode|level|crc|adler|seed|key|val|value|
 # Names the length rule takes that say which thing, not how many (a signal's or an
 # error's number): they keep their negative values.
 _NUMBER_OF_A_THING = re.compile(r"(?i)(sig|err|errno|sys|sock|fd|proto|port)_?num$")
+# A name carrying a unit multiplier (bzip2's ``blockSize100k``, ``size_kb``, ``mem_mb``,
+# ``window4k``) counts units of that size: not a buffer's length (a buffer of
+# blockSize100k bytes is meaningless) and a small number, not 0..MAX_LEN.
+_UNIT_MULTIPLE = re.compile(r"\d+[kKmMgG](?![a-z])|(?i:(^|_)[kmg]i?b(_|$))|[a-z][KMG]i?B$")
+# A parameter named so sets how much a function reports (bzip2's ``verbosity``): 0, quiet,
+# when the header names no values for it: a measured call must not print (the printing
+# is not the function's cost, and output to stderr floods the run).
+_CHATTY = re.compile(r"(?i)(^|_)(verbos(e|ity)|debug|trace)(_?(level|lvl|flag))?$|"
+                     r"[a-z](Verbos(e|ity)|Debug|Trace)(Level)?$")
 # A pointer to an integer named so is an in-out cursor (lzma's ``size_t *out_pos``).
 _CURSOR = re.compile(r"(^|_)(?i:pos|position|off|offs|offset|idx|index)$|"
                      r"[a-z0-9](Pos|Position|Off|Offs|Offset|Idx|Index)$")
@@ -177,6 +209,31 @@ def _strip_const(spelling: str) -> str:
     return re.sub(r"\*\s+(?=\*)", "*", text)
 
 
+def _const_pointee(spelling: str, cdef: str, depth: int = 0) -> bool:
+    """The pointer spelled so points to const data: ``const T *`` or a ``*_const*``
+    typedef name as before, or a typedef the cdef defines as a pointer to const
+    (gmp's ``typedef const mp_limb_t *mp_srcptr;``), through typedefs of typedefs."""
+    if re.search(r"\bconst\b|_const", spelling):
+        return True
+    name = spelling.strip()
+    if depth > 8 or not re.fullmatch(r"[A-Za-z_]\w*", name):
+        return False
+    m = re.search(rf"\btypedef\s+([^;{{}}]*?)\b{re.escape(name)}\s*;", cdef)
+    if m is None:
+        return False
+    target = m.group(1).strip()
+    if "*" in target:                        # const before the last '*': the pointee's
+        return bool(re.search(r"\bconst\b", target[:target.rindex("*")]))
+    return _const_pointee(target, cdef, depth + 1)
+
+
+def _array_base(ct: Any) -> Any:
+    """The element type under any levels of array (``short[64]`` -> ``short``)."""
+    while ct.kind == "array":
+        ct = ct.item
+    return ct
+
+
 # Names the generated module uses itself: a parameter called so gets a trailing "_".
 _TAKEN = frozenset("ctx rng ffi np k len max min range bytes int bool float chr".split())
 
@@ -205,7 +262,7 @@ class _Writer:
         self.cursors: set[int] = {
             i for i, (p, t) in enumerate(zip(self.params, self.types))
             if t.kind == "pointer" and _is_int(t.item) and _CURSOR.search(p.name)
-            and not _LENGTHY.search(p.name) and not re.search(r"\bconst\b", p.spelling)}
+            and not _LENGTHY.search(p.name) and not _const_pointee(p.spelling, decl.cdef)}
 
     # -- scalars --
 
@@ -285,7 +342,8 @@ class _Writer:
     def pairs(self) -> tuple[dict[int, int], set[int]]:
         """Buffer parameter -> its length parameter; and the in-out length pointers."""
         params, types = self.params, self.types
-        value_len = {i for i, t in enumerate(types) if _is_int(t)}
+        value_len = {i for i, t in enumerate(types)
+                     if _is_int(t) and not _UNIT_MULTIPLE.search(params[i].name)}
         inout = {i for i, t in enumerate(types)
                  if t.kind == "pointer" and _is_int(t.item) and _LENGTHY.search(params[i].name)}
         buffers = [i for i, t in enumerate(types)
@@ -329,6 +387,10 @@ class _Writer:
         item = t.item
         if item.kind in ("void", "primitive", "enum"):
             return True
+        if item.kind == "array":                 # a pointer to arrays: a buffer of them
+            base = _array_base(item)
+            return base.kind in ("primitive", "enum") and item.length is not None and \
+                self.ffi.sizeof(item) > 0
         if item.kind in ("struct", "union"):
             try:
                 self.ffi.sizeof(item)
@@ -368,8 +430,10 @@ class _Writer:
                 continue
             _, hi, _ = _int_range(ffi, t)
             cap = "MAX_LEN" if hi >= MAX_LEN else f"min(MAX_LEN, {_pow(hi)})"
-            body.append(f"    {names[c]} = _length(ctx, {cap})  # {t.cname}: the length of "
-                        f"{users}; check whether it counts elements or bytes")
+            low, zero = self.length_low(c)
+            body.append(f"    {names[c]} = _length(ctx, {cap}{low})  # {t.cname}: the length of "
+                        f"{users}; check whether it counts elements or bytes{zero}")
+        self.sum_of = [c for c in lengths if c not in inout]   # the call's value lengths
         for i, (p, t) in enumerate(zip(params, types)):
             if i in lengths:
                 if i in inout:
@@ -385,16 +449,32 @@ class _Writer:
                     inout: set[int]) -> list[str]:
         ffi, name = self.ffi, names[i]
         if t.kind in ("primitive", "enum"):
-            if _is_int(t) and _LENGTHY.search(p.name) and not _NUMBER_OF_A_THING.search(p.name):
+            if _is_int(t) and _LENGTHY.search(p.name) and not _NUMBER_OF_A_THING.search(p.name) \
+                    and not _UNIT_MULTIPLE.search(p.name):
                 lo, hi, _ = _int_range(ffi, t)
                 if lo < 0:             # a negative length is meaningless, not slow
                     cap = "MAX_LEN" if hi >= MAX_LEN else f"min(MAX_LEN, {_pow(hi)})"
-                    return [f"    {name} = _length(ctx, {cap})  # {t.cname}: a length, count "
-                            "or size by its name (no buffer pairs with it): 0..MAX_LEN like "
-                            "the lengths, never negative"]
+                    low, zero = self.length_low(i)
+                    return [f"    {name} = _length(ctx, {cap}{low})  # {t.cname}: a length, "
+                            "count or size by its name (no buffer pairs with it): 0..MAX_LEN "
+                            f"like the lengths, never negative{zero}"]
             named = self.named_values(p, t) if _is_int(t) else None
             if named is not None:
                 return [f"    {name} = {named}"]
+            if _is_int(t) and _CHATTY.search(p.name):
+                self.notes.append(f"{p.name}: 0 (quiet) by its name: a measured call must "
+                                  "not print")
+                return [f"    {name} = 0  # {t.cname}: how much {self.decl.function} reports, "
+                        "by its name: 0, quiet (a measured call must not print; the header "
+                        "names no values for it); raise it only to debug"]
+            if _is_int(t) and _UNIT_MULTIPLE.search(p.name):
+                lo, hi, _ = _int_range(ffi, t)
+                self.notes.append(f"{p.name}: a count of units (by its name), drawn "
+                                  f"{max(lo, 0)}..{min(hi, 16)}, a guess: narrow it")
+                return [f"    {name} = _int(rng, {max(lo, 0)}, {min(hi, 16)})  # {t.cname}: "
+                        "a count of units of the size its name gives, not a buffer length: "
+                        f"a small number, {max(lo, 0)}..{min(hi, 16)}, a guess: narrow it to "
+                        f"the values {self.decl.function} takes"]
             expr, comment = self.scalar(t)
             return [f"    {name} = {expr}  # {comment}"]
         if i in self.cursors:
@@ -430,7 +510,7 @@ class _Writer:
                               "(create it with the library's own constructor in generate)")
             return [f"    {name} = ffi.NULL  # {t.cname}: an opaque handle; create one with "
                     "the library's constructor"]
-        const = bool(re.search(r"\bconst\b|_const", p.spelling))
+        const = _const_pointee(p.spelling, self.decl.cdef)
         role = "input" if const else "output or in-out"
         if i not in pairs and item.kind in ("struct", "union"):
             helper = self.struct_helper(item, p.name) if item.kind == "struct" else None
@@ -441,7 +521,8 @@ class _Writer:
             return [f"    {name} = ffi.new(\"char[]\", _text(rng, MAX_LEN))  # a NUL-"
                     "terminated text; input"]
         fill = None                                # elements holding generated data
-        if i in self.borrowed:
+        total = self.total(item) if not const else None
+        if i in self.borrowed and total is None:
             c = pairs[i]
             fill = self.count(c, item)
             n = f"{fill} + OUT_SPARE"
@@ -450,6 +531,18 @@ class _Writer:
             self.notes.append(f"{p.name}: no length parameter of its own; sized "
                               f"{fill} + {OUT_SPARE} elements, a guess: set it to "
                               f"the size the function {self.access(const)}")
+        elif (i in self.borrowed or i not in pairs) and total is not None:
+            # written, its size not given: room for the sum of the call's lengths, twice
+            # (see OUT_GROWTH)
+            fill = self.count(pairs[i], item) if i in self.borrowed else None
+            n = f"_out({total})"
+            par = f"({total})" if " + " in total else total
+            how = (f"no length of its own: _out({total}) = OUT_GROWTH * {par} + OUT_SPARE "
+                   "elements (the call's lengths together, twice, and a tail) is a guess "
+                   f"that errs large: set it to the size {self.decl.function} writes")
+            self.notes.append(f"{p.name}: no length parameter of its own; sized "
+                              f"{OUT_GROWTH} * {par} + {OUT_SPARE} elements, "
+                              "a guess: set it to the size the function writes")
         elif i in pairs:
             c = pairs[i]
             n = f"{names[c]}_cap" if c in inout else self.count(c, item)
@@ -470,10 +563,13 @@ class _Writer:
                     f"        {name}[k] = {helper}(rng)"]
         if item.kind == "void":
             elem, esize = "unsigned char", 1
+        elif item.kind == "array":               # JBLOCKROW: short(*)[64], arrays of 64
+            elem, esize = ffi.getctype(item, "[]"), ffi.sizeof(item)
         else:
             elem = ptype[:-1].strip() if ptype.endswith("*") else item.cname
             esize = ffi.sizeof(item)
-        if item.kind == "void" or _is_int(item) or item.cname in ("char", "_Bool") + _CHARS:
+        if item.kind in ("void", "array") or _is_int(item) or \
+                item.cname in ("char", "_Bool") + _CHARS:
             lines = [f"    {name} = _buffer(ffi, \"{elem}\", {n}, {esize}, rng)  # {how}; "
                      f"{role}; random bytes: vary the data that steers branches"]
             if guessed and item.cname == "char":
@@ -492,6 +588,25 @@ class _Writer:
                          f".astype({np_t}).tobytes(), {_times(k, esize)})  # set the range "
                          "that matters")
         return lines
+
+    def total(self, item: Any) -> str | None:
+        """The sum of the call's value lengths, in elements of ``item`` (``un + vn``);
+        None when the call has none."""
+        if not getattr(self, "sum_of", None):
+            return None
+        return " + ".join(self.count(c, item) for c in self.sum_of)
+
+    def length_low(self, c: int) -> tuple[str, str]:
+        """(the extra argument of _length, words for its comment) for length ``c``: from
+        1 when the header's text excludes 0 from it, else from 0 with a word to narrow
+        it (the type says nothing: mp_size_t is signed yet gmp's mpn_* need n >= 1)."""
+        pname = self.params[c].name
+        doc = self.decl.documented.get(pname, Documented())
+        if doc.positive:
+            quotes = "; ".join(f'"{q}"' for q in doc.positive)
+            return ", 1", f"; from 1: the header's text excludes 0 ({quotes})"
+        return "", (f"; 0 is drawn (an empty call): if {self.decl.function} requires "
+                    f"{pname} >= 1, make it _length(ctx, ..., 1)")
 
     # -- lengths in bits --
 
@@ -567,7 +682,7 @@ class _Writer:
         helpers = "\n\n\n".join("\n".join(lines) for lines in self.helpers.values())
         return _TEMPLATE.format(
             function=d.function, source=d.source, prototype=d.prototype,
-            max_len=MAX_LEN, spare=OUT_SPARE,
+            max_len=MAX_LEN, spare=OUT_SPARE, growth=OUT_GROWTH,
             helpers=("\n\n\n" + helpers) if helpers else "",
             body="\n".join(body))
 
@@ -604,6 +719,10 @@ MAX_LEN = {max_len}        # the longest buffer (elements; bytes for void *)
 # corrupts the measuring process.  Set the real size where the comment says so.
 OUT_SPARE = {spare}        # elements beyond the length it borrows
 UNSIZED_LEN = MAX_LEN + OUT_SPARE    # the size of buffers no length parameter describes
+# An output without a length of its own holds OUT_GROWTH * S + OUT_SPARE elements, S the
+# call's lengths together: an output as long as its inputs together (a product's un + vn
+# limbs), an encoding up to twice its input (hex 2x, base64 4/3), and a fixed tail.
+OUT_GROWTH = {growth}
 SLOW_EVERY = 10       # every SLOW_EVERY-th input takes the longest buffers
 
 
@@ -645,15 +764,20 @@ def _float(rng, lo, hi):
     return 0.0 if rng.random() < 0.1 else float(rng.uniform(lo, hi))
 
 
-def _length(ctx, hi=MAX_LEN):
+def _length(ctx, hi=MAX_LEN, lo=0):
     """A buffer length: hi on every SLOW_EVERY-th input, else mostly uniform in 1..hi with
-    a few empty and short ones."""
+    a few empty (lo) and short ones."""
     if ctx.index % SLOW_EVERY == SLOW_EVERY - 1:
         return hi
     r = ctx.rng.random()
     if r < 0.03:
-        return 0
-    return int(ctx.rng.integers(1, min(hi, 16) + 1 if r < 0.1 else hi + 1))
+        return lo
+    return int(ctx.rng.integers(max(lo, 1), min(hi, 16) + 1 if r < 0.1 else hi + 1))
+
+
+def _out(n):
+    """The size of an output the prototype does not size, from the lengths n it has."""
+    return OUT_GROWTH * n + OUT_SPARE
 
 
 def _buffer(ffi, ctype, n, size, rng):
@@ -662,7 +786,8 @@ def _buffer(ffi, ctype, n, size, rng):
     only then)."""
     skew = int(rng.integers(0, 16 // size)) * size if size < 16 and 16 % size == 0 else 0
     raw = bytearray(skew) + bytearray(rng.bytes(max(n, 1) * size))
-    return ffi.from_buffer(ctype + "[]", memoryview(raw)[skew:], require_writable=True)
+    array = ctype if "[]" in ctype else ctype + "[]"     # "short[][64]": arrays of 64
+    return ffi.from_buffer(array, memoryview(raw)[skew:], require_writable=True)
 
 
 def _text(rng, most):

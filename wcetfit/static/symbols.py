@@ -102,13 +102,23 @@ class SymbolIndex:
         if addrs is None and self.elf.stripped and name.startswith("sub_"):
             addrs = None
         if not addrs:
-            close = difflib.get_close_matches(name, list(self.aliases), n=4, cutoff=0.6)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            if not close and elf.stripped:
-                hint = "; the binary is stripped: name functions by address (0x...)"
-            elif not close:
-                hint = f" (it has {len(self.canonical)} named functions; `wcetfit cfg {elf.path}` lists them)"
-            raise FunctionNotFound(f"{elf.path}: no function named {name!r}{hint}")
+            # "stripped" as the reason only when there is no symbol at all: a shared object
+            # without .symtab still names its exported functions in .dynsym (libz), and a
+            # name missing from those is most likely no function of the binary.
+            defined = sorted({s.name.split("@", 1)[0] for s in elf.symbols})
+            if not defined:
+                raise FunctionNotFound(f"{elf.path}: no function named {name!r}; the binary "
+                                       "has no symbols at all (stripped): name functions by "
+                                       "address (0x...)")
+            close = difflib.get_close_matches(name, sorted(set(defined) | set(self.aliases)),
+                                              n=4, cutoff=0.6)
+            tables = ("exported; .symtab is stripped: a function it does not export is "
+                      "named by address, 0x...") if elf.stripped else "dynamic and static"
+            hint = (f"; did you mean {', '.join(close)}?" if close else
+                    f"; `wcetfit cfg {elf.path}` lists them")
+            raise FunctionNotFound(f"{elf.path}: no function named {name!r}: it is not among "
+                                   f"the binary's {len(defined)} defined function symbols "
+                                   f"({tables}){hint}")
         if len(addrs) > 1:
             choices = ", ".join(f"{self.name_of(a)} at {hexaddr(a)}" for a in sorted(addrs))
             raise FunctionNotFound(f"{elf.path}: {name!r} names several functions ({choices}); "

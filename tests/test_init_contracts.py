@@ -1,0 +1,236 @@
+"""`wcetfit init` and what a function's contract needs of its inputs beyond the types:
+outputs the prototype does not size hold what common functions write (a product's
+un + vn limbs, base64's 4/3); lengths start at 1 where the header says so, and the
+comment says to narrow them otherwise; a pointer to an array type is a buffer of arrays;
+a parameter named for verbosity is quiet and one counting units of a size is no buffer
+length; and a function missing from a binary with symbols is not called stripped."""
+
+import os
+import re
+import shutil
+import subprocess
+import textwrap
+
+import pytest
+
+from test_init import LIBDIR, _inputs, _module, _system, one_error_line, wcetfit
+
+
+def _line(text, name):
+    """The line of generate() that sets parameter ``name``."""
+    body = text[text.index("def generate(ctx):"):]
+    [line] = [ln for ln in body.splitlines() if re.match(rf"\s+{name} = ", ln)]
+    return line
+
+
+@pytest.fixture
+def gcc():
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+
+
+def _decl(tmp_path, text, function, name="lib.h"):
+    from wcetfit.scaffold.header import declaration_from_header
+
+    h = tmp_path / name
+    h.write_text(textwrap.dedent(text))
+    return declaration_from_header(str(h), [function])
+
+
+# --- 1. outputs the prototype does not size ------------------------------------------
+
+def test_unsized_output_holds_the_sum_of_the_lengths(gcc, tmp_path):
+    """gmp's mpn_mul(rp, up, un, vp, vn), declared unnamed with pointer typedefs: rp
+    (written, no length) holds un + vn limbs at least (it had MAX_LEN + 512 = 4608 while
+    the slow input writes 8192); up and vp, pointers to const through their typedef, are
+    inputs sized from their lengths."""
+    decl = _decl(tmp_path, """
+        typedef unsigned long limb_t;
+        typedef limb_t *limb_ptr;
+        typedef const limb_t *limb_srcptr;
+        typedef long size_type;
+        limb_t mul(limb_ptr, limb_srcptr, size_type, limb_srcptr, size_type);
+    """, "mul")
+    assert [p.name for p in decl.params] == ["arg1", "arg2", "arg3", "arg4", "arg5"]
+    mod, ffi, text = _module(tmp_path, decl)
+    args = _inputs(mod, ffi, "mul", n=40)
+    assert any(un + vn > mod.UNSIZED_LEN for _, _, un, _, vn in args)   # what overflowed
+    for rp, up, un, vp, vn in args:
+        assert ffi.sizeof(up) == 8 * max(un, 1) and ffi.sizeof(vp) == 8 * max(vn, 1)
+        assert ffi.sizeof(rp) >= 8 * (2 * (un + vn) + mod.OUT_SPARE)
+    line = _line(text.text, "arg1")
+    assert "a guess" in line and "_out(arg3 + arg5)" in line, line
+    for name in ("arg2", "arg4"):
+        assert "; input;" in _line(text.text, name)          # const through the typedef
+    assert any(n.startswith("arg1: ") and "a guess" in n for n in text.notes)
+
+
+def test_unsized_output_holds_an_encoding_of_its_input(gcc, tmp_path):
+    """EVP_EncodeBlock(t, f, n) writes 4 * ceil(n / 3) + 1 bytes to t (n + 512 was too
+    small from n = 1534 on); a hex encoder 2 n + 1."""
+    decl = _decl(tmp_path, """
+        int EVP_EncodeBlock(unsigned char *t, const unsigned char *f, int n);
+        int to_hex(char *out, const unsigned char *in, unsigned long len);
+    """, "EVP_EncodeBlock")
+    mod, ffi, text = _module(tmp_path, decl)
+    args = _inputs(mod, ffi, "EVP_EncodeBlock", n=40)
+    assert max(n for _, _, n in args) == mod.MAX_LEN
+    for t, f, n in args:
+        assert ffi.sizeof(f) == max(n, 1)
+        assert ffi.sizeof(t) >= 4 * -(-n // 3) + 1 and ffi.sizeof(t) >= 64
+    assert "a guess" in _line(text.text, "t")
+    mod, ffi, _ = _module(tmp_path, _decl(tmp_path, "int to_hex(char *out, const unsigned "
+                                          "char *in, unsigned long len);\n", "to_hex", "h.h"))
+    for out, in_, n in _inputs(mod, ffi, "to_hex", n=40):
+        assert ffi.sizeof(out) >= 2 * n + 1 and out[len(out) - 1] == b"\0"
+
+
+# --- 2. lengths that must be at least 1 --------------------------------------------
+
+def test_length_from_one_where_the_header_says_so(gcc, tmp_path):
+    """A length the header's text says is positive (in a sentence naming it, or, for a
+    one-letter name, one naming the function too) is drawn from 1; elsewhere 0 stays and
+    the comment says how to start from 1 (gmp's mpn_sub_n needs n >= 1: a signed
+    mp_size_t says nothing)."""
+    text = """
+        /* sub(rp, up, n): n >= 1. */
+        long sub(long *rp, const long *up, long n);
+        /* The count must be positive. */
+        void scale(short *dst, const short *src, int count);
+        long plain(long *rp, const long *up, long n);
+    """
+    for function, length in (("sub", "n"), ("scale", "count")):
+        mod, ffi, out = _module(tmp_path, _decl(tmp_path, text, function))
+        values = [a[2] for a in _inputs(mod, ffi, function, n=200)]
+        assert min(values) == 1 and max(values) == mod.MAX_LEN, function
+        line = _line(out.text, length)
+        assert re.search(rf"_length\(ctx, MAX_LEN, 1\)", line) and "excludes 0" in line, line
+    mod, ffi, out = _module(tmp_path, _decl(tmp_path, text, "plain"))
+    assert min(a[2] for a in _inputs(mod, ffi, "plain", n=200)) == 0
+    line = _line(out.text, "n")
+    assert "0 is drawn" in line and "n >= 1" in line and "_length(ctx, ..., 1)" in line, line
+
+
+def test_documented_positive_reads_words_and_operators():
+    from wcetfit.scaffold.constants import _positive_in
+
+    for sentence, name in (("n must be at least 1.", "n"), ("size n >= 1 limbs", "n"),
+                           ("len is positive", "len"), ("count must be nonzero", "count"),
+                           ("size must not be zero", "size")):
+        assert _positive_in(sentence, name), sentence
+    for sentence, name in (("n can be 0", "n"), ("m >= 1 and n", "n"), ("sets x to n", "n")):
+        assert _positive_in(sentence, name) is None, sentence
+
+
+# --- 3. a pointer to an array type ---------------------------------------------------
+
+BLOCK_H = """
+    typedef short COEF;
+    typedef COEF BLOCK[64];
+    typedef BLOCK *BLOCKROW;
+    typedef unsigned int DIMENSION;
+    void copy_block_row(BLOCKROW input_row, BLOCKROW output_row, DIMENSION num_blocks);
+"""
+
+
+def test_pointer_to_an_array_type_is_a_buffer_of_arrays(gcc, tmp_path):
+    """libjpeg's jcopy_block_row(JBLOCKROW, JBLOCKROW, JDIMENSION num_blocks), JBLOCKROW a
+    pointer to short[64]: both rows were NULL ("an opaque type"), so every call with
+    num_blocks > 0 crashed.  Now buffers of num_blocks arrays (input_row, borrowing it,
+    more)."""
+    mod, ffi, text = _module(tmp_path, _decl(tmp_path, BLOCK_H, "copy_block_row"))
+    args = _inputs(mod, ffi, "copy_block_row", n=40)
+    assert max(n for *_, n in args) == mod.MAX_LEN
+    for src, dst, n in args:
+        assert ffi.typeof(dst) is ffi.typeof("short[][64]")
+        assert ffi.sizeof(dst) == 128 * max(n, 1) and ffi.sizeof(src) >= 128 * max(n, 1)
+    assert not any("opaque" in n for n in text.notes)
+    assert "ffi.NULL" not in _line(text.text, "input_row")
+
+
+JPEG_WRAP = "#include <stdio.h>\n#include <jpeglib.h>\n#include <jpegint.h>\n"
+
+
+def test_init_libjpeg_jcopy_block_row_copies(tmp_path):
+    """End to end on libjpeg: init (through a wrapper header: jpegint.h needs jpeglib.h
+    before it), then the target's own inputs called on the library copy num_blocks
+    blocks without a crash."""
+    import cffi
+
+    from wcetfit.target import generate_input, load_inputs_module, load_target
+
+    lib = f"{LIBDIR}/libjpeg.so.62"
+    for path in ("/usr/include/jpeglib.h", "/usr/include/jpegint.h"):
+        _system(lib, path)
+    header = tmp_path / "jpeg_wrap.h"
+    header.write_text(JPEG_WRAP)
+    target = tmp_path / "jcopy"
+    res = wcetfit("init", str(target), "--binary", lib, "--function", "jcopy_block_row",
+                  "--header", str(header))
+    assert res.returncode == 0, res.stderr
+    t = load_target(str(target))
+    ffi = cffi.FFI()
+    ffi.cdef(t.cdef)
+    ffi.cdef(t.prototype)
+    dl = ffi.dlopen(lib)
+    generate = load_inputs_module(t)
+    for i in range(20):
+        src, dst, n = generate_input(generate, t, ffi, "jcopy_block_row", i)
+        dl.jcopy_block_row(src, dst, n)
+        assert bytes(ffi.buffer(dst, 128 * n)) == bytes(ffi.buffer(src, 128 * n))
+
+
+# --- 4. small selectors named like sizes; verbosity ----------------------------------
+
+def test_verbosity_is_quiet_and_a_size_in_units_is_no_buffer_length(gcc, tmp_path):
+    """BZ2_bzBuffToBuffCompress(dest, destLen, source, sourceLen, blockSize100k,
+    verbosity, workFactor): verbosity drew all of int (> 0 prints to stderr), and
+    blockSize100k, a count of 100k units, was a length 0..4096."""
+    mod, ffi, text = _module(tmp_path, _decl(tmp_path, """
+        int squeeze(char *dest, unsigned int *destLen, char *source, unsigned int sourceLen,
+                    int blockSize100k, int verbosity, int workFactor);
+        void pack(unsigned char *buf, int size_kb, int debug_level);
+    """, "squeeze"))
+    args = _inputs(mod, ffi, "squeeze", n=100)
+    for dest, dest_len, source, source_len, block, verbosity, _ in args:
+        assert ffi.sizeof(source) == max(source_len, 1)
+        assert 0 <= block <= 16 and verbosity == 0
+    assert "quiet" in _line(text.text, "verbosity")
+    assert "not a buffer length" in _line(text.text, "blockSize100k")
+    mod, ffi, text = _module(tmp_path, _decl(tmp_path, "void pack(unsigned char *buf, int "
+                                             "size_kb, int debug_level);\n", "pack", "p.h"))
+    for buf, size_kb, debug in _inputs(mod, ffi, "pack", n=50):
+        assert 0 <= size_kb <= 16 and debug == 0
+        assert ffi.sizeof(buf) == mod.UNSIZED_LEN          # not sized from size_kb
+
+
+# --- 5. a function the binary does not have ------------------------------------------
+
+def test_missing_function_is_not_called_stripped(tmp_path):
+    """libz has no .symtab but exports its functions in .dynsym: a name not among them is
+    missing, not hidden by stripping; close names are offered."""
+    lib = f"{LIBDIR}/libz.so.1"
+    if not os.path.exists(lib):
+        pytest.skip(f"{lib} is not installed")
+    line = one_error_line(wcetfit("init", str(tmp_path / "t"), "--binary", lib,
+                                  "--function", "nosuchfn"))
+    assert re.search(r"not among the binary's \d+ defined function symbols", line), line
+    assert "no symbols at all" not in line and "name functions by address" not in line
+    line = one_error_line(wcetfit("init", str(tmp_path / "t"), "--binary", lib,
+                                  "--function", "crc33"))
+    assert "crc32" in line and "not among" in line, line
+
+
+def test_function_in_a_binary_without_symbols_is_named_by_address(gcc, tmp_path):
+    """An executable stripped of everything has no defined function symbol: that is
+    when the message says stripped."""
+    from wcetfit.errors import FunctionNotFound
+    from wcetfit.static import binary
+
+    src = tmp_path / "m.c"
+    src.write_text("int work(int x) { return x * 3; }\nint main(void) { return work(2); }\n")
+    exe = tmp_path / "m"
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src)], check=True)
+    subprocess.run(["strip", "--strip-all", str(exe)], check=True)
+    with pytest.raises(FunctionNotFound, match="no symbols at all.*address"):
+        binary.load_model(str(exe), ["work"], use_cache=False)

@@ -104,3 +104,30 @@ def test_uncounted_callee_of_unexecuted_blocks_is_left_out_with_them(atan2_targe
     assert "called only from blocks no input ran" in w2["error"]
     assert "unreached = \"require\"" in w2["error"]
     assert "reached by atan2" not in w2["error"] and "so they run" not in w2["error"]
+
+
+def test_an_uncounted_callee_an_input_called_is_refused_with_a_remedy(atan2_target, tmp_path):
+    """libm's fmod calls glibc's error handler for y = 0: a calling block an input ran, so
+    the callee's time is in the calls and no bound can include it.  The refusal says how
+    to get a bound without that path."""
+    from wcetfit.cli import main
+
+    _, skipped = atan2_target
+    d = tmp_path / "fmod"
+    d.mkdir()
+    (d / "wcetfit.toml").write_text(TOML.replace('"atan2"', '"fmod"').replace(
+        "double atan2(double y, double x);", "double fmod(double x, double y);"))
+    (d / "inputs.py").write_text("""
+def generate(ctx):
+    x = float(ctx.rng.uniform(-1000.0, 1000.0))
+    y = 0.0 if ctx.index % 6 == 0 else float(ctx.rng.uniform(0.5, 50.0))
+    return (x, y)
+""")
+    out = tmp_path / "fmod.json"
+    assert main(["analyze", str(d), "--no-wait", "--json", str(out)]) == 0
+    w = json.loads(out.read_text())["functions"][0]["wcet"]
+    if w["error"] is None:
+        pytest.skip("this libm's fmod calls nothing uncounted for y = 0: nothing refused")
+    assert any(n in w["error"] for n in skipped), w["error"]
+    assert "called by fmod (in blocks the inputs ran: fmod+0x" in w["error"]
+    assert "make generate() avoid the inputs that run fmod+0x" in w["error"]

@@ -159,8 +159,11 @@ def absent_reason(session: Session, root: str, absent: list[str],
         text = f"{n}: {_callers(root, site)}, but the instrumented copy cannot hold it " \
                f"({why[n]}), so it runs as original code, uncounted: its blocks have no cost"
         if site[0]:
-            text += ", and its time in the calling block is a mean over the inputs, not a " \
-                    "worst case"
+            text += (", and its time in the calling block is a mean over the inputs, not a "
+                     "worst case; a bound without that path: make generate() avoid the inputs "
+                     f"that run {_listed(site[0])} (libm's fmod calls glibc's error handler "
+                     "for y = 0): those blocks and it are then left out, as blocks no input "
+                     "ran are")
         elif policy != "observed":
             text += (f", and [wcet] unreached = \"{policy}\" bounds the blocks no input ran "
                      "(with \"observed\", the default, they and it would be left out of "

@@ -482,7 +482,16 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             advice or "vary the inputs so that these blocks execute different numbers "
                       "of times relative to each other"))
 
-    if is_root and n_inputs >= 2 and len(np.unique(counts, axis=0)) == 1:
+    branches = any(len(set(fn.successors(b.address))) > 1 for b in fn.blocks) \
+        or bool(fn.jump_tables) or any(c.kind != "imported" for c in fn.calls)
+    if is_root and n_inputs >= 2 and len(np.unique(counts, axis=0)) == 1 and not branches:
+        # a function with one path (libpng's png_get_uint_32: one block): no input can
+        # take another, so there is nothing to vary
+        n = int(counts.sum(axis=1)[0])
+        warns.append(Finding(
+            f"{name}: it has one path ({n:,} block execution{'s' if n != 1 else ''}, no "
+            f"branch): every input runs it, and the bound is its time", ""))
+    elif is_root and n_inputs >= 2 and len(np.unique(counts, axis=0)) == 1:
         # every input took one path: the bound is that path's time, whatever else the
         # function can do (expat's XML_Parse with the parser init left NULL returns at
         # its first check on every input)

@@ -9,49 +9,30 @@ Skips, saying so, when libm is absent."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from smalltarget import analyzed_root, write_target
+
 LIBM = Path("/lib/x86_64-linux-gnu/libm.so.6")
-
-TOML = f"""binary = "{LIBM}"
-functions = ["sin"]
-prototype = "double sin(double x);"
-inputs = "inputs.py"
-[measure]
-inputs = 30
-repeats = 3
-seed = 1
-[search]
-budget = 40
-"""
-
-INPUTS = """
-def generate(ctx):
-    return (float(ctx.rng.uniform(-1000.0, 1000.0)),)
-"""
 
 
 @pytest.mark.skipif(not LIBM.exists(), reason="libm.so.6 absent: the IFUNC search is not "
                     "checked")
 def test_analyze_with_search_on_an_ifunc_selected_function(tmp_path):
-    from wcetfit.cli import main
     from wcetfit.static import binary
 
     model = binary.load_model(str(LIBM), ["sin"], with_callees=False)
     if model.function("sin").name == "sin":
         pytest.skip("this libm's sin is no IFUNC: nothing to check")
-    (tmp_path / "wcetfit.toml").write_text(TOML)
-    (tmp_path / "inputs.py").write_text(INPUTS)
-    out = tmp_path / "r.json"
-    assert main(["analyze", str(tmp_path), "--no-wait", "--json", str(out)]) == 0
-    fn = json.loads(out.read_text())["functions"][0]
+    d = write_target(tmp_path / "sin", str(LIBM), "sin", "double sin(double x);",
+                     "    return (float(ctx.rng.uniform(-1000.0, 1000.0)),)", budget=40)
+    fn = analyzed_root(d, tmp_path / "r.json")
     # the search's best candidates were timed and joined the rows
     assert fn["wcet"]["error"] is None, fn["wcet"]["error"]
     from wcetfit.search.store import load_search_rows
     from wcetfit.pipeline import open_session
-    s = open_session(str(tmp_path))
+    s = open_session(str(d))
     rows = load_search_rows(s.store, "sin", s.target.measure.seed)
     assert rows is not None and len(rows.indices) > 0

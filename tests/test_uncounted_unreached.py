@@ -12,35 +12,23 @@ Skips, saying so, when libm is absent or its atan2 has no such uncounted callee.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from smalltarget import analyzed_root, write_target
+
 LIBM = Path("/lib/x86_64-linux-gnu/libm.so.6")
 
-TOML = f"""binary = "{LIBM}"
-functions = ["atan2"]
-prototype = "double atan2(double y, double x);"
-inputs = "inputs.py"
-[measure]
-inputs = 30
-repeats = 3
-seed = 1
-[search]
-budget = 0
-"""
-
 # finite, non-zero arguments: atan2 never takes its SVID error path (__kernel_standard)
-INPUTS = """
-def generate(ctx):
+GENERATE = """\
     rng = ctx.rng
     y = float(rng.uniform(-1000.0, 1000.0)) or 1.0
     x = float(rng.uniform(-1000.0, 1000.0)) or 1.0
     if ctx.index % 5 == 0:
         x = -abs(x)
-    return (y, x)
-"""
+    return (y, x)"""
+PROTOTYPE = "double atan2(double y, double x);"
 
 
 def _uncounted_callees() -> list[str]:
@@ -66,20 +54,14 @@ def atan2_target(tmp_path_factory):
     if not skipped:
         pytest.skip("this libm's atan2 reaches no callee the instrumented copy cannot "
                     "hold: nothing to leave out")
-    d = tmp_path_factory.mktemp("atan2")
-    (d / "wcetfit.toml").write_text(TOML)
-    (d / "inputs.py").write_text(INPUTS)
+    d = write_target(tmp_path_factory.mktemp("atan2"), str(LIBM), "atan2", PROTOTYPE,
+                     GENERATE)
     return d, skipped
 
 
 def test_uncounted_callee_of_unexecuted_blocks_is_left_out_with_them(atan2_target, tmp_path):
-    from wcetfit.cli import main
-
     d, skipped = atan2_target
-    out = tmp_path / "report.json"
-    assert main(["analyze", str(d), "--no-wait", "--json", str(out)]) == 0
-    doc = json.loads(out.read_text())
-    fn = doc["functions"][0]
+    fn = analyzed_root(d, tmp_path / "report.json")
     w = fn["wcet"]
     assert w["error"] is None, w["error"]
     assert w["ipet_ticks"] is not None
@@ -95,10 +77,9 @@ def test_uncounted_callee_of_unexecuted_blocks_is_left_out_with_them(atan2_targe
 
     # [wcet] unreached = "require": bounds are demanded for those blocks, so it refuses,
     # naming the callee in the singular and the policy
-    (d / "wcetfit.toml").write_text(TOML + '[wcet]\nunreached = "require"\n')
-    out2 = tmp_path / "require.json"
-    assert main(["report", str(d), "--json", str(out2)]) == 0
-    w2 = json.loads(out2.read_text())["functions"][0]["wcet"]
+    write_target(d, str(LIBM), "atan2", PROTOTYPE, GENERATE,
+                 extra='[wcet]\nunreached = "require"\n')
+    w2 = analyzed_root(d, tmp_path / "require.json", "report")["wcet"]
     assert w2["error"] is not None
     assert any(n in w2["error"] for n in skipped), w2["error"]
     assert "called only from blocks no input ran" in w2["error"]
@@ -110,22 +91,12 @@ def test_an_uncounted_callee_an_input_called_is_refused_with_a_remedy(atan2_targ
     """libm's fmod calls glibc's error handler for y = 0: a calling block an input ran, so
     the callee's time is in the calls and no bound can include it.  The refusal says how
     to get a bound without that path."""
-    from wcetfit.cli import main
-
     _, skipped = atan2_target
-    d = tmp_path / "fmod"
-    d.mkdir()
-    (d / "wcetfit.toml").write_text(TOML.replace('"atan2"', '"fmod"').replace(
-        "double atan2(double y, double x);", "double fmod(double x, double y);"))
-    (d / "inputs.py").write_text("""
-def generate(ctx):
-    x = float(ctx.rng.uniform(-1000.0, 1000.0))
-    y = 0.0 if ctx.index % 6 == 0 else float(ctx.rng.uniform(0.5, 50.0))
-    return (x, y)
-""")
-    out = tmp_path / "fmod.json"
-    assert main(["analyze", str(d), "--no-wait", "--json", str(out)]) == 0
-    w = json.loads(out.read_text())["functions"][0]["wcet"]
+    d = write_target(tmp_path / "fmod", str(LIBM), "fmod", "double fmod(double x, double y);",
+                     "    x = float(ctx.rng.uniform(-1000.0, 1000.0))\n"
+                     "    y = 0.0 if ctx.index % 6 == 0 else float(ctx.rng.uniform(0.5, 50.0))\n"
+                     "    return (x, y)")
+    w = analyzed_root(d, tmp_path / "fmod.json")["wcet"]
     if w["error"] is None:
         pytest.skip("this libm's fmod calls nothing uncounted for y = 0: nothing refused")
     assert any(n in w["error"] for n in skipped), w["error"]

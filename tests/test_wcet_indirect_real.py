@@ -11,10 +11,11 @@ Skips, saying so, when liblzma is absent."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+
+from smalltarget import analyzed_root
 
 LZMA = Path("/lib/x86_64-linux-gnu/liblzma.so.5")
 
@@ -24,7 +25,6 @@ LZMA = Path("/lib/x86_64-linux-gnu/liblzma.so.5")
                     "(tests/test_wcet_context.py)")
 def test_lzma_decoders_behind_pointers_are_bounded_per_call_site(tmp_path):
     from bench.multi import make_target
-    from wcetfit.cli import main
 
     # the bench's target (its xz-stream inputs), smaller: 40 inputs × 3, no search
     d = Path(make_target("lzma_stream_buffer_decode", str(tmp_path)))
@@ -33,10 +33,7 @@ def test_lzma_decoders_behind_pointers_are_bounded_per_call_site(tmp_path):
         toml.replace("inputs = 300", "inputs = 40").replace("repeats = 10", "repeats = 3")
         + "[search]\nbudget = 0\n")
     assert "inputs = 40" in (d / "wcetfit.toml").read_text()
-    out = tmp_path / "report.json"
-    assert main(["analyze", str(d), "--no-wait", "--json", str(out)]) == 0
-    doc = json.loads(out.read_text())
-    fn = doc["functions"][0]
+    fn = analyzed_root(d, tmp_path / "report.json")
     w = fn["wcet"]
     assert w["error"] is None, w["error"]
     notes = [x["message"] for x in fn["warnings"] if "callees bounded per call site" in x["message"]]

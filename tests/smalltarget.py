@@ -1,0 +1,32 @@
+"""Small targets for end-to-end tests on real libraries: a wcetfit.toml and an inputs.py
+written in one call, and ``analyze`` run to its JSON report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def write_target(d: Path, binary: str, function: str, prototype: str, generate_body: str,
+                 *, inputs: int = 30, repeats: int = 3, budget: int = 0, seed: int = 1,
+                 extra: str = "") -> Path:
+    """``d`` holding a target of ``function``; ``generate_body``: the statements of
+    ``generate(ctx)``, indented by four spaces; ``extra``: more TOML at the end."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "wcetfit.toml").write_text(
+        f'binary = "{binary}"\nfunctions = ["{function}"]\nprototype = "{prototype}"\n'
+        f'inputs = "inputs.py"\n[measure]\ninputs = {inputs}\nrepeats = {repeats}\n'
+        f'seed = {seed}\n[search]\nbudget = {budget}\n{extra}')
+    (d / "inputs.py").write_text(f"def generate(ctx):\n{generate_body}\n")
+    return d
+
+
+def analyzed_root(d: Path, out: Path, command: str = "analyze") -> dict[str, Any]:
+    """The first function of the JSON report ``wcetfit analyze`` (or ``report``) writes."""
+    from wcetfit.cli import main
+
+    args = [command, str(d), "--json", str(out)] + (["--no-wait"] if command == "analyze"
+                                                    else [])
+    assert main(args) == 0
+    return json.loads(out.read_text())["functions"][0]

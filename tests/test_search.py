@@ -96,6 +96,10 @@ def test_choice_sequences_survive_json():
     rng.uniform(-1.0, 1.0)
     rng.random(3)
     rng.choice([1, 2, 3])
+    # a uint64 above int64's range (libgmp's limbs: a new user's store could not be read
+    # back, and every later report stopped with OverflowError)
+    rng.integers(2**63, 2**64, dtype=np.uint64)
+    rng.integers(-5, 5, dtype=np.int8)
     seq = ChoiceSequence(4, tuple(rng.recorded))
     back = sequence_from_json(sequence_to_json(seq))
     assert back.index == 4 and len(back.choices) == len(seq.choices)
@@ -104,6 +108,11 @@ def test_choice_sequences_survive_json():
         assert type(a.value) is type(b.value)
         assert np.array_equal(np.asarray(a.value), np.asarray(b.value)) \
             if not isinstance(a.value, bytes) else a.value == b.value
+    assert back.choices[-2].value >= 2**63
+    # a store written before the type was kept: the value picks a type that holds it
+    from wcetfit.search.store import _value_from_json
+    assert _value_from_json({"int": 2**64 - 1, "numpy": True}) == np.uint64(2**64 - 1)
+    assert _value_from_json({"int": -3, "numpy": True}) == np.int64(-3)
 
 
 def test_a_lengthened_draw_keeps_its_recorded_elements():

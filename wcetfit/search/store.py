@@ -52,9 +52,14 @@ def _value_to_json(v: Any) -> dict[str, Any]:
                 "dtype": v.dtype.str, "shape": list(v.shape)}
     if isinstance(v, (bool, np.bool_)):
         return {"bool": bool(v)}
-    if isinstance(v, (int, np.integer)):
-        return {"int": int(v), "numpy": isinstance(v, np.integer)}
-    return {"float": float(v), "numpy": isinstance(v, np.floating)}
+    if isinstance(v, np.integer):
+        # its own type: a uint64 draw of 2**63 or more fits no int64 (libgmp's limbs)
+        return {"int": int(v), "numpy": True, "dtype": v.dtype.str}
+    if isinstance(v, int):
+        return {"int": int(v), "numpy": False}
+    if isinstance(v, np.floating):
+        return {"float": float(v), "numpy": True, "dtype": v.dtype.str}
+    return {"float": float(v), "numpy": False}
 
 
 def _value_from_json(d: dict[str, Any]) -> Any:
@@ -66,8 +71,18 @@ def _value_from_json(d: dict[str, Any]) -> Any:
     if "bool" in d:
         return bool(d["bool"])
     if "int" in d:
-        return np.int64(d["int"]) if d.get("numpy") else int(d["int"])
-    return np.float64(d["float"]) if d.get("numpy") else float(d["float"])
+        if not d.get("numpy"):
+            return int(d["int"])
+        kind = np.dtype(d.get("dtype", "<i8")).type
+        info = np.iinfo(kind)
+        # a store written before the dtype was kept holds the value only: a type that
+        # can hold it (an unsigned draw above int64's range was a uint64)
+        if not info.min <= int(d["int"]) <= info.max:
+            kind = np.uint64 if int(d["int"]) > 0 else np.int64
+        return kind(int(d["int"]))
+    if d.get("numpy"):
+        return np.dtype(d.get("dtype", "<f8")).type(d["float"])
+    return float(d["float"])
 
 
 def sequence_to_json(seq: ChoiceSequence) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from wcetfit.model import FunctionModel
+from wcetfit.numbering import input_label
 
 if TYPE_CHECKING:
     from wcetfit.pipeline import Session
@@ -39,6 +40,7 @@ def absent_call_sites(functions: dict[str, FunctionModel], absent: list[str],
         entry.setdefault(functions[n].entry, n)
     col = {c: j for j, c in enumerate(system.columns)}
     C = np.asarray(system.counts)
+    indices = np.asarray(getattr(system, "indices", ()))
     out: dict[str, tuple[list[str], list[str], list[str]]] = {n: ([], [], []) for n in absent}
     for name, fn in functions.items():
         whole = all((name, a) in col for a in fn.block_addresses)
@@ -58,6 +60,11 @@ def absent_call_sites(functions: dict[str, FunctionModel], absent: list[str],
                 j = col.get((name, cs.block))
                 where = loop_key(fn, cs.block)
                 executed = not whole or j is None or bool(C.size and C[:, j].any())
+                if executed and j is not None and C.size and len(indices) == len(C):
+                    # the inputs that ran it: what generate() would have to avoid
+                    who = [input_label(i) for i in indices[C[:, j] > 0][:3]]
+                    more = int((C[:, j] > 0).sum()) - len(who)
+                    where += f" ({', '.join(who)}{f' and {more} more' if more > 0 else ''})"
                 lst = ran if executed else unran
                 if where not in lst:
                     lst.append(where)
@@ -161,9 +168,8 @@ def absent_reason(session: Session, root: str, absent: list[str],
         if site[0]:
             text += (", and its time in the calling block is a mean over the inputs, not a "
                      "worst case; a bound without that path: make generate() avoid the inputs "
-                     f"that run {_listed(site[0])} (libm's fmod calls glibc's error handler "
-                     "for y = 0): those blocks and it are then left out, as blocks no input "
-                     "ran are")
+                     f"that run {_listed(site[0])}: those blocks and it are then left out, as "
+                     "blocks no input ran are")
         elif policy != "observed":
             text += (f", and [wcet] unreached = \"{policy}\" bounds the blocks no input ran "
                      "(with \"observed\", the default, they and it would be left out of "

@@ -361,8 +361,8 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
                           else f"{c.name} —" for c in callees[:6])
         more = f", … {len(callees) - 6} more" if len(callees) > 6 else ""
         none = any(c.wcet.ipet_ticks < 1 for c in callees[:6])
-        out.append(f"callees' own bounds in ticks (context-insensitive, each charged per "
-                   f"call): "
+        out.append(f"callees' own bounds in ticks (context-insensitive: each one's worst "
+                   f"call alone): "
                    f"{shown}{more}"
                    + ("; —: none, the inputs do not determine its blocks' costs apart from "
                       "its callers'" if none else ""))
@@ -524,13 +524,14 @@ def _top(report: Report, *, short: bool = False) -> list[str]:
     if root is not None and root.overhead_ticks is not None and mean > 0 \
             and root.overhead_ticks / mean >= MIN_SHARE:
         share = root.overhead_ticks / mean
-        # ε is confounded with the blocks every call runs once where the inputs cannot
-        # tell them apart: then it holds their time too (SHA1: 747 ticks against an empty
-        # timed region of ~50), and "not the function" would be wrong
-        once = next((len(g.blocks) for g in root.groups
+        # ε is confounded with blocks where the inputs cannot tell them apart from it
+        # (those every call runs once, and others tied to them): then it holds part of
+        # their time too (SHA1: 747 ticks against an empty timed region of ~50), and
+        # "not the function" would be wrong
+        tied = next((len(g.blocks) for g in root.groups
                      if g.kind == KIND_OVERHEAD and g.blocks), 0)
-        what = (f"ε with the {once} block(s) every call runs once (the inputs cannot tell "
-                f"them from the timed region's own overhead)" if once else
+        what = (f"ε with the time of blocks the inputs do not separate from it ({tied} in "
+                f"its group, with the timed region's own overhead)" if tied else
                 "ε, the timed region's own overhead (not the function)")
         items.append((share, f"{F.pct(share):>8}  {what}: {F.num(root.overhead_ticks)} "
                              f"ticks per call", f"ε {F.pct(share)}"))

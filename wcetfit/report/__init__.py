@@ -93,6 +93,11 @@ class GroupRow:
     share_estimable: bool
 
 
+# The model's worst path (point + margin) below this share of the slowest input's median
+# is said: machine speed and call noise move a median by a few percent.
+MODEL_BELOW = 0.95
+
+
 @dataclass(frozen=True)
 class Finding:
     message: str
@@ -632,6 +637,23 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             f"the IPET bound ({summary.ipet_ticks:.0f} ticks) is below the slowest input's "
             f"median ({max_obs:.0f} ticks)",
             "block costs depend on data or cache state here: treat the bound with suspicion"))
+    elif is_root and summary.point_ticks is not None and max_obs is not None \
+            and summary.point_ticks + (summary.margin_ticks or 0.0) < MODEL_BELOW * max_obs:
+        # the bound covers the input only through the dispersion's misfit factor: the
+        # model's own worst path is cheaper than a call measured (libbz2's decompressor on
+        # raw inputs: a 67-tick path beside a 266-tick input, whose extra blocks' costs the
+        # other inputs did not determine)
+        misfit = (summary.dispersion_factors or {}).get("misfit")
+        warns.append(Finding(
+            f"the worst-case path's predicted time ({summary.point_ticks:,.0f} ticks"
+            + (f" + {summary.margin_ticks:,.0f} margin" if summary.margin_ticks else "")
+            + f") is below the slowest input's median ({max_obs:,.0f} ticks): the model "
+              f"misses time that input spent; the bound covers it only through the "
+              f"dispersion's misfit factor"
+            + (f" (×{misfit:.2f})" if misfit else ""),
+            "look at the slowest input's blocks: those only it ran may have no cost the "
+            "inputs determine (add inputs that run them in other combinations), or its time "
+            "depends on data the counts do not see"))
     val = dict(ff.validation) if ff else {}
     if is_root and ff is not None:
         for item in ff.extra.get("warnings", []) or []:

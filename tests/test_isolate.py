@@ -70,3 +70,27 @@ class BuggyWorker:
 def test_internal_bug_in_worker_carries_traceback():
     with pytest.raises(MeasurementError, match="ZeroDivisionError"):
         run_isolated(BuggyWorker, range(3), timeout=5)
+
+
+class CorruptingWorker:
+    """Input 3's call "corrupts the heap": input 4 then fails inside Python (as cffi did
+    for a new user's __gmpn_divrem_1 after a write past qp), and input 6 hangs before its
+    call is even started (as malloc did on that heap)."""
+
+    def run(self, index, start):
+        if index == 6:
+            time.sleep(60)
+        start(f"(n={index})")
+        if index == 4:
+            raise TypeError("cdata of type '\\x8f\\x02' cannot be indexed")
+        return index
+
+
+def test_a_worker_broken_after_earlier_inputs_fails_those_inputs_not_the_run():
+    run = run_isolated(CorruptingWorker, range(9), timeout=1.0)
+    assert run.results == {i: i for i in range(9) if i not in (4, 6)}
+    kinds = {f.index: f for f in run.failures}
+    assert set(kinds) == {4, 6}
+    assert kinds[4].kind == "corrupt" and "cannot be indexed" in kinds[4].message
+    assert kinds[4].arguments == "(n=4)"
+    assert kinds[6].kind == "hang" and "after input 5 returned" in kinds[6].message

@@ -66,7 +66,7 @@ class Worker(Protocol):
 @dataclass(frozen=True)
 class InputFailure:
     index: int
-    kind: str          # "crash", "exit", "hang", "thread", "fork" or "code"
+    kind: str          # "crash", "exit", "hang", "thread", "fork", "code" or "corrupt"
     message: str       # "SIGSEGV (signal 11)", "no return after 10.0 s", ...
     arguments: str     # summary of the input's arguments
 
@@ -189,6 +189,7 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
     _contain_child()
     me = os.getpid()
     current: int | None = None
+    completed = 0               # inputs this worker finished: its machinery works
     try:
         worker = make_worker()
         _send(fd, ("ready",))
@@ -216,6 +217,7 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
                 _send(fd, ("failed", index, *changed))
                 os._exit(0)
             _send(fd, ("done", index, result))
+            completed += 1
     except WcetfitError as exc:
         if os.getpid() != me:
             os._exit(0)
@@ -224,6 +226,17 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
         if os.getpid() != me:
             os._exit(0)
         text = "".join(traceback.format_exception(exc))
+        if completed and current is not None:
+            # The same code ran earlier inputs: a Python error now is most likely the
+            # target's doing (a write past a buffer corrupts the worker's own heap, and
+            # the next input fails inside cffi: libgmp's __gmpn_divrem_1 with init's qp),
+            # so it is this input's failure, and a fresh worker goes on.
+            last = text.strip().splitlines()[-1][:200] if text.strip() else repr(exc)
+            _send(fd, ("failed", current, "corrupt",
+                       f"the worker failed in Python while this input ran ({last}): the "
+                       f"function may have corrupted the process's memory in this or an "
+                       f"earlier call (a buffer smaller than what it writes?)"))
+            os._exit(0)
         _send(fd, ("fatal", current, MeasurementError(f"internal error in worker: {text}")))
 
 
@@ -271,6 +284,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
         last_pid = pid
         reader = _Reader(rfd)
         in_progress: tuple[int, str] | None = None
+        last_done: int | None = None          # the last input this worker finished
         ready = False
         try:
             while True:
@@ -279,6 +293,19 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                     msg = reader.read(limit)
                 except TimeoutError:
                     _kill_group(pid)
+                    if in_progress is None and last_done is not None and pending:
+                        # it answered for earlier inputs, then hung before the next one's
+                        # call (in malloc, on a heap an earlier call corrupted): that
+                        # input fails, naming the one before it, and a fresh worker goes on
+                        fail = InputFailure(
+                            pending[0], "hang",
+                            f"the worker stopped answering before this input's call "
+                            f"(no word for {limit:.0f} s after {input_label(last_done)} "
+                            f"returned): that call may have corrupted the process's memory "
+                            f"(a buffer smaller than what it writes?)", "(not built)")
+                        _record_failure(run, fail, on_failure)
+                        pending = pending[1:]
+                        break
                     if in_progress is None:
                         raise MeasurementError(
                             f"the measurement worker did not answer within {limit:.0f} s "
@@ -318,6 +345,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                     index, result = msg[1], msg[2]
                     run.results[index] = result
                     in_progress = None
+                    last_done = index
                     setup_failures = 0
                     if on_result is not None:
                         on_result(index, result)

@@ -94,3 +94,18 @@ def test_a_worker_broken_after_earlier_inputs_fails_those_inputs_not_the_run():
     assert kinds[4].kind == "corrupt" and "cannot be indexed" in kinds[4].message
     assert kinds[4].arguments == "(n=4)"
     assert kinds[6].kind == "hang" and "after input 5 returned" in kinds[6].message
+
+
+class RefusedArgumentWorker:
+    def run(self, index, start):
+        if index == 2:
+            raise InputsError("argument 1 of XML_ErrorString (enum XML_Error): can't "
+                              "convert negative number to unsigned")
+        start("()")
+        return index
+
+
+def test_an_argument_the_prototype_refuses_names_its_input():
+    with pytest.raises(InputsError, match=r"^input 2: argument 1 of XML_ErrorString .*"
+                                          r"narrow generate\(\)"):
+        run_isolated(RefusedArgumentWorker, range(5), timeout=5)

@@ -360,7 +360,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                     pending = pending[pending.index(index) + 1:]
                     break
                 elif kind == "fatal":
-                    raise _with_input(msg[2], in_progress)
+                    raise _with_input(msg[2], in_progress, msg[1])
         except KeyboardInterrupt:
             run.interrupted = True
             return run
@@ -384,11 +384,17 @@ CHECK_ADVICE = ("if the function reads memory these arguments do not own for thi
                 "instrumented copy is wrong, a wcetfit bug")
 
 
-def _with_input(exc: Exception, in_progress: tuple[int, str] | None) -> Exception:
-    """A worker's fatal error, a failed self-check with the arguments of the input it
-    failed on and what it may mean."""
-    from wcetfit.errors import SelfCheckError
+def _with_input(exc: Exception, in_progress: tuple[int, str] | None,
+                current: int | None = None) -> Exception:
+    """A worker's fatal error: a failed self-check with the arguments of the input it
+    failed on and what it may mean; an input's arguments the prototype refuses with the
+    input's number (XML_ErrorString given a negative enum: the message named no input)."""
+    from wcetfit.errors import InputsError, SelfCheckError
 
+    if isinstance(exc, InputsError) and current is not None \
+            and not str(exc).startswith(("input ", "search input ", "reached input ")):
+        return InputsError(f"{input_label(current)}: {exc}; narrow generate() in inputs.py "
+                           f"to values the prototype's types hold")
     if not isinstance(exc, SelfCheckError) or in_progress is None:
         return exc
     return SelfCheckError(f"{exc}; the input's arguments: {in_progress[1]}; {CHECK_ADVICE}")

@@ -918,3 +918,17 @@ def test_a_single_call_above_the_bound_is_said(built):
     assert not [w for w in build_report(fns, "f", fit, counts, cols, times, wres,
                                         TSC_HZ).function("f").warnings
                 if "is above the bound" in w.message]
+
+
+def test_a_margin_larger_than_the_path_is_said(built):
+    """liblzma's encoder on raw inputs: the margin was 14× the worst path's time and the
+    bound 351× the slowest input, with nothing to say where it came from."""
+    from dataclasses import replace
+
+    fns, counts, cols, times, fit, wres, _ = built
+    big = replace(wres, margin_ticks=3.0 * wres.bound_ticks)
+    rep = build_report(fns, "f", fit, counts, cols, times, big, TSC_HZ)
+    said = [w.message for w in rep.function("f").warnings if "95% margin" in w.message]
+    assert len(said) == 1 and "is 3.0× the worst path's predicted time" in said[0]
+    rep = build_report(fns, "f", fit, counts, cols, times, wres, TSC_HZ)
+    assert not [w for w in rep.function("f").warnings if "95% margin" in w.message]

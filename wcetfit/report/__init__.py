@@ -654,6 +654,18 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             "look at the slowest input's blocks: those only it ran may have no cost the "
             "inputs determine (add inputs that run them in other combinations), or its time "
             "depends on data the counts do not see"))
+    if is_root and summary.point_ticks and summary.margin_ticks \
+            and summary.margin_ticks > summary.point_ticks:
+        # (liblzma's encoder on raw inputs: a margin 14× the path, the bound 351× the
+        # slowest input, and nothing said where it came from)
+        warns.append(Finding(
+            f"the 95% margin ({summary.margin_ticks:,.0f} ticks) is "
+            f"{summary.margin_ticks / summary.point_ticks:.1f}× the worst path's predicted "
+            f"time ({summary.point_ticks:,.0f}): the inputs determine the costs on that path "
+            f"poorly, and most of the bound is that uncertainty",
+            "add inputs that run the worst path's blocks (the report's path table) in "
+            "varied combinations and counts; an input generate() rarely makes (an error "
+            "path, an extreme size) pins down few costs"))
     if is_root and summary.ipet_ticks is not None and raw_max is not None \
             and raw_max > summary.ipet_ticks:
         # a call above the bound was taken for an interrupted one (far above its input's

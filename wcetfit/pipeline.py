@@ -408,7 +408,8 @@ def _with_load_warning(report: Any, times: Any) -> Any:
     if not text:
         return report
     return replace(report, warnings=tuple(report.warnings) + (
-        Finding(text, "run `wcetfit time --fresh` when the machine is quiet"),))
+        Finding(text, "time again when the machine is quiet: `wcetfit time --fresh` with "
+                      "the --inputs and --repeats this run used"),))
 
 
 def _with_reach_verdicts(report: Any, reached: Any) -> Any:

@@ -114,6 +114,14 @@ class CallSite:
         """Entries in this binary the site was seen calling (modelled and counted)."""
         return tuple(t.address for t in self.observed if t.address is not None)
 
+    @property
+    def entries(self) -> tuple[int, ...]:
+        """The entries in this binary the site calls: a direct call's callee, or the
+        targets an indirect call was seen taking (observed); none for an import."""
+        if self.kind == CALL_INTERNAL:
+            return () if self.target is None else (self.target,)
+        return self.observed_internal
+
 
 def indirect_call_notes(fn: "FunctionModel") -> list[str]:
     """One line per indirect call site of ``fn`` the count run saw: where its targets are

@@ -41,9 +41,7 @@ class Session:
         while todo:
             fn = todo.pop()
             for call in fn.calls:
-                targets = [call.target] if call.kind == "internal" and call.target is not None \
-                    else list(call.observed_internal)      # an indirect call's, observed
-                for t in targets:
+                for t in call.entries:         # an indirect call's: observed
                     try:
                         callee = self.model.function(t)
                     except KeyError:

@@ -31,7 +31,6 @@ def absent_call_sites(functions: dict[str, FunctionModel], absent: list[str],
     forces it to 0); a block without a column counts as executed."""
     import numpy as np
 
-    from wcetfit.model import CALL_INDIRECT, CALL_INTERNAL
     from wcetfit.wcet.result import loop_key
 
     entry = {}
@@ -45,13 +44,7 @@ def absent_call_sites(functions: dict[str, FunctionModel], absent: list[str],
     for name, fn in functions.items():
         whole = all((name, a) in col for a in fn.block_addresses)
         for cs in fn.calls:
-            if cs.kind == CALL_INTERNAL:
-                targets = [cs.target] if cs.target is not None else []
-            elif cs.kind == CALL_INDIRECT:
-                targets = list(cs.observed_internal)
-            else:
-                continue
-            for callee in dict.fromkeys(entry[t] for t in targets if t in entry):
+            for callee in dict.fromkeys(entry[t] for t in cs.entries if t in entry):
                 ran, unran, via = out[callee]
                 if name in absent:
                     if name not in via:
@@ -62,8 +55,9 @@ def absent_call_sites(functions: dict[str, FunctionModel], absent: list[str],
                 executed = not whole or j is None or bool(C.size and C[:, j].any())
                 if executed and j is not None and C.size and len(indices) == len(C):
                     # the inputs that ran it: what generate() would have to avoid
-                    who = [input_label(i) for i in indices[C[:, j] > 0][:3]]
-                    more = int((C[:, j] > 0).sum()) - len(who)
+                    ran_it = indices[C[:, j] > 0]
+                    who = [input_label(i) for i in ran_it[:3]]
+                    more = len(ran_it) - len(who)
                     where += f" ({', '.join(who)}{f' and {more} more' if more > 0 else ''})"
                 lst = ran if executed else unran
                 if where not in lst:
@@ -78,15 +72,11 @@ def without_calls_to(functions: dict[str, FunctionModel],
     so the calls change nothing in the bound, but the IPET needs a callee for each)."""
     gone = {functions[n].address for n in absent} | {functions[n].entry for n in absent}
 
-    def keeps(cs: Any) -> bool:
-        targets = [cs.target] if cs.kind == "internal" else list(cs.observed_internal)
-        return not any(t in gone for t in targets if t is not None)
-
     out = {}
     for name, fn in functions.items():
         if name in absent:
             continue
-        calls = tuple(cs for cs in fn.calls if keeps(cs))
+        calls = tuple(cs for cs in fn.calls if not gone.intersection(cs.entries))
         out[name] = fn if len(calls) == len(fn.calls) else replace(fn, calls=calls)
     return out
 
@@ -108,10 +98,6 @@ def _uncounted_why(session: Session, root: str, absent: list[str]) -> dict[str, 
     return {n: skipped.get(n) for n in absent}
 
 
-def _names(names: list[str]) -> str:
-    return ", ".join(names)
-
-
 def _listed(items: list[str], most: int = 4) -> str:
     return ", ".join(items[:most]) + (", …" if len(items) > most else "")
 
@@ -129,8 +115,9 @@ def _callers(root: str, site: tuple[list[str], list[str], list[str]]) -> str:
         text = ""
     if via:
         runs = "runs" if len(via) == 1 else "run"
-        text += (f", and by {_names(via)}, which {runs} uncounted too" if text else
-                 f"called only by {_names(via)}, which {runs} uncounted too")
+        names = ", ".join(via)
+        text += (f", and by {names}, which {runs} uncounted too" if text else
+                 f"called only by {names}, which {runs} uncounted too")
     return text or f"reached by {root} in the model"
 
 

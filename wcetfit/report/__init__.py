@@ -488,7 +488,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                       "of times relative to each other"))
 
     branches = any(len(set(fn.successors(b.address))) > 1 for b in fn.blocks) \
-        or bool(fn.jump_tables) or any(c.kind != "imported" for c in fn.calls)
+        or bool(fn.jump_tables) or any(c.kind != CALL_IMPORTED for c in fn.calls)
     if is_root and n_inputs >= 2 and len(np.unique(counts, axis=0)) == 1 and not branches:
         # a function with one path (libpng's png_get_uint_32: one block): no input can
         # take another, so there is nothing to vary

@@ -256,13 +256,19 @@ def _folded_loops(warns: list[Finding]) -> list[Finding]:
                      + (f": {shown}" if shown else ""),
                      "if inputs can iterate more, add their bounds under [loops] "
                      "(wcetfit report --full lists each)")
+    return _in_one(warns, rest, folded)
+
+
+def _in_one(warns: list[Finding], rest: list[Finding], folded: Finding) -> list[Finding]:
+    """``warns`` with the findings of ``rest`` replaced by ``folded``, where the first of
+    them stood."""
+    dropped = {id(x) for x in rest}
     out: list[Finding] = []
     for x in warns:
-        if x in rest:
-            if folded not in out:
-                out.append(folded)
-        else:
+        if id(x) not in dropped:
             out.append(x)
+        elif folded not in out:
+            out.append(folded)
     return out
 
 
@@ -285,15 +291,7 @@ def _folded_unexecuted(warns: list[Finding], root: str) -> list[Finding]:
     folded = Finding(f"{len(rest)} more callees have blocks no input executed ({blocks} "
                      f"blocks: {', '.join(names[:6])}{' …' if len(names) > 6 else ''}); "
                      f"their costs are unknown", rest[0][0].advice)
-    dropped = {id(x) for x, _ in rest}
-    out: list[Finding] = []
-    for x in warns:
-        if id(x) in dropped:
-            if folded not in out:
-                out.append(folded)
-        else:
-            out.append(x)
-    return out
+    return _in_one(warns, [x for x, _ in rest], folded)
 
 
 def _warnings(console: Console, warns: Sequence[Finding], limit: int, indent: str) -> None:

@@ -349,3 +349,24 @@ def test_a_conditional_tail_call_enters_its_instance_on_the_exit_edge_only():
     # the per-call-site program itself: v's instance entered on the exit edge only
     ctx = context_bound(fns, "f", costs, {}, inline=["v"], entry_cost=3.0)
     assert ctx is not None and ctx.bound_ticks == pytest.approx(88.0)
+
+
+def test_a_per_site_bound_below_a_measured_call_is_refused_and_said(monkeypatch):
+    """A per-call-site program that does not admit a measured input (its bound below that
+    input's predicted time) is not used; the context-insensitive bound kept instead can be
+    hundreds of times the slowest input (zlib's compress2 on init's inputs: 460×), so the
+    result says why, not only the log."""
+    from types import SimpleNamespace
+
+    import wcetfit.wcet.context as ctxmod
+
+    fns, cols, C, costs = setup()
+    monkeypatch.setattr(ctxmod, "context_bound",
+                        lambda *a, **k: SimpleNamespace(bound_ticks=10.0))
+    res = analyze_wcet(fns, "f", costs, C, cols, entry_cost=7.0, use_relations=False,
+                       observed_paths=False)
+    old = analyze_wcet(fns, "f", costs, C, cols, entry_cost=7.0, use_relations=False,
+                       observed_paths=False, per_site=False)
+    assert res.bound_ticks == pytest.approx(old.bound_ticks)
+    said = [w for w in res.warnings if "could not be bounded per call site" in w]
+    assert len(said) == 1 and "(10 ticks) is below a measured input's" in said[0]

@@ -269,3 +269,25 @@ def test_cli_reach_on_a_counted_target(lib, tmp_path, capsys):
     assert lines[magic_block].startswith("reached") and "0x1234abcd" in lines[magic_block]
     assert lines[never_block].startswith("proven unreachable")
     assert main(["reach", str(tmp_path), "--budget", "0"]) == 2
+
+
+def test_the_budget_never_interrupts_a_lock_being_taken_or_released():
+    """The budget's SIGALRM raised inside angr while a page lock's __enter__ had acquired
+    it: the lock stayed held and the next copy of that page deadlocked a CI run.  The
+    alarm is deferred while any frame is entering or leaving a ``with``."""
+    import sys
+
+    from wcetfit.static.reach import _in_a_context_manager
+
+    class Lock:
+        def __enter__(self):
+            self.inside = _in_a_context_manager(sys._getframe())
+            return self
+
+        def __exit__(self, *exc):
+            self.leaving = _in_a_context_manager(sys._getframe())
+
+    lock = Lock()
+    with lock:
+        in_body = _in_a_context_manager(sys._getframe())
+    assert lock.inside and lock.leaving and not in_body

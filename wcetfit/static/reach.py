@@ -333,6 +333,16 @@ class _BudgetSpent(Exception):
     pass
 
 
+def _in_a_context_manager(frame) -> bool:  # type: ignore[no-untyped-def]
+    """Whether ``frame`` or a caller is entering or leaving a ``with`` (a lock's
+    ``__enter__``/``__exit__``): no place for an exception from a signal handler."""
+    while frame is not None:
+        if frame.f_code.co_name in ("__enter__", "__exit__", "acquire", "release"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class _Deadline:
     """Interrupts one long ``simgr.step`` at the deadline (the loop checks the clock only
     between steps; a step on table lookups with symbolic indices took minutes on zlib's
@@ -351,6 +361,12 @@ class _Deadline:
             return self
 
         def _ring(signum, frame):  # type: ignore[no-untyped-def]
+            if _in_a_context_manager(frame):
+                # an exception raised between a lock's acquire and the end of its
+                # __enter__ never releases it: angr's page lock then deadlocks the next
+                # copy of that page (a CI run hung so).  Ring again a moment later.
+                signal.setitimer(signal.ITIMER_REAL, 0.002)
+                return
             self.fired = True
             raise _BudgetSpent()
         self._old = signal.signal(signal.SIGALRM, _ring)

@@ -196,7 +196,8 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
         from wcetfit.fit.activation_root import apply_activation_fits, fit_root_activations
         analysis = fit_root_activations(system, fit, rows, quantum=fit.quantum_ticks,
                                         folds=options.folds, seed=options.seed,
-                                        calibration=calibration)
+                                        calibration=calibration, cost_model=options.costs,
+                                        bootstrap=options.bootstrap)
         fit = apply_activation_fits(fit, analysis)
     return system, fit
 

@@ -145,13 +145,16 @@ class ActivationAnalysis:
 
 def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *,
                          quantum: float | None = None, folds: int = 5,
-                         seed: int = 0, calibration: Mapping[str, Any] | None = None
+                         seed: int = 0, calibration: Mapping[str, Any] | None = None,
+                         cost_model: str = "physical", bootstrap: int = 200
                          ) -> ActivationAnalysis:
     """Fit every function's activation rows and check them against the root's whole calls
     (module docstring).  ``system``: the root's LinearSystem (columns, counts, indices,
     ticks); ``whole_fit``: its whole-call FitResult (costs of uncovered columns);
     ``calibration``: the probes' ε and δ measured with the rows
-    (:func:`wcetfit.split.actcalib.calibrate`), or None (κ then comes out of entry blocks)."""
+    (:func:`wcetfit.split.actcalib.calibrate`), or None (κ then comes out of entry blocks);
+    ``cost_model``/``bootstrap``: as ``[fit] costs`` and ``bootstrap``, for each function's fit
+    (:func:`wcetfit.fit.activations.fit_activations`)."""
     if quantum is None:
         quantum = getattr(whole_fit, "quantum_ticks", None)
     from wcetfit.errors import FitError
@@ -163,7 +166,8 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
         if r.ticks.shape[0] == 0:
             continue        # no input called it: nothing to fit, its blocks were never run
         try:
-            f = fit_activations(r, quantum=quantum, folds=folds, seed=seed)
+            f = fit_activations(r, quantum=quantum, folds=folds, seed=seed,
+                                costs=cost_model, bootstrap=bootstrap)
         except FitError as exc:
             # e.g. every activation discarded: its blocks keep the whole-call fit's costs
             log.warning("%s: no activation fit of %s: %s", system.root, name, exc)
@@ -233,7 +237,7 @@ def fit_root_activations(system: Any, whole_fit: Any, rows: Mapping[str, Any], *
     cal = _calibration(calibration)
     if check is not None:
         med, p95, n_held = _root_heldout(system, rows, whole_sol, col_index, entry_cols, y,
-                                         quantum, folds, seed, cal)
+                                         quantum, folds, seed, cal, cost_model)
         check = replace(check, heldout_median_rel_error=med, heldout_p95_rel_error=p95,
                         heldout_inputs=n_held)
     costs = base.copy()
@@ -313,7 +317,8 @@ def _rows_of_inputs(r: Any, keep: np.ndarray) -> Any:
 def _root_heldout(system: Any, rows: Mapping[str, Any], whole_sol: np.ndarray,
                   col_index: Mapping[tuple[str, int], int], entry_cols: list[int],
                   y: np.ndarray, quantum: float | None, folds: int, seed: int,
-                  cal: tuple | None = None) -> tuple[float | None, float | None, int]:
+                  cal: tuple | None = None, cost_model: str = "physical"
+                  ) -> tuple[float | None, float | None, int]:
     """Held-out relative error of the root's whole calls predicted from activation costs:
     k folds over inputs; each fold's calls are predicted by activation fits and a (κ, c)
     regression that never saw that fold's inputs (neither their activations nor their
@@ -338,7 +343,9 @@ def _root_heldout(system: Any, rows: Mapping[str, Any], whole_sol: np.ndarray,
             if sub.counts.shape[0] == 0:
                 continue
             try:
-                fits[name] = fit_activations(sub, quantum=quantum, folds=0, seed=seed)
+                # (the point alone: no intervals are used, so no bootstrap)
+                fits[name] = fit_activations(sub, quantum=quantum, folds=0, seed=seed,
+                                             costs=cost_model, bootstrap=0)
             except Exception as exc:  # noqa: BLE001 - a fold too small to fit: skip it
                 log.info("held-out root check, fold %d, %s: %s", k, name, exc)
         base, src = _assemble(fits, col_index, whole_sol)

@@ -32,6 +32,10 @@ and the activation-level HC1 sandwich is exact from the same three numbers per m
 row (meat Σ_g x_g x_gᵀ (n_g r̄_g² + SS_g)); the normal matrix is a sparse product, so
 a function costs O(distinct rows · nnz + p³).
 
+Physical values.  By default every block cost and estimable overhead is held ≥ 0
+(:mod:`wcetfit.fit.activation_physical`), with bootstrap intervals over inputs when the
+constraints overrule the data; ``costs="linear"`` leaves least squares unconstrained.
+
 Held-out errors: k folds over *inputs* (activations of one input share its state), every
 held-out activation predicted by the fit without its fold: median and p95 of
 |predicted − measured| / measured.
@@ -51,8 +55,10 @@ from scipy import stats
 from wcetfit.errors import FitError
 from wcetfit.fit import estimability as est
 from wcetfit.fit import robust
-from wcetfit.fit.result import (WARN_NEGATIVE_COST, WARN_NEGATIVE_PREDICTION, WARN_OVERHEAD,
-                                FitWarning)
+from wcetfit.fit.activation_physical import (constrained_particular, held_note,
+                                             hold_to_physical)
+from wcetfit.fit.result import (WARN_HELD, WARN_NEGATIVE_COST, WARN_NEGATIVE_PREDICTION,
+                                WARN_OVERHEAD, FitWarning)
 from wcetfit.model import hexaddr
 
 log = logging.getLogger(__name__)
@@ -240,21 +246,29 @@ def _weighted_gram(X: Any, w: np.ndarray) -> np.ndarray:
 def fit_activations(rows: Any, *, config_ids: np.ndarray | None = None,
                     quantum: float | None = None, statistic: str = "clipped_mean",
                     folds: int = 5, seed: int = 0, max_denominator: int = 12,
-                    blas_threads: int | None = 1) -> ActivationFit:
+                    blas_threads: int | None = 1, costs: str = "physical",
+                    bootstrap: int = 200) -> ActivationFit:
     """Fit one function's block costs from its :class:`ActivationRows` (module docstring).
 
     ``config_ids`` int [rows]: the probe configuration of each row (default: the rows'
     ``config`` attribute if they have one, else all 0).  ``blas_threads``: as
     :attr:`wcetfit.fit.result.FitOptions.blas_threads` (many small eigensolves, where
-    spinning BLAS threads cost most)."""
+    spinning BLAS threads cost most).  ``costs``: "physical" holds every block cost and
+    estimable overhead ≥ 0 (:mod:`wcetfit.fit.activation_physical`), "linear" leaves the
+    least-squares solution unconstrained; ``bootstrap``: the most replicates for the
+    physical fit's intervals when the constraints overrule the data."""
     from wcetfit.blasthreads import limited
 
+    if costs not in ("physical", "linear"):
+        raise FitError(f"costs must be 'physical' or 'linear', not {costs!r}")
     with limited(blas_threads):
-        return _fit(rows, config_ids, quantum, statistic, folds, seed, max_denominator)
+        return _fit(rows, config_ids, quantum, statistic, folds, seed, max_denominator,
+                    costs == "physical", bootstrap)
 
 
 def _fit(rows: Any, config_ids: np.ndarray | None, quantum: float | None, statistic: str,
-         folds: int, seed: int, max_denominator: int) -> ActivationFit:
+         folds: int, seed: int, max_denominator: int, physical: bool = True,
+         bootstrap: int = 200) -> ActivationFit:
     X0 = sp.csr_matrix(rows.counts, dtype=np.int64)
     n_all, p = X0.shape
     ticks = np.asarray(rows.ticks, dtype=np.float64)
@@ -331,7 +345,19 @@ def _fit(rows: Any, config_ids: np.ndarray | None, quantum: float | None, statis
         return t95 * math.sqrt(max(float(c @ cov @ c), 0.0))
 
     # particular solution: confounded overheads at 0 (module docstring)
-    sol, cov_sol = _particular(G, b, an, nb, theta, M, n / df if df >= 1 else math.inf)
+    sol, cov_sol, sub = _particular(G, b, an, nb, theta, M, n / df if df >= 1 else math.inf)
+    interval_method = "HC1 sandwich over activations"
+    held = None
+    if physical:
+        yy = float(np.sum(merged.n * merged.mean ** 2) + merged.ss.sum())
+        held = hold_to_physical(G, b, yy, sol, sub, nb, D, merged, inp, bootstrap, seed)
+    if held is not None:
+        # predictions, costs and combinations all use the physical solution
+        sol = theta = held.solution
+        if held.covariance is not None:
+            cov = cov_sol = held.covariance
+            interval_method = (f"bootstrap over inputs ({held.replicates} replicates) of the "
+                               "fit held to physical values")
     estimable = an.estimable
     # combinations of what is not estimable alone, one set per component
     combos: list[ActivationCombination] = []
@@ -395,14 +421,23 @@ def _fit(rows: Any, config_ids: np.ndarray | None, quantum: float | None, statis
             shares[labels[j]] = np.zeros(p)
             shares[labels[j]][bcols] = u[:nb]
 
-    med, p95, n_ho = _heldout(D, merged, inp, folds, seed, quantum)
+    med, p95, n_ho = _heldout(D, merged, inp, folds, seed, quantum,
+                              sub if physical else None, nb)
     pred_rows = D @ sol
     fit = ActivationFit(
         rows.function, int(rows.address), tuple(rows.columns), tuple(costs), tuple(overheads),
         tuple(combos), tuple(inseparable), int(n), int(n_all), int(g), int(q), int(rank), t95,
-        sigma, med, p95, n_ho, "HC1 sandwich over activations", (), tuple(notes),
+        sigma, med, p95, n_ho, interval_method, (), tuple(notes),
         full_sol, full_cov, shares)
     warnings = _plausibility(fit, pred_rows, merged, inp, quantum)
+    if held is not None and held.covariance is not None:
+        warnings.insert(0, FitWarning(
+            WARN_HELD, held_note(rows.function, held, int(df)),
+            "a rise near the noise's is expected; a much larger one means one fixed cost per "
+            "block does not describe these activations (costs that depend on the data, or "
+            "time spent in calls the count run does not see, such as malloc or memcpy), and "
+            "the physical costs are the closest ones; [fit] costs = \"linear\" shows the "
+            "unconstrained estimate"))
     return _with_warnings(fit, warnings)
 
 
@@ -414,11 +449,12 @@ def _with_warnings(fit: ActivationFit, warnings: list[FitWarning]) -> Activation
 
 
 def _particular(G: np.ndarray, b: np.ndarray, an: est.Analysis, nb: int, theta: np.ndarray,
-                M: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """The least-squares solution predictions use, with its covariance: estimable overheads
-    at their estimate, confounded ones at 0 (dropping a column that lies in the span of the
-    others keeps every fitted value); the blocks' part minimum-norm in scaled coordinates.
-    ``M``, ``scale``: the sandwich's meat and HC1 factor."""
+                M: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The least-squares solution predictions use, with its covariance and the columns it
+    is fitted over: estimable overheads at their estimate, confounded ones at 0 (dropping a
+    column that lies in the span of the others keeps every fitted value); the blocks' part
+    minimum-norm in scaled coordinates.  ``M``, ``scale``: the sandwich's meat and HC1
+    factor."""
     q = G.shape[0]
     keep = np.ones(q, dtype=bool)
     keep[nb:] = an.estimable[nb:]
@@ -434,7 +470,7 @@ def _particular(G: np.ndarray, b: np.ndarray, an: est.Analysis, nb: int, theta: 
     Gp = an_s.scale[:, None] * an_s.pinv_scaled() * an_s.scale[None, :]
     cov = np.zeros((q, q))
     cov[np.ix_(sub, sub)] = Gp @ M[np.ix_(sub, sub)] @ Gp * scale
-    return out, cov
+    return out, cov, sub
 
 
 def _particular_solve(G: np.ndarray, b: np.ndarray, an: est.Analysis, nb: int) -> np.ndarray:
@@ -463,8 +499,11 @@ def _text(terms: Sequence[tuple[str, float]]) -> str:
 
 
 def _heldout(D: sp.csr_matrix, m: _Merged, inputs: np.ndarray, folds: int, seed: int,
-             quantum: float) -> tuple[float | None, float | None, int]:
-    """k-fold over inputs: median and p95 relative error of held-out activations."""
+             quantum: float, physical_columns: np.ndarray | None = None, nb: int = 0
+             ) -> tuple[float | None, float | None, int]:
+    """k-fold over inputs: median and p95 relative error of held-out activations, each
+    fold's fit held to physical values over ``physical_columns`` when given (the columns
+    of the particular solution, the first ``nb`` of the design blocks)."""
     uniq, inp_id = np.unique(inputs, return_inverse=True)
     F = folds if folds >= 2 and uniq.size >= 2 * folds else 0
     if F == 0:
@@ -486,7 +525,10 @@ def _heldout(D: sp.csr_matrix, m: _Merged, inputs: np.ndarray, folds: int, seed:
         bt = np.asarray(D.T @ (m.n * m.mean - sk[:, k])).ravel()
         ok = np.diag(Gt) > 0
         th = np.zeros(D.shape[1])
-        if ok.any():
+        if physical_columns is not None:
+            th = constrained_particular(Gt, bt, np.intersect1d(physical_columns,
+                                                               np.flatnonzero(ok)), nb)
+        elif ok.any():
             idx = np.flatnonzero(ok)
             th[idx] = est.analyze(Gt[np.ix_(idx, idx)], 0.0).solve(bt[idx])
         pred_g[:, k] = D @ th

@@ -321,12 +321,16 @@ def _fit(rows: Any, config_ids: np.ndarray | None, quantum: float | None, statis
 
     G = _weighted_gram(D, merged.n)
     b = np.asarray(D.T @ (merged.n * merged.mean)).ravel()
-    an0 = est.analyze(G, 0.0)
+    an0 = est.analyze(G, 0.0, quiet=True)
     theta0 = an0.solve(b)
     rss0 = float(np.sum(merged.n * (merged.mean - D @ theta0) ** 2) + merged.ss.sum())
     ynorm = math.sqrt(float(np.sum(y ** 2)))
     s0 = math.sqrt(rss0 / max(n - an0.rank, 1))
-    an = est.analyze(G, s0 / ynorm if ynorm > 0 else 0.0, eig=an0.eig)
+    an = est.analyze(G, s0 / ynorm if ynorm > 0 else 0.0, eig=an0.eig, quiet=True)
+    if an.null_space_uncertainty > 1e-3:
+        log.warning("%s: ill-conditioned activation rows: which blocks the activations "
+                    "separate is uncertain (null-space entries to %.1g)", rows.function,
+                    an.null_space_uncertainty)
     theta = an.solve(b)
     rank = an.rank
     df = n - rank
@@ -461,7 +465,7 @@ def _particular(G: np.ndarray, b: np.ndarray, an: est.Analysis, nb: int, theta: 
     sub = np.flatnonzero(keep)
     an_s = an
     if not keep.all():
-        an_s = est.analyze(G[np.ix_(sub, sub)], 0.0)
+        an_s = est.analyze(G[np.ix_(sub, sub)], 0.0, quiet=True)
         if an_s.rank < an.rank:
             # the dropped overheads were confounded only among themselves: keep them all
             sub, an_s = np.arange(q), an
@@ -481,7 +485,7 @@ def _particular_solve(G: np.ndarray, b: np.ndarray, an: est.Analysis, nb: int) -
     sub = np.flatnonzero(keep)
     out = np.zeros(q)
     if not keep.all():
-        an_s = est.analyze(G[np.ix_(sub, sub)], 0.0)
+        an_s = est.analyze(G[np.ix_(sub, sub)], 0.0, quiet=True)
         if an_s.rank >= an.rank:
             out[sub] = an_s.solve(b[sub])
             return out
@@ -530,7 +534,7 @@ def _heldout(D: sp.csr_matrix, m: _Merged, inputs: np.ndarray, folds: int, seed:
                                                                np.flatnonzero(ok)), nb)
         elif ok.any():
             idx = np.flatnonzero(ok)
-            th[idx] = est.analyze(Gt[np.ix_(idx, idx)], 0.0).solve(bt[idx])
+            th[idx] = est.analyze(Gt[np.ix_(idx, idx)], 0.0, quiet=True).solve(bt[idx])
         pred_g[:, k] = D @ th
     y = m.y
     pred = pred_g[m.inv, fold]

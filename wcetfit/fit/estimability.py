@@ -103,6 +103,9 @@ class Analysis:
     estimable: np.ndarray      # bool [p]: column estimable alone
     components: tuple[np.ndarray, ...]   # of the non-estimable columns, sorted, by first index
     eig: tuple[np.ndarray, np.ndarray] | None = None   # (λ, V) of D G D, for re-thresholding
+    # how uncertain the null-space projector's entries are before q_tol is capped at 1e-3
+    # (above the cap: an ill-conditioned count matrix)
+    null_space_uncertainty: float = 0.0
 
     @property
     def nullity(self) -> int:
@@ -129,12 +132,16 @@ class Analysis:
 
 
 def analyze(gram: np.ndarray, noise_ratio: float = 0.0,
-            eig: tuple[np.ndarray, np.ndarray] | None = None) -> Analysis:
+            eig: tuple[np.ndarray, np.ndarray] | None = None, *,
+            quiet: bool = False) -> Analysis:
     """Rank, row/null spaces and groups of the columns of ``gram`` (= XᵀWX).
 
     ``noise_ratio`` is s/‖y‖_W (robust residual scale over the weighted norm of the
     measured times), 0 when unknown; see the module docstring for the tolerance.
-    ``eig``: the eigendecomposition of an earlier analysis of the same matrix."""
+    ``eig``: the eigendecomposition of an earlier analysis of the same matrix.
+    ``quiet``: an ill-conditioned matrix is not logged as a warning (the caller, which
+    analyses one system several times, says it once with
+    :attr:`Analysis.null_space_uncertainty`)."""
     p = gram.shape[0]
     diag = np.diag(gram).copy()
     if p == 0:
@@ -166,8 +173,10 @@ def analyze(gram: np.ndarray, noise_ratio: float = 0.0,
         q_tol = max(1e-10, 100.0 * p * EPS * lam_max / lam_min_kept)
     else:
         q_tol = 1e-10
+    uncertainty = q_tol
     if q_tol > 1e-3:
-        log.warning("ill-conditioned count matrix: null-space entries uncertain to %.1g", q_tol)
+        (log.debug if quiet else log.warning)(
+            "ill-conditioned count matrix: null-space entries uncertain to %.1g", q_tol)
         q_tol = 1e-3
     qd = np.diag(Q)
     estimable = qd <= q_tol
@@ -180,7 +189,7 @@ def analyze(gram: np.ndarray, noise_ratio: float = 0.0,
             comps.append(np.sort(idx[labels == k]))
         comps.sort(key=lambda c: int(c[0]))
     return Analysis(d, lam, rank, sigma_max, sigma_tol, Vr, V0, Q, q_tol, estimable,
-                    tuple(comps), (lam, vec))
+                    tuple(comps), (lam, vec), uncertainty)
 
 
 @dataclass(frozen=True)

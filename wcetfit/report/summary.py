@@ -194,7 +194,9 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
             made = f"({made}) × {1 + w.dispersion:.2f} for single calls (call dispersion)"
         _line(console, f"= {made}", indent="    ")
     if w.max_observed_ticks is not None:
+        # (no-break spaces: the wrapped line never splits the figure from its name)
         ratio = (f"; bound / slowest = {w.ipet_ticks / w.max_observed_ticks:.2f}"
+                 .replace(" ", "\u00a0").replace(";\u00a0", "; ", 1)
                  if w.ipet_ticks and w.max_observed_ticks > 0 else "")
         found = " (found by the worst-case search)" if w.slowest_searched else ""
         _line(console, f"Slowest measured input: {_slowest_name(report, w)}{found}, "

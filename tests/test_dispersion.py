@@ -266,3 +266,33 @@ def test_a_call_slower_by_less_than_any_interrupt_is_covered():
     # without the TSC rate nothing says how long an interrupt takes: as before
     old = call_dispersion(SimpleNamespace(ticks=ticks, counts=system.counts), fit)
     assert 65.0 * (1 + old.excess) < 96.0
+
+
+def test_a_short_inputs_own_call_above_the_bound_is_covered():
+    """The factors are taken from long calls; a short input's call that is the function's
+    own time (far less above its median than an interrupt costs) must still be under the
+    bound (libm's log1p: a call of 254 ticks, its input's others 76–78, a bound of 190,
+    and the report blamed an interrupt).  A call 20 µs above its median is an interrupt
+    and stays out."""
+    from types import SimpleNamespace
+
+    from wcetfit.wcet.dispersion import call_dispersion
+
+    rng = np.random.default_rng(3)
+    n, r = 200, 5
+    # long inputs and short ones (below 40 TSC steps of 2 ticks: left out of the factors)
+    pred = np.where(np.arange(n) < 100, 120.0, 60.0)
+    ticks = np.round(pred[:, None] * (1 + np.abs(rng.normal(0, 0.01, (n, r)))))
+    ticks[150] = [76, 78, 76, 224, 254]                  # own time: < 500 ns above
+    ticks[160, 2] = 60 + 52_000                          # 20 µs above: an interrupt
+    system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)), tsc_hz=2.6e9)
+    fit = SimpleNamespace(quantum_ticks=2.0, rejected=(),
+                          predict=lambda counts, unknown="zero": pred)
+    point = 150.0                                        # the worst path, below the call
+    d = call_dispersion(system, fit, point=point)
+    assert point * (1 + d.excess) >= 254
+    assert d.cover == 254 / point and d.to_dict()["cover"] == d.cover
+    assert point * (1 + d.excess) < 60 + 52_000          # the interrupted call stays out
+    # with a point above every own call, the floor changes nothing
+    far = call_dispersion(system, fit, point=10_000.0)
+    assert far.cover == 1.0 and "cover" not in far.to_dict()

@@ -296,3 +296,26 @@ def test_a_short_inputs_own_call_above_the_bound_is_covered():
     # with a point above every own call, the floor changes nothing
     far = call_dispersion(system, fit, point=10_000.0)
     assert far.cover == 1.0 and "cover" not in far.to_dict()
+
+
+def test_the_call_farthest_above_its_input_is_named():
+    """The dispersion names the call its extrapolation rests on most (libm's erf: one call
+    of 938 ticks, its input's others 46–84, and the bound ×31.6 the path), by the input's
+    number, not its row."""
+    from types import SimpleNamespace
+
+    from wcetfit.wcet.dispersion import call_dispersion
+
+    rng = np.random.default_rng(4)
+    n, r = 120, 5
+    pred = np.full(n, 50.0)
+    ticks = np.round(pred[:, None] + np.abs(rng.normal(0, 1.0, (n, r))))
+    ticks[14] = [938, 84, 48, 46, 46]
+    numbers = np.arange(n) + 1000
+    system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)), tsc_hz=2.6e9,
+                             indices=numbers)
+    fit = SimpleNamespace(quantum_ticks=2.0, rejected=(),
+                          predict=lambda counts, unknown="zero": pred)
+    d = call_dispersion(system, fit, point=60.0)
+    assert d.driver["input"] == 1014 and d.driver["call_ticks"] == 938
+    assert d.driver["mean_ticks"] < 938 and d.call > 5

@@ -125,6 +125,8 @@ class WcetSummary:
     dispersion: float | None         # relative excess of single calls over the mean model
     exceedance: float | None         # the probability per call the dispersion is set for
     dispersion_factors: Mapping[str, float]   # misfit, call, machine_speed (root only)
+    # the call farthest above its input's mean: input, call_ticks, mean_ticks (root only)
+    dispersion_driver: Mapping[str, float]
     envelopes: tuple[Any, ...]       # observed path envelopes the worst path touches (root)
     relations: tuple[Any, ...]       # observed count relations the bound keeps to (root)
     point_ticks: float | None        # with the point costs
@@ -565,6 +567,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         dispersion=wres.dispersion if (ires and is_root) else None,
         exceedance=wres.exceedance if (ires and is_root) else None,
         dispersion_factors=dict(wres.dispersion_factors) if (ires and is_root) else {},
+        dispersion_driver=dict(getattr(wres, "dispersion_driver", {}) or {})
+        if (ires and is_root) else {},
         envelopes=tuple(wres.envelopes) if (ires and is_root) else (),
         relations=tuple(getattr(wres, "relations", ())) if (ires and is_root) else (),
         # the root's point is the whole bound's: callees bounded over all their
@@ -674,6 +678,24 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             "add inputs that run the worst path's blocks (the report's path table) in "
             "varied combinations and counts; an input generate() rarely makes (an error "
             "path, an extreme size) pins down few costs"))
+    drv = summary.dispersion_driver or {}
+    if is_root and summary.dispersion and drv \
+            and (summary.dispersion_factors or {}).get("call", 1.0) >= 1.5:
+        # one call far above its input's other calls sets the extreme-value extrapolation
+        # (libm's erf: 938 ticks against 46–84, the bound ×31.6 the path; the next session's
+        # bound without such a call was 21× lower), and the user must be able to tell
+        # whether it was the machine or the function
+        others = (f" where its other calls took {drv['others_min_ticks']:,.0f}–"
+                  f"{drv['others_max_ticks']:,.0f}" if "others_min_ticks" in drv else "")
+        warns.append(Finding(
+            f"single calls multiply the bound by {1 + summary.dispersion:.2f}: one call of "
+            f"{input_label(int(drv['input']))} took {drv['call_ticks']:,.0f} ticks{others}, "
+            f"and the extreme-value fit extrapolates calls like it to a probability of "
+            f"{summary.exceedance or 1e-6:.0e} per call",
+            "if that call was the machine (another process, the host), time again on a quiet "
+            "machine (`wcetfit time --fresh` with this run's --inputs and --repeats); if the "
+            "function can take that long (a cold cache or TLB), the bound rightly covers it; "
+            "[wcet] exceedance sets the probability"))
     if is_root and summary.ipet_ticks is not None and raw_max is not None \
             and raw_max > summary.ipet_ticks:
         # a call above the bound was taken for an interrupted one (far above its input's

@@ -50,6 +50,9 @@ end (``machine_speed``; the fit's costs are at the fast end, see the fit's
 ``machine_speed``); ``dispersion_factors`` gives the three, 1 + ``dispersion`` is their
 product, or ``joint`` where that is smaller (a timed call over its input's prediction at the
 same exceedance, the three as they came together on the calls: wcetfit/wcet/margin.py).  ``dispersion_ticks`` is what that factor adds.
+``dispersion_driver`` names the call farthest above its input's mean (``input``,
+``call_ticks`` as measured, ``mean_ticks`` at the reference speed, the input's other calls'
+``others_min_ticks``/``others_max_ticks``), or null.
 ``path_envelopes`` are the observed envelopes (Σ count(blocks) ≤ intercept + slope ·
 count(header), true on every input; wcetfit/envelope.py) that the worst path touches.
 ``max_observed_ticks`` is the largest per-input median over the timed repeats.
@@ -140,6 +143,9 @@ def _function(fr: FunctionReport, hz: float | None) -> dict[str, Any]:
         "dispersion_ns": _ns(w.dispersion_ticks, hz),
         "exceedance_per_call": _f(w.exceedance),
         "dispersion_factors": {k: _f(v) for k, v in w.dispersion_factors.items()},
+        "dispersion_driver": ({k: (int(v) if k == "input" else _f(v))
+                               for k, v in w.dispersion_driver.items()}
+                              if w.dispersion_driver else None),
         "path_envelopes": [{"blocks": [hexaddr(a) for a in e.blocks],
                             "header": hexaddr(e.header), "slope": _f(e.slope),
                             "intercept": _f(e.intercept), "text": e.text()}

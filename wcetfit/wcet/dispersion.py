@@ -11,7 +11,7 @@ came together (wcetfit.wcet.margin.joint_excess).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,8 @@ class Dispersion:
     # the slowest call that is the function's own time (not taken for an interrupt), of
     # any input, over the point: the factor is never below it (a floor, not a factor)
     cover: float = 1.0
+    # the call farthest above its input's mean (input number, call_ticks, mean_ticks)
+    driver: dict = field(default_factory=dict)
 
     @property
     def excess(self) -> float:
@@ -114,7 +116,9 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     misfit = 1.0 + (means - predicted[rows]) / per
     keep = _not_interrupted(summary, ticks, getattr(system, "tsc_hz", None))[rows]
     calls = np.where(keep, ticks[rows], np.nan)
-    noise = (calls / means[:, None]).ravel()
+    ratios = calls / means[:, None]
+    driver = _driver(system, np.flatnonzero(rows), ratios, calls, means)
+    noise = ratios.ravel()
     noise = noise[np.isfinite(noise)]
     misfit = misfit[np.isfinite(misfit)]
     if noise.size == 0 or misfit.size == 0:
@@ -125,7 +129,31 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     joint = joint_excess(system.ticks[rows], keep, predicted[rows],
                          exceedance=p, quantile=gumbel_quantile, per=per)
     return Dispersion(misfit=max(1.0, float(misfit.max())), call=max(1.0, per_call),
-                      machine_speed=machine, joint=joint, cover=cover)
+                      machine_speed=machine, joint=joint, cover=cover, driver=driver)
+
+
+def _driver(system: Any, rows: np.ndarray, ratios: np.ndarray, calls: np.ndarray,
+            means: np.ndarray) -> dict[str, float]:
+    """The call farthest above its input's mean (the one the call factor's extrapolation
+    rests on most): its input's number, its ticks, the input's mean and all its calls'
+    ticks, so that the report can name it (erf: one call of 938 ticks, its input's others
+    46–84, made the bound 31.6× the path, and nothing said which)."""
+    if not np.isfinite(ratios).any():
+        return {}
+    i, j = np.unravel_index(int(np.nanargmax(ratios)), ratios.shape)
+    row = int(rows[i])
+    indices = getattr(system, "indices", None)
+    number = int(indices[row]) if indices is not None and len(indices) > row else row
+    # the call as measured (the factors are at the reference speed), and its input's others
+    raw = np.asarray(system.ticks, dtype=float)
+    raw = raw[:, None] if raw.ndim == 1 else raw
+    others = np.delete(raw[row], j)
+    others = others[np.isfinite(others)]
+    out = {"input": float(number), "call_ticks": float(raw[row, j]),
+           "mean_ticks": float(means[i])}
+    if others.size:
+        out.update(others_min_ticks=float(others.min()), others_max_ticks=float(others.max()))
+    return out
 
 
 def _cover(system: Any, summary: Any, ticks: Any, point: float | None) -> float:

@@ -217,6 +217,8 @@ class WcetResult:
     exceedance: float = 1e-6                   # the probability per call it is set for
     # its factors (wcetfit.wcet.dispersion.Dispersion): misfit, call, machine_speed
     dispersion_factors: Mapping[str, float] = field(default_factory=dict)
+    # the call farthest above its input's mean: input (number), call_ticks, mean_ticks
+    dispersion_driver: Mapping[str, float] = field(default_factory=dict)
     # function → blocks no input executed, left out of the worst path ([wcet] unreached =
     # "observed", the default; empty under "require"): the bound is for executions that
     # keep to the code the inputs ran

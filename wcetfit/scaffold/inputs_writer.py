@@ -4,10 +4,15 @@ What each parameter gets (cffi tells the types; the declaration gives the names)
 
 * a pointer to data (``const Bytef *buf``, ``void *p``, ``double *x``) is a buffer, sized
   from the length parameter it pairs with.  Pairs are found by name first (``dest`` with
-  ``destLen``, ``source`` with ``sourceLen``), then by position and type: an integer
-  right after the pointer (``(buf, len)``, ``(p, n)``) or, for a pointer with none, the
-  nearest integer named like a length.  A pointer to an integer named like a length
-  (``uLongf *destLen``) is an in-out capacity: it holds its buffer's size.  Lengths
+  ``destLen``, ``source`` with ``sourceLen``), then by position: an integer right after
+  the pointer named like a length (``(buf, len)``, ``(p, n)``, ``count``, ``nbytes``) or
+  unnamed (``arg3``), or, for a pointer with none, the nearest integer named like a
+  length.  An integer named otherwise is a value, never a length
+  (``png_save_uint_32(buf, i)`` stores i in 4 bytes: taken for buf's length it gave
+  1-byte buffers).  Only pointers to scalar elements pair: a pointer to a struct is one
+  struct (``deflateBound(strm, sourceLen)`` is no array of sourceLen z_streams).  A
+  pointer to an integer named like a length (``uLongf *destLen``) is an in-out capacity:
+  it holds its buffer's size.  Lengths
   range over ``0..MAX_LEN`` with every ``SLOW_EVERY``-th input at ``MAX_LEN``, the slow
   calls a WCET needs.  A signed integer named like a length that no buffer pairs with
   (zlib's ``crc32_combine(crc1, crc2, z_off_t len2)``) is drawn like a length too, never
@@ -47,9 +52,21 @@ What each parameter gets (cffi tells the types; the declaration gives the names)
   (``LZMA_PRESET_EXTREME``) OR-ed in as flags; masks and error codes are no values.
   A guess, said beside it and in a note (the header's text is not the function's
   contract: a whole type's range made most calls take the error path instead).
+* an integer named like a position (``start``, ``offset``, ``idx``) in a call with
+  lengths lies within them, ``_int(rng, 0, shortest length)`` (png_sig_cmp's ``start``
+  over 0..2**32 - 1 returned at once), said in a note.
 * other integers range over their type (at most 32 bits), with the ends, 0, 1 and small
-  values drawn often because those are what branches test; enums take their declared values;
-  floating values are uniform in ±1000; ``char`` is one byte.
+  values drawn often because those are what branches test; each is named in a note
+  (init prints it as a ``check:`` line: bzip2's workFactor takes 0..250, which bzlib.h
+  does not say), but for checksums, hashes and seeds (any bits); enums take their
+  declared values; ``char`` is one byte.
+* floating values mostly take the function's ordinary computation across magnitudes:
+  uniform in [0, 1) on FLOAT_UNIT (0.3) of the draws, log-uniform in 1e-3..1e3 on most
+  others, over the type's whole exponent range on FLOAT_WIDE (0.05), negative one time in
+  ten (FLOAT_NEGATIVE: many functions take only x >= 0, odd/even ones reduce -x to x),
+  and 0, -0, ±inf, NaN or a subnormal one time in a hundred (FLOAT_SPECIAL): uniform
+  ±1000 with 0.0 one in ten made erf saturate, pow and log1p NaN, and 0.0 took lgamma
+  and remainder into glibc's error handler, where no bound can be had.
 * a pointer to a struct is one struct filled field by field by a helper function
   (``_struct_tm(rng)``), nested structs and arrays included; pointers inside structs
   stay NULL (their memory would not be restored between timed calls).
@@ -88,12 +105,20 @@ UNSIZED_LEN = MAX_LEN + OUT_SPARE
 # output longer than that (a 6x expansion, a product of lengths) must be set by the user.
 OUT_GROWTH = 2
 
-_LENGTH_WORD = r"(len|length|size|sz|count|cnt|num|nbytes|bytes|nelem|nelems|nmemb|items)"
+_LENGTH_WORD = r"(len|length|size|sz|count|cnt|num|nbytes|bytes|nelem|nelems|nmemb|items|taps)"
 _LENGTHY = re.compile(rf"(?i)({_LENGTH_WORD}|^n$|^n_|^n[A-Z])")
-# Integers right after a pointer that are not its length, by the names libraries use.
-_NOT_LENGTH = re.compile(r"(?i)^(flags?|mode|level|crc|adler|seed|key|val|value|c|ch|byte|"
-                         r"fill|off|offset|pos|idx|index|start|init|hash|sum|mask|shift|"
-                         r"flush|strategy|options?|kind|type|x|y|z)$")
+# The names a declaration without names gets ("arg2"): they say nothing, so only the
+# position can pair such an integer with the pointer before it (gmp's unnamed mpn_*).
+_UNNAMED = re.compile(r"arg\d+")
+# An integer named like a position into the buffers (png_sig_cmp's ``size_t start``,
+# ``offset``, ``pos``, ``idx``): never a length; drawn within the call's lengths.
+_POSITION = re.compile(r"^(?i:start|begin|first|from|skip)$|"
+                       r"(^|_)(?i:start|begin|pos|position|off|offs|offset|idx|index)$|"
+                       r"[a-z0-9](Start|Begin|Pos|Position|Off|Offs|Offset|Idx|Index)$")
+# An integer whose value is any bit pattern by its name (a checksum, a hash, a seed):
+# drawn over its whole type without a note asking to narrow it.
+_ANY_BITS = re.compile(r"(^|_)(?i:crc|adler|hash|seed|checksum|cksum|sum)\d*(_|$)|"
+                       r"[a-z0-9](Crc|Adler|Hash|Seed|Checksum|Sum)\d*$")
 # Names the length rule takes that say which thing, not how many (a signal's or an
 # error's number): they keep their negative values.
 _NUMBER_OF_A_THING = re.compile(r"(?i)(sig|err|errno|sys|sock|fd|proto|port)_?num$")
@@ -275,7 +300,10 @@ class _Writer:
                 (", …" if len(values) > 6 else "")
             return f"_pick(rng, {values})", f"{ct.cname}: {names}"
         if ct.cname in _FLOATS:
-            return "_float(rng, -1000.0, 1000.0)", f"{ct.cname}: set the range that matters"
+            kind = "float" if ct.cname == "float" else "double"
+            return (f"_float(rng, \"{kind}\")", f"{ct.cname}: mostly 1e-3..1e3, a tenth "
+                    "negative, a few over the type's whole range, specials rare (see "
+                    "_floats); set the range that matters")
         if ct.cname == "_Bool":
             return "bool(rng.integers(0, 2))", "_Bool"
         if ct.cname == "char":
@@ -346,8 +374,13 @@ class _Writer:
                      if _is_int(t) and not _UNIT_MULTIPLE.search(params[i].name)}
         inout = {i for i, t in enumerate(types)
                  if t.kind == "pointer" and _is_int(t.item) and _LENGTHY.search(params[i].name)}
+        # Only pointers to scalar elements (bytes, integers, floats, enums, arrays of
+        # them) take a length: a pointer to a struct is one struct, filled field by field,
+        # whatever integer follows it (deflateBound(z_streamp strm, uLong sourceLen): a
+        # sourceLen of 4096 z_streams was meaningless and made the search slow).
         buffers = [i for i, t in enumerate(types)
-                   if i not in inout and i not in self.cursors and self.buffer_kind(t)]
+                   if i not in inout and i not in self.cursors and self.buffer_kind(t)
+                   and t.item.kind not in ("struct", "union")]
         out: dict[int, int] = {}
         named: set[int] = set()
         for b in buffers:                       # by name: dest/destLen, source/sourceLen
@@ -363,14 +396,18 @@ class _Writer:
         for b in buffers:
             if b in out:
                 continue
-            struct_items = self.types[b].item.kind in ("struct", "union")
+            # By position, an integer right after the pointer is its length only when its
+            # name says so (len, size, n, count, nbytes, num: _LENGTHY; bits, nbits: _BITS,
+            # a length in bits) or says nothing
+            # (unnamed): an integer named otherwise is a value the function stores or
+            # uses (png_save_uint_32(buf, i) writes i into 4 bytes of buf; taking i for
+            # buf's length gave 1-byte buffers to a 4-byte write).  A buffer left
+            # without a length is sized large (OUT_SPARE, UNSIZED_LEN), not from a value.
             nxt = b + 1
             if nxt in value_len and nxt not in named and (
-                    _LENGTHY.search(params[nxt].name) or
-                    (not struct_items and not _NOT_LENGTH.match(params[nxt].name))):
+                    _LENGTHY.search(params[nxt].name) or _BITS.search(params[nxt].name)
+                    or _UNNAMED.fullmatch(params[nxt].name)):
                 out[b] = nxt
-                continue
-            if struct_items:
                 continue
             lengthy = [c for c in sorted(value_len) if _LENGTHY.search(params[c].name)
                        and c not in named]
@@ -475,7 +512,22 @@ class _Writer:
                         "a count of units of the size its name gives, not a buffer length: "
                         f"a small number, {max(lo, 0)}..{min(hi, 16)}, a guess: narrow it to "
                         f"the values {self.decl.function} takes"]
+            if _is_int(t) and _POSITION.search(p.name):
+                within = self.position_line(p, t, name)
+                if within is not None:
+                    return [within]
             expr, comment = self.scalar(t)
+            if _is_int(t) and not _ANY_BITS.search(p.name):
+                # an integer drawn over its type's whole range is the guess most likely
+                # to be wrong (bzip2's workFactor takes 0..250: 91 of 100 calls were
+                # rejected at once), and the header rarely says the range in words
+                # init reads: init names it, printed as a `check:` line
+                lo, hi, narrowed = _int_range(ffi, t)
+                self.notes.append(f"{p.name}: {t.cname} drawn over its whole range "
+                                  f"({_pow(lo)}..{_pow(hi)}"
+                                  f"{', in 32 bits' if narrowed else ''}), a guess: narrow "
+                                  f"it to the values {self.decl.function} takes (values it "
+                                  "rejects make fast, dull calls)")
             return [f"    {name} = {expr}  # {comment}"]
         if i in self.cursors:
             return [f"    {name} = ffi.new(\"{_strip_const(p.spelling)}\", 0)  # {t.cname}: "
@@ -512,7 +564,7 @@ class _Writer:
                     "the library's constructor"]
         const = _const_pointee(p.spelling, self.decl.cdef)
         role = "input" if const else "output or in-out"
-        if i not in pairs and item.kind in ("struct", "union"):
+        if item.kind in ("struct", "union"):     # never paired with a length (pairs())
             helper = self.struct_helper(item, p.name) if item.kind == "struct" else None
             init = f", {helper}(rng)" if helper else ""
             return [f"    {name} = ffi.new(\"{ptype}\"{init})  # {t.cname}: one "
@@ -556,11 +608,6 @@ class _Writer:
             self.notes.append(f"{p.name}: no length parameter found; {UNSIZED_LEN} elements, "
                               f"a guess: set it to the size the function {self.access(const)}")
         guessed = i in self.borrowed or i not in pairs
-        if item.kind in ("struct", "union"):
-            helper = self.struct_helper(item, p.name)
-            return [f"    {name} = ffi.new(\"{item.cname}[]\", max({n}, 1))  # {how}; {role}",
-                    f"    for k in range({fill or n}):",
-                    f"        {name}[k] = {helper}(rng)"]
         if item.kind == "void":
             elem, esize = "unsigned char", 1
         elif item.kind == "array":               # JBLOCKROW: short(*)[64], arrays of 64
@@ -584,10 +631,30 @@ class _Writer:
             lines.append(f"        {name}[k] = {expr}")
         elif item.cname in ("float", "double"):
             np_t = "np.float32" if item.cname == "float" else "np.float64"
-            lines.append(f"    ffi.memmove({name}, rng.uniform(-1000.0, 1000.0, {k})"
-                         f".astype({np_t}).tobytes(), {_times(k, esize)})  # set the range "
-                         "that matters")
+            lines.append(f"    ffi.memmove({name}, _floats(rng, {k}, \"{item.cname}\")"
+                         f".astype({np_t}).tobytes(), {_times(k, esize)})  # see _floats; "
+                         "set the range that matters")
         return lines
+
+    def position_line(self, p: Param, t: Any, name: str) -> str | None:
+        """An integer named like a position (``start``, ``offset``, ``idx``) in a call with
+        buffer lengths: drawn within them, 0..the shortest (png_sig_cmp's ``size_t
+        start`` over 0..2**32 - 1 made 71 of 100 calls return at once, and a position past
+        a buffer's end is meaningless, or a read past it).  None without such lengths."""
+        lengths = [self.names[c] for c in getattr(self, "sum_of", ()) if not self.in_bits(c)]
+        lo, hi, _ = _int_range(self.ffi, t)
+        if not lengths or hi < 1 or lo > 0:
+            return None
+        shortest = lengths[0] if len(lengths) == 1 else f"min({', '.join(lengths)})"
+        if hi < MAX_LEN:
+            shortest = f"min({shortest}, {_pow(hi)})"
+        self.notes.append(f"{p.name}: a position (by its name), drawn within the call's "
+                          f"lengths, 0..{shortest}, a guess: narrow it to the positions "
+                          f"{self.decl.function} takes")
+        return (f"    {name} = _int(rng, 0, {shortest})  # {t.cname}: a position into the "
+                f"buffers (by its name), within the call's lengths: 0..{shortest}, the ends "
+                f"and small values often; a guess: narrow it to the positions "
+                f"{self.decl.function} takes")
 
     def total(self, item: Any) -> str | None:
         """The sum of the call's value lengths, in elements of ``item`` (``un + vn``);
@@ -724,6 +791,23 @@ UNSIZED_LEN = MAX_LEN + OUT_SPARE    # the size of buffers no length parameter d
 # limbs), an encoding up to twice its input (hex 2x, base64 4/3), and a fixed tail.
 OUT_GROWTH = {growth}
 SLOW_EVERY = 10       # every SLOW_EVERY-th input takes the longest buffers
+# Floating values (_floats): mostly the ordinary computation, across magnitudes.  A
+# uniform +-1000 made most libm calls take their saturation or error paths (erf is +-1
+# for |x| >= 6; pow gave NaN, inf or 0 on 87 of 100 calls), and special values reach
+# glibc's error handler (lgamma(0), remainder(x, 0)), which makes a bound impossible.
+FLOAT_UNIT = 0.3        # share with a magnitude uniform in [0, 1)
+FLOAT_WIDE = 0.05       # share over the type's whole exponent range (huge, tiny)
+# Negative one time in ten: many functions take only x >= 0 (log, sqrt, pow's base,
+# log1p's x > -1), and odd or even ones reduce -x to x (erf, sin, cbrt), so a negative
+# argument mostly adds error paths; a tenth still reaches every sign test.
+FLOAT_NEGATIVE = 0.1
+# The special values (0, -0, +-inf, NaN, subnormals) are rare: one draw in a hundred.
+# They mostly take error or early-return paths: raise it (or return them in generate)
+# to time those paths.
+FLOAT_SPECIAL = 0.01
+# 0, -0, +-inf, NaN, the least and the largest subnormal (of double; of float)
+_SPECIAL_DOUBLE = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 2.225073858507201e-308]
+_SPECIAL_FLOAT = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.4e-45, -1.4e-45, 1.1754942e-38]
 
 
 def _int(rng, lo, hi):
@@ -760,8 +844,25 @@ def _one_of(ctx, values):
     return _pick(ctx.rng, values)
 
 
-def _float(rng, lo, hi):
-    return 0.0 if rng.random() < 0.1 else float(rng.uniform(lo, hi))
+def _floats(rng, n, kind="double"):
+    """n floating values that mostly take a function's ordinary computation, across
+    magnitudes: a magnitude uniform in [0, 1) on FLOAT_UNIT of the draws, over the whole
+    normal range of the type (1e-307..1e307; float 1e-37..1e37) on FLOAT_WIDE, else
+    log-uniform in 1e-3..1e3; negative on FLOAT_NEGATIVE; one of the special values on
+    FLOAT_SPECIAL (see them above)."""
+    wide = 37 if kind == "float" else 307
+    r = rng.random(n)
+    x = np.where(r < FLOAT_UNIT, rng.random(n), 10.0 ** rng.uniform(-3.0, 3.0, n))
+    x = np.where(r >= 1.0 - FLOAT_WIDE, 10.0 ** rng.uniform(-wide, wide, n), x)
+    x = np.where(rng.random(n) < FLOAT_NEGATIVE, -x, x)
+    specials = np.array(_SPECIAL_FLOAT if kind == "float" else _SPECIAL_DOUBLE)
+    return np.where(rng.random(n) < FLOAT_SPECIAL,
+                    specials[rng.integers(0, len(specials), n)], x)
+
+
+def _float(rng, kind="double"):
+    """One value drawn as _floats draws them."""
+    return float(_floats(rng, 1, kind)[0])
 
 
 def _length(ctx, hi=MAX_LEN, lo=0):

@@ -3,6 +3,7 @@
 Layout::
 
     .wcetfit/store.json       format version + identity (binary sha256, prototypes)
+                              + the fingerprint of the inputs module
     .wcetfit/<name>.npz       one dataset: numpy arrays + a JSON "__meta__" entry
 
 Every file is written atomically (temporary file + fsync + rename + fsync of the
@@ -16,7 +17,10 @@ One run at a time writes a store: opening takes the store's lock
 never mixed across identities: a store made for another binary or other prototypes
 is refused with a message saying what differs (``--fresh`` starts over), and a
 dataset that depends on the machine (times, calibration) carries the machine's
-fingerprint and is refused on another machine.
+fingerprint and is refused on another machine.  Nor are they mixed across versions of
+the inputs module: the store records a fingerprint of what generates the inputs
+(:class:`InputsFingerprint`) and a store measured under another one is refused (or,
+for a command that only reports, flagged: see :class:`Store`).
 
 Format history (bump FORMAT_VERSION on every change and add a line here):
   1  first version: store.json identity; datasets as .npz with "__meta__" JSON.
@@ -24,6 +28,12 @@ Format history (bump FORMAT_VERSION on every change and add a line here):
      dataset has "__sha256__" over its meta and arrays (name, dtype, shape, bytes) and
      its meta names the store identity.  Format 1 stores are still read (their
      datasets unchecked) and store.json is rewritten as format 2.
+  3  store.json has "inputs": the fingerprint of the inputs module the measurements were
+     taken with ({"module", "sha256"}, or null when the opener gave none).  Format 2
+     stores (and format 3 ones with null) are still read: their measurements are taken
+     to be of the inputs module as it is now, whose fingerprint is recorded (store.json
+     rewritten as format 3) -- there is no telling what they were measured with, and
+     refusing them would make every existing user measure again.
 """
 
 from __future__ import annotations
@@ -48,7 +58,7 @@ from wcetfit import locks
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 STORE_FILE = "store.json"
 _CHECKSUM_KEY = "__sha256__"
 
@@ -68,6 +78,37 @@ class StoreIdentity:
     def of(binary_path: str, cdef: str, prototype: str) -> "StoreIdentity":
         normalised = " ".join((cdef + "\n" + prototype).split())
         return StoreIdentity(sha256_file(binary_path), sha256_text(normalised))
+
+
+@dataclass(frozen=True)
+class InputsFingerprint:
+    """What decides the arguments each input gets, beyond what the identity and the
+    dataset names already separate.
+
+    Input ``i`` of seed ``s`` is ``generate(ctx)`` of the inputs module with ``ctx.rng =
+    default_rng([s, i])``, ``ctx.function`` the measured function and ``ctx.ffi`` the
+    prototype's types.  Of these, the seed and the function name are in every dataset's
+    name (``counts-f-s1``: another seed reads other datasets, never these) and the
+    prototype and cdef in the identity; ``[measure] inputs`` says how many inputs, not
+    what input ``i`` is, and no other wcetfit.toml setting reaches ``generate``.  What
+    is left is the module's code: its bytes (any edit counts, a comment too: telling
+    harmless edits apart would mean guessing).  A module it imports is not followed."""
+
+    module: str          # the module's path as the user names it (relative to the target)
+    sha256: str          # of its bytes
+
+    @staticmethod
+    def of(module_path: str, directory: str) -> "InputsFingerprint":
+        try:
+            with open(module_path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+        except OSError as exc:
+            raise StoreError(f"{module_path}: cannot be read ({exc.strerror})") from None
+        rel = os.path.relpath(module_path, directory)
+        return InputsFingerprint(module_path if rel.startswith("..") else rel, digest)
+
+
+INPUTS_CHANGED_POLICIES = ("refuse", "warn")
 
 
 def machine_fingerprint() -> dict[str, str]:
@@ -163,12 +204,33 @@ def _read_dataset(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 class Store:
     """One target's store.  Opening takes its lock and checks the format version and
     the identity.  ``wait``: when another run holds the store, wait for it (saying for
-    whom) or, False, refuse with a StoreError."""
+    whom) or, False, refuse with a StoreError.
+
+    ``inputs``: the fingerprint of the inputs module now (None: keep what the store
+    records, for openers that only read datasets).  A store that holds measurements
+    taken with another one is, by ``inputs_changed``:
+
+    * "refuse" (the default): a StoreError saying what changed and the remedy, the store
+      untouched -- for every command that measures (new inputs' rows would be mixed with
+      the old ones' in one fit) or fits (a fit of the old inputs reported as current);
+    * "warn": opened, the stored fingerprint kept (so the next measuring command still
+      refuses), a warning logged and kept in ``inputs_changed_note`` -- for ``report``,
+      which shows what was measured: those results are still true of the inputs that
+      were measured, only no longer of what generate() builds now, and the user who
+      edited inputs.py may well want to read the old report before measuring again."""
 
     def __init__(self, directory: str, identity: StoreIdentity, *, fresh: bool = False,
-                 wait: bool = True):
+                 wait: bool = True, inputs: InputsFingerprint | None = None,
+                 inputs_changed: str = "refuse"):
+        if inputs_changed not in INPUTS_CHANGED_POLICIES:
+            raise ValueError(f"inputs_changed must be one of {INPUTS_CHANGED_POLICIES}")
         self.directory = directory
         self.identity = identity
+        self.inputs = inputs
+        self._inputs_policy = inputs_changed
+        self.inputs_changed_note: str | None = None
+        # what store.json records (written back as it is when the opener gave none)
+        self._inputs_record: dict[str, str] | None = asdict(inputs) if inputs else None
         os.makedirs(directory, exist_ok=True)
         self.lock = locks.store_lock(directory, wait=wait)
         if fresh:
@@ -201,7 +263,7 @@ class Store:
 
     def _identity_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {"format": FORMAT_VERSION, **asdict(self.identity),
-                                  "bound": self._bound}
+                                  "bound": self._bound, "inputs": self._inputs_record}
         record["sha256"] = _json_sha256(record)
         return record
 
@@ -260,7 +322,64 @@ class Store:
             what = "the binary changed" if "binary_sha256" in differs[0] else "the prototype changed"
             raise StoreError(f"{self.directory} holds measurements of another target ({what}: "
                              f"{'; '.join(differs)}); use --fresh to start over")
-        return version == FORMAT_VERSION   # format 1: rewritten as the current format
+        if not self._check_inputs(meta.get("inputs")):
+            return False
+        return version == FORMAT_VERSION   # formats 1, 2: rewritten as the current format
+
+    def _check_inputs(self, stored: Any) -> bool:
+        """Compare the stored fingerprint of the inputs module with the opener's; False
+        when store.json must be rewritten (the fingerprint taken)."""
+        if self.inputs is None:
+            self._inputs_record = stored if isinstance(stored, dict) else None
+            return True
+        now = asdict(self.inputs)
+        if not isinstance(stored, dict) or "sha256" not in stored:
+            # Written before the store recorded it (format 2), or by an opener that gave
+            # none: nothing says what the measurements were taken with.  They are taken
+            # as the current module's rather than refused -- refusing would make every
+            # existing store measure again -- and the fingerprint is recorded now, so
+            # that from here on an edit is caught.
+            if self._bound:
+                log.warning("%s: this store was written before wcetfit recorded the inputs "
+                            "module's fingerprint; its measurements are taken to be of %s as "
+                            "it is now (recorded from now on: a later edit is refused) -- if "
+                            "you edited it since they were measured, run `wcetfit analyze "
+                            "--fresh %s`", self.directory, self.inputs.module,
+                            os.path.dirname(self.directory))
+            return False
+        if stored.get("sha256") == now["sha256"]:
+            if stored.get("module") != now["module"]:
+                return False        # the same code under another name: record the name
+            return True
+        old_module = str(stored.get("module", "?"))
+        if old_module == now["module"]:
+            what = (f"{now['module']} changed since the measurements were taken (sha256 "
+                    f"{str(stored['sha256'])[:12]}…, now {now['sha256'][:12]}…)")
+        else:
+            what = (f"the inputs module changed since the measurements were taken (they "
+                    f"were of {old_module}, sha256 {str(stored['sha256'])[:12]}…; "
+                    f"wcetfit.toml now names {now['module']}, sha256 {now['sha256'][:12]}…)")
+        if not self._bound:
+            # Nothing measured with the old module (only failures, or nothing): they go
+            # with it, and the new fingerprint is taken, as for a new identity.
+            log.info("%s: nothing measured yet; taking the new inputs module (%s)",
+                     self.directory, what)
+            for name in self.names():
+                self.drop(name)
+            return False
+        if self._inputs_policy == "warn":
+            self.inputs_changed_note = (
+                f"{what}: the stored results are those of the inputs the old generate() "
+                "built, not of what it builds now (input arguments are not shown)")
+            log.warning("%s", self.inputs_changed_note)
+            self._inputs_record = stored        # kept: measuring stays refused
+            return True
+        # `analyze --fresh` by name: fit, search, split and reach, refused here too,
+        # have no --fresh of their own
+        raise StoreError(f"{what}: {self.directory} holds the measurements of the old "
+                         "generate(), not of what it builds now; run `wcetfit analyze --fresh "
+                         f"{os.path.dirname(self.directory)}` to measure again from scratch "
+                         f"(what is stored is discarded), or restore the old {old_module}")
 
     @staticmethod
     def _write_json(path: str, data: Any) -> None:

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         _search(s, roots, update)
     analyses = [analyze_stage(s, root, *stored_measurements(s, root), notes=notes.get(root, ()))
                 for root in roots]
-    emit(analyses, args)
+    emit(analyses, args, session=s)
     return 0
 
 

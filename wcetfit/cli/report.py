@@ -46,7 +46,12 @@ def run(args: argparse.Namespace) -> int:
                                   with_stored_repeats)
 
     check_outputs(args)
-    s = open_session(args.target, inputs=args.inputs, seed=args.seed, repeats=args.repeats)
+    # An edited inputs module does not stop the report (every measuring command refuses
+    # it): what is stored is still what was measured, of the inputs generate() built
+    # then, and the user who edited inputs.py may want to read that report before
+    # measuring again.  It is flagged where the results are read instead.
+    s = open_session(args.target, inputs=args.inputs, seed=args.seed, repeats=args.repeats,
+                     inputs_changed="warn")
     if args.repeats is None:
         s = with_stored_repeats(s)
     analyses = []
@@ -54,9 +59,31 @@ def run(args: argparse.Namespace) -> int:
         counts, times = stored_measurements(s, root)
         if args.inputs is not None:
             counts, times = _first_inputs(root, counts, times, args.inputs)
-        analyses.append(analyze_stage(s, root, counts, times))
-    emit(analyses, args)
+        analyses.append(_flag_changed_inputs(analyze_stage(s, root, counts, times),
+                                             s.store.inputs_changed_note))
+    emit(analyses, args, session=s)
     return 0
+
+
+def _flag_changed_inputs(analysis, note: str | None):  # type: ignore[no-untyped-def]
+    """The analysis of a store whose inputs module changed since it was measured: the
+    change first among the warnings (text, JSON and HTML alike), and no input's
+    arguments shown -- they are rebuilt by the current generate(), so they would be
+    another call's than the one timed."""
+    from dataclasses import replace
+
+    from wcetfit.report import Finding
+
+    if note is None:
+        return analysis
+    r = analysis.report
+    functions = tuple(replace(f, wcet=replace(f.wcet, slowest_arguments=None))
+                      for f in r.functions)
+    finding = Finding(note, "run `wcetfit analyze --fresh` to measure the current inputs "
+                            "(what is stored is discarded), or restore the inputs module "
+                            "the measurements were taken with")
+    return replace(analysis, report=replace(r, functions=functions,
+                                            warnings=(finding,) + tuple(r.warnings)))
 
 
 def _first_inputs(root: str, counts, times, n: int):  # type: ignore[no-untyped-def]
@@ -81,8 +108,60 @@ def check_outputs(args: argparse.Namespace) -> None:
     check_output_path(args.html)
 
 
-def emit(analyses: Sequence[Any], args: argparse.Namespace) -> None:
-    """Print the reports; write JSON and HTML where asked."""
+def function_names(analyses: Sequence[Any]) -> dict[str, str]:
+    """Each measured function as wcetfit.toml names it -> the name the report has, where
+    they differ: libm's ``powf`` is an IFUNC, measured as the implementation its resolver
+    selects (``powf@impl+0x72ec0``); ``remainder`` shares its address with ``drem``, the
+    name the model prefers (wcetfit.static.symbols)."""
+    out: dict[str, str] = {}
+    for a in analyses:
+        asked = getattr(a, "root", None)
+        if asked is not None and asked != a.report.root:
+            out[asked] = a.report.root
+    return out
+
+
+def _resolve_function(name: str, known: Sequence[str], names: dict[str, str],
+                      session: Any) -> str:
+    """The report's name of ``--function NAME``: the report's own names, then the
+    measured functions as wcetfit.toml names them, then (with the session) any other
+    name the model knows for a reported function -- a symbol alias, a ``0x…`` entry
+    address.  NAME itself when none finds it: the caller refuses it, listing the names."""
+    if name in known:
+        return name
+    if name in names:
+        return names[name]
+    model = getattr(session, "model", None)
+    if model is not None:
+        try:
+            canonical = model.function(name).name     # e.g. "0x72ec0"
+        except KeyError:
+            return name
+        if canonical in known:
+            return canonical
+    return name
+
+
+def _which_function(asked: str, shown: str, session: Any) -> str:
+    """One line saying which function ``--function ASKED`` shows, when the report names
+    it otherwise: the implementation an IFUNC selects, or the alias the model prefers."""
+    fn = None
+    model = getattr(session, "model", None)
+    if model is not None:
+        try:
+            fn = model.function(shown)
+        except KeyError:
+            fn = None
+    ifunc = getattr(fn, "ifunc", None)
+    if ifunc is not None and asked == ifunc.symbol:
+        return f"--function {asked}: {ifunc.describe()}; reported as {shown}"
+    where = f", at {fn.address:#x}" if fn is not None else ""
+    return f"--function {asked}: reported as {shown} ({asked} names the same function{where})"
+
+
+def emit(analyses: Sequence[Any], args: argparse.Namespace, *, session: Any = None) -> None:
+    """Print the reports; write JSON and HTML where asked.  ``session``: the analyses'
+    (:class:`wcetfit.pipeline.Session`), for the other names ``--function`` takes."""
     import sys
 
     from rich.console import Console
@@ -95,8 +174,12 @@ def emit(analyses: Sequence[Any], args: argparse.Namespace) -> None:
     # A file or a pipe gets lines wide enough for the block table (a terminal its own width).
     console = Console(file=out, width=None if out.isatty() else 140)
     reports = [a.report for a in analyses]
-    name = getattr(args, "function", None)
+    asked = getattr(args, "function", None)
     known = list(dict.fromkeys(f.name for r in reports for f in r.functions))
+    names = function_names(analyses)
+    name = None if asked is None else _resolve_function(asked, known, names, session)
+    if asked is not None and name != asked and name in known:
+        console.print(_which_function(asked, name, session), highlight=False)
     if name is None and getattr(args, "full", False):
         for r in reports:
             text.render(r, console, max_blocks=args.max_blocks)
@@ -119,5 +202,8 @@ def emit(analyses: Sequence[Any], args: argparse.Namespace) -> None:
             f.write(page)
         console.print(f"HTML report written to {args.html}")
     if name is not None and name not in known:    # said after the files are written
-        raise WcetfitError(f"--function {name}: not a measured function or one of their "
-                           f"callees; the report has {', '.join(known)}")
+        other = {v: k for k, v in names.items() if any(getattr(a, "root", None) == k
+                                                      for a in analyses)}
+        listed = [f"{k} ({other[k]} in wcetfit.toml)" if k in other else k for k in known]
+        raise WcetfitError(f"--function {asked}: not a measured function or one of their "
+                           f"callees; the report has {', '.join(listed)}")

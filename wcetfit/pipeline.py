@@ -52,13 +52,25 @@ class Session:
         return out
 
 
-def open_session(target_dir: str, *, fresh: bool = False, **overrides: Any) -> Session:
-    """Load and validate the target, model its functions, open (or start) its store."""
+def open_session(target_dir: str, *, fresh: bool = False, inputs_changed: str = "refuse",
+                 **overrides: Any) -> Session:
+    """Load and validate the target, model its functions, open (or start) its store.
+
+    ``inputs_changed``: what to do when the store's measurements were taken with another
+    version of the inputs module (:class:`wcetfit.store.Store`): "refuse" (a StoreError,
+    the store untouched) for every command that measures or fits, "warn" for ``report``
+    (the note is then ``session.store.inputs_changed_note``)."""
     from wcetfit.static import binary
-    from wcetfit.measurements import open_store
+    from wcetfit.store import InputsFingerprint, StoreIdentity
 
     target = load_target(target_dir, **overrides)
-    store = open_store(target, fresh=fresh)
+    # Not measurements.open_store: the store must know what generates the inputs, or
+    # measurements of an edited generate() are mixed with (or reported as) the old ones.
+    store = Store(target.store_dir,
+                  StoreIdentity.of(target.binary, target.cdef, target.prototype),
+                  fresh=fresh,
+                  inputs=InputsFingerprint.of(target.inputs_module, target.directory),
+                  inputs_changed=inputs_changed)
     indirect = observed_indirect(store, target)
     model = binary.load_model(target.binary, list(target.functions), with_callees=True,
                               indirect=indirect)
@@ -340,7 +352,8 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
                          + tuple(result.warnings[len(first):]))
     p = session.target.exceedance
     d = call_dispersion(system, fit, exceedance=p, point=result.bound_ticks)
-    return replace(result, dispersion=d.excess, dispersion_factors=d.to_dict(), exceedance=p)
+    return replace(result, dispersion=d.excess, dispersion_factors=d.to_dict(), exceedance=p,
+                   dispersion_driver=dict(d.driver))
 
 
 def analyze_stage(session: Session, root: str, counts: Any, times: Any,
@@ -354,6 +367,12 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
 
     system, fit = fit_stage(session, root, counts, times)
     wcet = wcet_stage(session, root, system, fit)
+    changed = _state_changed(root, times)
+    if changed is not None:
+        # the counts and the times are of different paths: no bound from them
+        from wcetfit.errors import WcetError
+        log.warning("%s: no WCET bound: %s", root, changed)
+        wcet = WcetError(changed)
     functions = session.functions_of(root)
     from wcetfit.search.store import load_search_rows
 
@@ -374,6 +393,10 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
                           speed=system.speed, input_numbers=system.indices,
                           describe_input=describe)
     report = _with_load_warning(report, times)
+    if changed is not None:
+        from wcetfit.report import Finding
+        from wcetfit.timing.state import REMEDY
+        report = replace(report, warnings=(Finding(changed, REMEDY),) + tuple(report.warnings))
     report = _with_failures(report, counts, times)
     report = _with_reach_verdicts(report, reached)
     if notes:
@@ -396,6 +419,15 @@ def _with_failures(report: Any, counts: Any, times: Any) -> Any:
     return replace(report, warnings=(finding,) + tuple(report.warnings))
 
 
+def _state_changed(root: str, times: Any) -> str | None:
+    """Why the timed calls do not repeat the counted one (wcetfit.timing.state), or None."""
+    from wcetfit.numbering import input_label
+    from wcetfit.timing.state import changed_text
+
+    entry = ((getattr(times, "environment", None) or {}).get("state") or {}).get(root)
+    return changed_text(root, entry or {}, input_label)
+
+
 def _with_load_warning(report: Any, times: Any) -> Any:
     """The timing run's load warning (wcetfit.timing.run.load_warning) among the root's
     warnings: the user reads there that something else ran while the times were taken."""
@@ -406,9 +438,12 @@ def _with_load_warning(report: Any, times: Any) -> Any:
     text = ((getattr(times, "environment", None) or {}).get("load") or {}).get("warning")
     if not text:
         return report
-    return replace(report, warnings=tuple(report.warnings) + (
+    # first (after failed inputs, which _with_failures puts before it): a loaded machine
+    # explains much of what the other warnings say (preempted calls, a wide dispersion),
+    # and BZ2_bzBuffToBuffCompress's report hid it behind "… 23 more"
+    return replace(report, warnings=(
         Finding(text, "time again when the machine is quiet: `wcetfit time --fresh` with "
-                      "the --inputs and --repeats this run used"),))
+                      "the --inputs and --repeats this run used"),) + tuple(report.warnings))
 
 
 def _with_reach_verdicts(report: Any, reached: Any) -> Any:

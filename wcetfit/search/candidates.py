@@ -197,7 +197,7 @@ def time_candidates(target: Target, root: str, address: int, method: str,
     m = target.measure
     for r in range(repeats):
         def on_result(key: int, result: dict[str, tuple[np.ndarray, int]], r: int = r) -> None:
-            row, migrated = result[root]
+            row, migrated, _returns = result[root]
             if not migrated:
                 ticks[pos[key], r] = row[0]
 

@@ -47,8 +47,13 @@ class _TimingWorker:
         self._pin = tsc.pinned()
         self._pin.__enter__()
 
-    def run(self, index: int, start: Callable[[str], None]) -> dict[str, tuple[np.ndarray, int]]:
+    def run(self, index: int, start: Callable[[str], None]
+            ) -> dict[str, tuple[np.ndarray, int, Any]]:
+        """Per function: (ticks, migrated samples, (first, last) return values or None).
+        The first warm-up call is made on its own for its return value (the same calls in
+        the same order as before: wcetfit.timing.state)."""
         from wcetfit.timing.calls import time_input
+        from wcetfit.timing.state import comparable
 
         out = {}
         m = self.target.measure
@@ -56,9 +61,15 @@ class _TimingWorker:
             args = self.inputs(self.generate, self.target, self.harness.ffi, name, index)
             pack = self.harness.pack(proto, args)
             start(describe_args(self.harness.ffi, args))
-            timed = time_input(self.harness, proto, address, pack, self.repeats, m.warmup,
-                               self.method)
-            out[name] = (timed.ticks, timed.migrated)
+            check = m.warmup >= 1 and comparable(self.harness.signature(proto).result)
+            first = None
+            if check:
+                first = self.harness.time(proto, address, pack, repeats=0, warmup=1,
+                                          method=self.method).result
+            timed = time_input(self.harness, proto, address, pack, self.repeats,
+                               m.warmup - 1 if check else m.warmup, self.method)
+            out[name] = (timed.ticks, timed.migrated,
+                         (first, timed.result) if check else None)
         return out
 
 
@@ -115,6 +126,7 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     """
     from wcetfit.locks import timing_lock
     from wcetfit.timing import tsc
+    from wcetfit.timing.state import record as record_state
 
     m = target.measure
     method, why = resolve_method(target)
@@ -138,7 +150,12 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
         old_samples = (old.environment.get("load") or {}).get("samples") or []
         if old_samples and "load" not in env:
             env["load"] = {"samples": list(old_samples)}
+        old_state = (old.environment.get("state") or {}).get(f)
+        if old_state:
+            env.setdefault("state", {})[f] = dict(old_state)
     load = env.setdefault("load", {})
+    # whether each input's timed calls returned what its first call did (wcetfit.timing.state)
+    state = env.setdefault("state", {})
 
     def snapshot() -> dict[str, TimeSet]:
         measured = np.flatnonzero(done.any(axis=1))
@@ -161,11 +178,13 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
                 machine = timing_lock(target.directory, wait=wait)
             _record_load(load, f"before pass {r}")
 
-            def store_result(index: int, result: dict[str, tuple[np.ndarray, int]],
+            def store_result(index: int, result: dict[str, tuple[np.ndarray, int, Any]],
                              r: int = r) -> None:
-                for f, (row, mig) in result.items():
+                for f, (row, mig, returns) in result.items():
                     ticks[f][index, r] = row[0]
                     migrated[f] += mig
+                    if returns is not None:
+                        record_state(state, f, index, *returns)
                 done[index, r] = True
 
             measure_saving(lambda: _TimingWorker(target, list(functions.items()), method,

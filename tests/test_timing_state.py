@@ -1,0 +1,103 @@
+"""A function whose state lives behind a handle the timing run cannot restore: the first
+call of an input does the work, the timed ones return early (expat's XML_Parse on a
+parser generate() created: bounds 400× too low, nothing said).  The timing run compares
+each input's first and last return values (wcetfit.timing.state); when they differ the
+bound is refused with the reason and the inputs, and the same function with its state
+rebuilt inside each call is bounded as usual."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import os
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from smalltarget import write_target   # noqa: E402
+
+from wcetfit.timing.state import changed_text, comparable, record, same_return
+
+SOURCE = r"""
+#include <stdlib.h>
+struct h { int done; };
+void *h_new(void) { return calloc(1, sizeof(struct h)); }
+/* the work on a fresh handle; a finished one returns at once */
+int h_work(void *handle, const unsigned char *buf, int n) {
+    struct h *p = handle;
+    if (p->done) return 0;
+    unsigned s = 0;
+    for (int i = 0; i < n; i++) s += buf[i] * (unsigned)i;
+    p->done = 1;
+    return 1 + (int)(s & 0);
+}
+/* the same work with its state made and freed inside the call */
+int h_once(const unsigned char *buf, int n) {
+    void *p = h_new();
+    int r = h_work(p, buf, n);
+    free(p);
+    return r;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build the test library")
+    d = tmp_path_factory.mktemp("statelib")
+    (d / "h.c").write_text(SOURCE)
+    subprocess.run(["gcc", "-O1", "-fPIC", "-shared", "-o", str(d / "libh.so"), str(d / "h.c")],
+                   check=True)
+    return d / "libh.so"
+
+
+def test_comparisons():
+    assert comparable("int") and comparable("double") and not comparable("void")
+    assert not comparable("char *") and not comparable("struct s *")
+    assert same_return(float("nan"), float("nan")) and not same_return(1, 0)
+    assert same_return({"a": 1, "b": 2.0}, {"a": 1, "b": 2.0})
+    state: dict = {}
+    record(state, "f", 3, 1, 1)
+    assert changed_text("f", state["f"]) is None
+    record(state, "f", 7, 1, 0)
+    text = changed_text("f", state["f"])
+    assert "1 of 2 timing pass(es)" in text and "7: 1 first, 0 when timed" in text
+
+
+def test_state_behind_a_handle_refuses_the_bound(library, tmp_path):
+    from wcetfit.cli import main
+
+    # the handle made by the library's own constructor, as a user does for a parser
+    body = ("    import cffi\n"
+            "    own = cffi.FFI()\n"
+            "    own.cdef('void *h_new(void);')\n"
+            f"    handle = own.dlopen({str(library)!r}).h_new()\n"
+            "    handle = ctx.ffi.cast('void *', int(own.cast('uintptr_t', handle)))\n"
+            "    n = int(ctx.rng.integers(64, 4097))\n"
+            "    buf = ctx.ffi.new('unsigned char[]', bytes(ctx.rng.integers(0, 256, n, dtype='uint8')))\n"
+            "    return (handle, buf, n)")
+    d = write_target(tmp_path / "handle", str(library), "h_work",
+                     "int h_work(void *handle, const unsigned char *buf, int n);", body)
+    out = tmp_path / "handle.json"
+    assert main(["analyze", str(d), "--json", str(out), "--no-wait"]) == 0
+    report = json.loads(out.read_text())
+    fn = report["functions"][0]
+    w = fn["wcet"]
+    assert w["ipet_ticks"] is None
+    assert "returned another value on its timed calls" in (w.get("error") or "")
+    said = [x for x in report["warnings"] if "state the restored arguments do not reach"
+            in x["message"]]
+    assert said and any("handles" in x["advice"] for x in said)
+
+    d2 = write_target(tmp_path / "once", str(library), "h_once",
+                      "int h_once(const unsigned char *buf, int n);",
+                      "    n = int(ctx.rng.integers(64, 4097))\n"
+                      "    return (ctx.ffi.new('unsigned char[]', bytes(ctx.rng.integers(0, 256, n, dtype='uint8'))), n)")
+    out2 = tmp_path / "once.json"
+    assert main(["analyze", str(d2), "--json", str(out2), "--no-wait"]) == 0
+    w2 = json.loads(out2.read_text())["functions"][0]["wcet"]
+    assert w2["ipet_ticks"] is not None and w2["ipet_ticks"] >= w2["max_observed_ticks"]

@@ -1,0 +1,74 @@
+"""Whether an input's timed calls repeat the call that was counted.
+
+The timing run calls each input several times (warm-up, then the timed repeats),
+restoring the argument memory before each call.  State the restore cannot reach — an
+object behind a handle the function updates (expat's ``XML_Parse`` on a parser that
+generate() created), a static variable — may differ from one call to the next: the
+first call does the work, the later ones take an early exit.  The counts come from one
+fresh call, the times from the later ones, and the fit pairs counts with times of
+another path.  expat's ``XML_Parse`` on documents of up to 4 KiB: every timed call
+returned ``XML_STATUS_ERROR`` (the parser finished by the warm-up) in 62–98 ticks while a
+fresh parse takes ~19 µs; the report gave a bound 400× too low with nothing amiss.
+
+The check: the return value of an input's first call against that of its last timed
+call.  Only values the function computes are compared: a returned pointer may be a
+fresh object each call (an allocating function), so pointers are not; a void function
+has nothing to compare (its state change goes unseen: README, known limits).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+# examples of changed inputs kept in the times' environment (the count is kept whole)
+MAX_EXAMPLES = 10
+
+
+def comparable(result_type: str) -> bool:
+    """Whether returns of this C type are compared (not void, not a pointer)."""
+    t = result_type.strip()
+    return t != "void" and "*" not in t and "(" not in t
+
+
+def same_return(first: Any, last: Any) -> bool:
+    """The two calls returned the same value (NaN equals NaN; a struct by its fields)."""
+    if isinstance(first, float) and isinstance(last, float):
+        return first == last or (math.isnan(first) and math.isnan(last))
+    if isinstance(first, dict) and isinstance(last, dict):
+        return first.keys() == last.keys() and all(same_return(first[k], last[k])
+                                                   for k in first)
+    return bool(first == last)
+
+
+def record(state: dict[str, Any], function: str, index: int, first: Any, last: Any) -> None:
+    """Note one input's first and last returns in ``state`` (the times' environment
+    entry): how many inputs were checked, how many changed, the first few examples."""
+    entry = state.setdefault(function, {"checked": 0, "changed": 0, "examples": []})
+    entry["checked"] += 1
+    if same_return(first, last):
+        return
+    entry["changed"] += 1
+    if len(entry["examples"]) < MAX_EXAMPLES:
+        entry["examples"].append([int(index), repr(first), repr(last)])
+
+
+def changed_text(function: str, entry: Mapping[str, Any], label: Any = str) -> str | None:
+    """The refusal's reason when some input's calls returned different values, or None.
+    ``label``: input number → its name in messages."""
+    if not entry or not entry.get("changed"):
+        return None
+    ex = entry.get("examples") or []
+    shown = "; ".join(f"{label(i)}: {a} first, {b} when timed" for i, a, b in ex[:3])
+    return (f"{function} returned another value on its timed calls than on the first call "
+            f"of the same input in {entry['changed']} of {entry['checked']} timing pass(es) "
+            f"checked (each times every input once; {shown}): state the restored arguments do not reach (an object "
+            f"behind a handle or pointer inside a struct, a static variable) changes from "
+            f"call to call, so the timed calls do not run the path that was counted")
+
+
+REMEDY = ("every call of an input must start from the same state: the timing run restores "
+          "the argument buffers before each call, not objects the function reaches through "
+          "handles; time a function whose state it keeps (a parser, a stream) through a "
+          "wrapper that creates and frees that state in one call, or make its arguments "
+          "plain buffers")

@@ -106,7 +106,7 @@ def test_analyze_then_reuse_and_report(victim):
                   "--html", str(victim / "r.html"))
     assert res.returncode == 0, res.stderr
     report = json.loads((victim / "r.json").read_text())
-    assert report["schema"] == "wcetfit.report/2"
+    assert report["schema"] == "wcetfit.report/3"
     fn = report["functions"][0]
     assert fn["name"] == "victim"
     assert "TSC ticks" in res.stdout and "ns" in res.stdout
@@ -264,7 +264,7 @@ def test_several_functions_each_measured_and_reported(tmp_path):
     res = wcetfit("analyze", str(tmp_path), "--json", str(tmp_path / "r.json"))
     assert res.returncode == 0, res.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
-    assert doc["schema"] == "wcetfit.report/2"
+    assert doc["schema"] == "wcetfit.report/3"
     roots = [r["root"] for r in doc["reports"]]
     assert roots == ["first", "second"]
     # every function the measured call reached has its own section

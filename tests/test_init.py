@@ -544,7 +544,7 @@ def _init_then_analyze(tmp_path, lib, header, function):
     assert res.returncode == 0, res.stderr
     assert "TSC ticks" in res.stdout
     report = json.loads((target / "report.json").read_text())
-    assert report["schema"] == "wcetfit.report/2" and report["inputs"] > 0
+    assert report["schema"] == "wcetfit.report/3" and report["inputs"] > 0
     fn = report["functions"][0]
     assert fn["name"] == function
     return target, fn, res

@@ -180,7 +180,7 @@ def test_json_schema_fields(built):
     d = to_json(report)
     text = json.dumps(d, allow_nan=False)          # valid JSON: no NaN
     d = json.loads(text)
-    assert d["schema"] == SCHEMA_REPORT == "wcetfit.report/2"
+    assert d["schema"] == SCHEMA_REPORT == "wcetfit.report/3"
     assert d["tsc_hz"] == TSC_HZ and "ticks" in d["units"] and "ns" in d["units"]
     names = [f["name"] for f in d["functions"]]
     assert names[0] == "f" and "g" in names
@@ -207,6 +207,24 @@ def test_json_schema_fields(built):
     assert est["ci95_ticks"] == pytest.approx(0.4)       # the half-width, as the fit gives it
     assert f["validation"]["r2"] == 0.9991
     assert f["coverage"]["never_executed"] == [hex(fns["f"].blocks[8].address)]
+
+
+def test_json_names_inputs_as_the_text_does(built):
+    """An input in the JSON is its number and the label the text report uses, with its
+    row (the bare row said input 103 where the text said search input 37)."""
+    from dataclasses import replace
+
+    from wcetfit.numbering import SEARCH_BASE, input_label
+    fns, counts, cols, times, fit, wres, report = built
+    numbers = tuple(SEARCH_BASE + 7 * k for k in range(report.n_inputs))
+    d = to_json(replace(report, input_numbers=numbers))
+    wc = d["functions"][0]["wcet"]
+    for key in ("max_observed_input", "max_predicted_input", "closest_input"):
+        item = wc[key]
+        assert item["number"] == numbers[item["row"]]
+        assert item["label"] == input_label(item["number"]).strip()
+        assert item["label"].startswith("search input ")
+    assert wc["closest_input"]["row"] == report.functions[0].wcet.closest_input
 
 
 def test_json_without_tsc_rate_has_null_ns(built):
@@ -476,7 +494,7 @@ def F_num(v):
 
 def test_json_ci95_is_a_half_width_in_fit_and_report():
     """One shape for one quantity: ci95_ticks is value ± half-width in wcetfit.fit/1 and
-    in wcetfit.report/2 (the report's is read from a real fit, not from the test)."""
+    in wcetfit.report/3 (the report's is read from a real fit, not from the test)."""
     fitmod = pytest.importorskip("wcetfit.fit.solve")
     # blocks run independently random numbers of times: each is estimable alone
     h = make_fn("h", 0x3000, 5, [(0, 1), (1, 2), (2, 3), (3, 4)], [4])

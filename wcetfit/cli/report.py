@@ -13,7 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "report: one screen per target (the bound, what it rests on, the "
                     "slowest measured input, the fit, the blocks that matter, warnings); "
                     "--full or --function NAME for every table; optionally as JSON "
-                    "(wcetfit.report/2) and as one self-contained HTML file.")
+                    "(wcetfit.report/3) and as one self-contained HTML file.")
     p.add_argument("target", metavar="TARGET_DIR", help="folder holding wcetfit.toml")
     # which stored measurements: those of an `analyze --inputs N --repeats R` run
     p.add_argument("--inputs", type=int, metavar="N",

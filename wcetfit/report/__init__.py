@@ -4,7 +4,7 @@
 the WCET result into a :class:`Report`; the formats render it:
 
 - :mod:`wcetfit.report.text`  terminal (rich tables)
-- :mod:`wcetfit.report.json`  ``"schema": "wcetfit.report/2"``
+- :mod:`wcetfit.report.json`  ``"schema": "wcetfit.report/3"``
 - :mod:`wcetfit.report.html`  one self-contained HTML file (CFG as SVG, plots, tables)
 
 Units: every time is in TSC ticks (the time-stamp counter's unit, *not* core cycles; the

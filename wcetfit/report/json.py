@@ -1,4 +1,4 @@
-"""The report as JSON: ``"schema": "wcetfit.report/2"``.
+"""The report as JSON: ``"schema": "wcetfit.report/3"``.
 
 Addresses are "0x..." strings (link-time addresses); every time is given in TSC ticks
 (``*_ticks``) and beside it in nanoseconds (``*_ns``, null when the TSC rate is unknown);
@@ -11,7 +11,7 @@ Schema history (bump the version on every incompatible change and add a line her
 
 Layout::
 
-    {"schema": "wcetfit.report/2", "root": str, "tsc_hz": float|null,
+    {"schema": "wcetfit.report/3", "root": str, "tsc_hz": float|null,
      "units": {...}, "inputs": int, "repeats": int,
      "functions": [{
         "name", "address", "root": bool,
@@ -56,6 +56,9 @@ same exceedance, the three as they came together on the calls: wcetfit/wcet/marg
 ``path_envelopes`` are the observed envelopes (Σ count(blocks) ≤ intercept + slope ·
 count(header), true on every input; wcetfit/envelope.py) that the worst path touches.
 ``max_observed_ticks`` is the largest per-input median over the timed repeats.
+``max_observed_input``, ``max_predicted_input`` and ``closest_input`` are ``{number, label,
+row}``: the input's number and its name as the text report gives it ("search input 37"),
+and its row in the per-input arrays (wcetfit.report/2 gave the bare row).
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ from typing import Any
 from wcetfit.model import hexaddr
 from wcetfit.report import FunctionReport, Report, input_label, ticks_to_ns
 
-SCHEMA_REPORT = "wcetfit.report/2"
+SCHEMA_REPORT = "wcetfit.report/3"
 
 
 def _f(v: Any) -> Any:
@@ -109,7 +112,7 @@ def to_json(report: Report) -> dict[str, Any]:
                   "share": "fraction of the mean predicted time of one root call"},
         "inputs": report.n_inputs,
         "repeats": report.n_repeats,
-        "functions": [_function(fr, hz) for fr in report.functions],
+        "functions": [_function(fr, hz, report) for fr in report.functions],
         "warnings": [{"message": w.message, "advice": w.advice} for w in report.warnings],
     }
 
@@ -118,7 +121,20 @@ def _ns(v: Any, hz: float | None) -> Any:
     return _f(ticks_to_ns(v, hz))
 
 
-def _function(fr: FunctionReport, hz: float | None) -> dict[str, Any]:
+def _input(report: Report | None, row: int | None) -> dict[str, Any] | None:
+    """An input named by its row in the report's arrays: its number (generate's, or a
+    searched or reached input's) and its label as the text report says it ("search input
+    37"), with the row for indexing the per-input arrays.  (The bare row made the JSON
+    say input 103 where the text said search input 37.)"""
+    if row is None:
+        return None
+    numbers = report.input_numbers if report is not None else ()
+    number = int(numbers[row]) if 0 <= row < len(numbers) else int(row)
+    return {"number": number, "label": input_label(number), "row": int(row)}
+
+
+def _function(fr: FunctionReport, hz: float | None,
+              report: Report | None = None) -> dict[str, Any]:
     w = fr.wcet
     blocks = []
     for r in fr.blocks:
@@ -152,7 +168,7 @@ def _function(fr: FunctionReport, hz: float | None) -> dict[str, Any]:
                            for e in w.envelopes],
         "max_observed_ticks": _f(w.max_observed_ticks),
         "max_observed_ns": _ns(w.max_observed_ticks, hz),
-        "max_observed_input": w.max_observed_input,
+        "max_observed_input": _input(report, w.max_observed_input),
         # the bracket: the slowest input by its number, its arguments, whether the search
         # found it, and where the worst path goes beyond every input
         "slowest_input": {"number": w.slowest_number,
@@ -167,8 +183,9 @@ def _function(fr: FunctionReport, hz: float | None) -> dict[str, Any]:
         "max_observed_raw_ns": _ns(w.max_observed_raw_ticks, hz),
         "max_predicted_ticks": _f(w.max_predicted_ticks),
         "max_predicted_ns": _ns(w.max_predicted_ticks, hz),
-        "max_predicted_input": w.max_predicted_input,
-        "closest_input": w.closest_input, "closest_distance": _f(w.closest_distance),
+        "max_predicted_input": _input(report, w.max_predicted_input),
+        "closest_input": _input(report, w.closest_input),
+        "closest_distance": _f(w.closest_distance),
         "path": [{"address": hexaddr(p.block), "count": p.count, "cost_ticks": _f(p.cost_ticks),
                   "callee_ticks": _f(p.callee_ticks), "ticks": _f(p.ticks),
                   "ns": _ns(p.ticks, hz)} for p in w.path],

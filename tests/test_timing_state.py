@@ -101,3 +101,4 @@ def test_state_behind_a_handle_refuses_the_bound(library, tmp_path):
     assert main(["analyze", str(d2), "--json", str(out2), "--no-wait"]) == 0
     w2 = json.loads(out2.read_text())["functions"][0]["wcet"]
     assert w2["ipet_ticks"] is not None and w2["ipet_ticks"] >= w2["max_observed_ticks"]
+

@@ -587,6 +587,21 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
 
     if ires is not None:
         for lo in ires.loops:
+            not_iterated = (lo.bound.source == SOURCE_OBSERVED
+                            and (lo.bound.per_entry == 0 or lo.bound.total == 0))
+            if not_iterated and lo.entries:
+                # a loop the inputs entered but never iterated is bounded at 0 iterations:
+                # the bound holds only for calls that never iterate it either (libgmp's
+                # __gmpn_cmp on init's random operands: the comparison loop never ran, the
+                # bound 16× below a call whose operands agree in their top limbs)
+                warns.insert(0, Finding(
+                    f"{name}: loop {lo.name} never iterated on any input: the bound takes it "
+                    f"to iterate 0 times, and a call that iterates it takes longer than the "
+                    f"bound",
+                    f"add inputs that iterate it (the data that keeps it going: equal prefixes, "
+                    f"long runs, ...), or bound it: \"{lo.name}\" = N under [loops] in "
+                    f"wcetfit.toml"))
+                continue
             if lo.bound.source == SOURCE_OBSERVED:
                 warns.append(Finding(
                     f"{name}: loop {lo.name} is bounded by what the inputs reached "

@@ -950,3 +950,26 @@ def test_a_margin_larger_than_the_path_is_said(built):
     assert len(said) == 1 and "is 3.0× the worst path's predicted time" in said[0]
     rep = build_report(fns, "f", fit, counts, cols, times, wres, TSC_HZ)
     assert not [w for w in rep.function("f").warnings if "95% margin" in w.message]
+
+
+def test_fit_is_not_called_good_when_many_inputs_were_set_aside():
+    """The held-out figures are of the inputs the fit kept: with a fifth set aside as
+    outliers, or the residual up 43 % when costs are held ≥ 0, the word is at best "fair"
+    (libgmp's __gmpn_hamdist was "good" beside both)."""
+    from types import SimpleNamespace
+
+    from wcetfit.report.summary import fit_in_words
+
+    def fr(rows=None, warnings=()):
+        return SimpleNamespace(validation={"median_rel_error": 0.004, "p95_rel_error": 0.02},
+                               fit_extra={"rows": rows or {}, "fit_warnings": list(warnings)})
+
+    assert fit_in_words(fr()).startswith("good")
+    assert fit_in_words(fr({"rejected": 21, "total": 106})).startswith("fair")
+    assert fit_in_words(fr({"rejected": 2, "total": 106})).startswith("good")
+    held = {"code": "held_to_physical",
+            "message": "… which raises the weighted residual sum of squares by 42.9 %"}
+    text = fit_in_words(fr(warnings=[held]))
+    assert text.startswith("fair") and "rose 42.9 %" in text
+    small = dict(held, message="… sum of squares by 3.1 %")
+    assert fit_in_words(fr(warnings=[small])).startswith("good")

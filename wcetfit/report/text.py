@@ -93,8 +93,15 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
     if w.error:
         t.add_row("IPET bound", "—", "—", _escape(f"not computed: {w.error}"))
     elif w.ipet_ticks is not None:
+        note = F.bound_note(w)
+        if not fr.is_root and w.ipet_ticks < 1:
+            # a callee whose blocks the inputs did not separate from its callers' (OpenSSL's
+            # OPENSSL_cleanse under MD4, its loop run 18 times): its costs sit in theirs, so
+            # its own sum is 0, not a WCET of 0
+            note = ("no bound of its own: the inputs do not determine its blocks' costs apart "
+                    "from its callers' (its time is counted in theirs)")
         t.add_row("[bold]IPET bound[/bold]", F.num(w.ipet_ticks), F.num(report.ns(w.ipet_ticks)),
-                  F.bound_note(w))
+                  note)
         t.add_row("  with point costs", F.num(w.point_ticks), F.num(report.ns(w.point_ticks)),
                   "Σ cost · count on the worst-case path")
         t.add_row("  margin", F.num(w.margin_ticks), F.num(report.ns(w.margin_ticks)),
@@ -249,8 +256,9 @@ def _quality(report: Report, fr: FunctionReport) -> Table:
                                                         report.tsc_hz))
         t.add_row("in-sample median rel. error", f"{100 * float(np.median(rel)):.2f} %")
         worst = np.argsort(-np.abs(np.where(ok, res, 0)))[:3]
-        t.add_row("worst-predicted inputs",
-                  ", ".join(f"{report.input_name(int(i))} ({F.num(float(res[i]))} ticks)"
+        # the sign said: + the input took longer than predicted
+        t.add_row("worst-predicted inputs (measured − predicted)",
+                  ", ".join(f"{report.input_name(int(i))} ({float(res[i]):+,.1f} ticks)"
                             for i in worst))
     return t
 

@@ -317,7 +317,17 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     absent = [n for n in functions if n not in counted]
     left_out: tuple[str, ...] = ()
     if absent:
-        sites = absent_call_sites(functions, absent, system)
+        def describe(number: int) -> str | None:
+            # a generated input only: a searched one is rebuilt from its stored draws,
+            # which the report's own description loads (generate() alone would make
+            # another call's arguments)
+            from wcetfit.numbering import SEARCH_BASE
+            from wcetfit.search.candidates import describe_input
+            if number >= SEARCH_BASE:
+                return None
+            return describe_input(session.target, root, number)
+
+        sites = absent_call_sites(functions, absent, system, describe)
         ran = [n for n in absent if sites[n][0]]
         if ran or session.target.unreached != "observed":
             # the IPET would stop at the first such function with "no cost for N blocks"

@@ -23,12 +23,16 @@ log = logging.getLogger(__name__)
 
 
 def absent_call_sites(functions: dict[str, FunctionModel], absent: list[str],
-                       system: Any) -> dict[str, tuple[list[str], list[str], list[str]]]:
+                       system: Any, describe: Any = None
+                       ) -> dict[str, tuple[list[str], list[str], list[str]]]:
     """Per function without counts: the blocks calling it that an input ran, those no
     input ran (as "fn+0xOFF", in the counted functions), and the uncounted functions
     calling it.  A block counts as unexecuted only if its count is 0 on every row and
     every block of its function has a column (so the IPET, under the "observed" policy,
-    forces it to 0); a block without a column counts as executed."""
+    forces it to 0); a block without a column counts as executed.  ``describe``: input
+    number → its arguments in short (or None): the first input named gets them, so that
+    the user sees what generate() must avoid (libm's lgamma: every such input had x = 0.0,
+    and the message gave input numbers only)."""
     import numpy as np
 
     from wcetfit.wcet.result import loop_key
@@ -57,6 +61,9 @@ def absent_call_sites(functions: dict[str, FunctionModel], absent: list[str],
                     # the inputs that ran it: what generate() would have to avoid
                     ran_it = indices[C[:, j] > 0]
                     who = [input_label(i) for i in ran_it[:3]]
+                    args = describe(int(ran_it[0])) if describe is not None else None
+                    if args:
+                        who[0] += f": {args}"
                     more = len(ran_it) - len(who)
                     where += f" ({', '.join(who)}{f' and {more} more' if more > 0 else ''})"
                 lst = ran if executed else unran

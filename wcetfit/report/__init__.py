@@ -744,7 +744,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                 + (" (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")"
                    if reasons else "")
                 + ("; they do not set the costs, but the bound's dispersion covers their "
-                   "calls" if is_root else ""),
+                   "calls" if is_root and summary.ipet_ticks is not None else ""),
                 "many rejections point to preemption (pin the core, quiet the machine) or to "
                 "costs that depend on data"))
     if is_root:

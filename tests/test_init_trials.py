@@ -121,6 +121,14 @@ def test_struct_pointer_with_a_count_is_one_struct(gcc, tmp_path):
     """, "total"))
     for r, n in _inputs(mod, ffi, "total", n=50):
         assert ffi.typeof(r) is ffi.typeof("struct rec *")
+    # which it is only the user knows: init says what to do if r is an array of n
+    mod, ffi, text = _module(tmp_path, _decl(tmp_path, """
+        #include <stddef.h>
+        struct rec { int a; double b; };
+        double total(const struct rec *r, size_t n);
+    """, "total", name="t2.h"))
+    said = [x for x in text.notes if x.startswith("r: one struct, followed by n")]
+    assert said and 'ffi.new("struct rec[]", n)' in said[0]
 
 
 # --- 3. floats: the ordinary computation, specials rare ---------------------------------

@@ -559,12 +559,25 @@ class _Writer:
             return [f"    {name} = ffi.NULL  # {t.cname}: build what it points to"]
         if not self.buffer_kind(t):
             self.notes.append(f"{p.name}: {t.cname} points to an opaque type, left NULL "
-                              "(create it with the library's own constructor in generate)")
+                              "(create it with the library's own constructor in generate; "
+                              "its state is not restored between the timed calls, so a "
+                              "function that changes it, a parser or a stream, must be timed "
+                              "through a wrapper that makes it in each call)")
             return [f"    {name} = ffi.NULL  # {t.cname}: an opaque handle; create one with "
                     "the library's constructor"]
         const = _const_pointee(p.spelling, self.decl.cdef)
         role = "input" if const else "output or in-out"
         if item.kind in ("struct", "union"):     # never paired with a length (pairs())
+            nxt = self.params[i + 1] if i + 1 < len(self.params) else None
+            if nxt is not None and _is_int(self.types[i + 1]) and \
+                    _LENGTHY.search(nxt.name) and (i + 1) not in pairs.values():
+                # total(const struct rec *r, size_t n): one struct and a count up to the
+                # type's range would read past it; which it is, only the user knows
+                self.notes.append(
+                    f"{p.name}: one {item.kind}, followed by {nxt.name} (a count, by its name): "
+                    f"if {p.name} is an array of {nxt.name} {item.kind}s, make it "
+                    f"ffi.new(\"{item.cname}[]\", n) and keep {nxt.name} within it (a count "
+                    f"beyond it reads past the {item.kind})")
             helper = self.struct_helper(item, p.name) if item.kind == "struct" else None
             init = f", {helper}(rng)" if helper else ""
             return [f"    {name} = ffi.new(\"{ptype}\"{init})  # {t.cname}: one "

@@ -109,3 +109,31 @@ def test_an_argument_the_prototype_refuses_names_its_input():
     with pytest.raises(InputsError, match=r"^input 2: argument 1 of XML_ErrorString .*"
                                           r"narrow generate\(\)"):
         run_isolated(RefusedArgumentWorker, range(5), timeout=5)
+
+
+class AbortingWorker:
+    """Aborts on every odd input, as a library that rejects half its inputs does."""
+
+    def run(self, index, start):
+        start(f"(n={index})")
+        if index % 2:
+            os.abort()
+        return index
+
+
+def test_many_failures_are_a_few_warnings_and_one_sum(caplog):
+    """Each failure is kept, but only the first LOGGED_FAILURES are a warning line each;
+    the rest are one warning with their number and kinds (libpng's png_get_uint_31: 60
+    crash warnings per run)."""
+    import logging
+
+    from wcetfit.isolate import LOGGED_FAILURES
+
+    with caplog.at_level(logging.WARNING, logger="wcetfit.isolate"):
+        run = run_isolated(AbortingWorker, range(30), timeout=5.0)
+    assert len(run.failures) == 15 and len(run.results) == 15
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    each = [m for m in warnings if "crash: SIGABRT" in m]
+    assert len(each) == LOGGED_FAILURES
+    summed = [m for m in warnings if m.startswith(f"{15 - LOGGED_FAILURES} more input(s) failed")]
+    assert len(summed) == 1 and "crash ×10" in summed[0]

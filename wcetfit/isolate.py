@@ -363,6 +363,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                     raise _with_input(msg[2], in_progress, msg[1])
         except KeyboardInterrupt:
             run.interrupted = True
+            _sum_up_failures(run)
             return run
         finally:
             os.close(rfd)
@@ -371,7 +372,21 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                 os.waitpid(pid, 0)
             else:
                 _kill_group(last_pid)
+    _sum_up_failures(run)
     return run
+
+
+def _sum_up_failures(run: IsolatedRun) -> None:
+    """One warning for the failures not logged one by one (:data:`LOGGED_FAILURES`)."""
+    rest = run.failures[LOGGED_FAILURES:]
+    if not rest:
+        return
+    kinds: dict[str, int] = {}
+    for f in rest:
+        kinds[f.kind] = kinds.get(f.kind, 0) + 1
+    log.warning("%d more input(s) failed (%s; -v shows each): the report lists them with "
+                "their arguments", len(rest),
+                ", ".join(f"{k} ×{n}" for k, n in sorted(kinds.items(), key=lambda x: -x[1])))
 
 
 # A failed self-check stops the run: the copy may be wrong.  But the same failure comes
@@ -409,9 +424,17 @@ def _kill_group(pid: int) -> None:
             pass
 
 
+# The first failures of a run are warnings each; the others are logged at info and
+# summed up in one warning when the run ends (libpng's png_get_uint_31 on init's inputs:
+# 60 crashing inputs, one warning line each, in the count run and again in the timing
+# run).  Every failure is kept: the report lists them.
+LOGGED_FAILURES = 5
+
+
 def _record_failure(run: IsolatedRun, failure: InputFailure,
                     on_failure: Callable[[InputFailure], None] | None) -> None:
-    log.warning("%s", failure.describe())
+    (log.warning if len(run.failures) < LOGGED_FAILURES else log.info)(
+        "%s", failure.describe())
     run.failures.append(failure)
     if on_failure is not None:
         on_failure(failure)

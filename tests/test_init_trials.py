@@ -16,6 +16,7 @@ import shutil
 import pytest
 
 from test_init import _inputs, _module
+from test_init_contracts import _decl, gcc   # noqa: F401 -- gcc is a fixture
 
 PNG_H = "/usr/include/png.h"
 ZLIB_H = "/usr/include/zlib.h"
@@ -80,20 +81,6 @@ def test_an_integer_pairs_by_position_only_when_named_like_a_length(gcc, tmp_pat
         assert ffi.sizeof(buf) == max(n, 1)
 
 
-@pytest.fixture
-def gcc():
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-
-
-def _decl(tmp_path, text, function, name="t.h"):
-    import textwrap
-
-    from wcetfit.scaffold.header import declaration_from_header
-
-    h = tmp_path / name
-    h.write_text(textwrap.dedent(text))
-    return declaration_from_header(str(h), [function])
 
 
 # --- 2. a length never sizes an array of structs -----------------------------------------

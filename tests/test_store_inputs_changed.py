@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test_store import SUM_C, SUM_TOML as STORE_SUM_TOML
 from wcetfit import store as st
 from wcetfit.errors import StoreError
 
@@ -140,17 +141,8 @@ def test_fingerprint_is_of_the_module_bytes(tmp_path):
 
 # --- through the CLI: the reported case ------------------------------------------------------
 
-SUM_C = "int sum(int *a, int n) { int s = 0; for (int i = 0; i < n; i++) s += a[i]; return s; }\n"
-SUM_TOML = """binary = "libsum.so"
-functions = ["sum"]
-prototype = "int sum(int *a, int n);"
-inputs = "inputs.py"
-[measure]
-inputs = 12
-repeats = 2
-[search]
-budget = 0
-"""
+# the sum target of test_store's CLI tests, with the search off
+SUM_TOML = STORE_SUM_TOML + "[search]\nbudget = 0\n"
 INPUTS = """def generate(ctx):
     n = {n}
     return (ctx.ffi.new("int[]", list(range(max(n, 1)))), n)

@@ -121,7 +121,6 @@ def _kappa_agreement(root: str, check: Any) -> list[FitWarning]:
 _ROUNDING_TICKS = 0.05
 
 
-
 def _negative_after_removal(root: str, columns: tuple[tuple[str, int], ...],
                             source: list[str | None], base: np.ndarray, removed: np.ndarray,
                             costs: np.ndarray, cal: tuple | None,

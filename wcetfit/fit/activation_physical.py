@@ -50,14 +50,6 @@ class HeldActivations:
     rise: float                     # relative rise of the weighted residual sum of squares
 
 
-def solvable_columns(estimable: np.ndarray, nb: int) -> np.ndarray:
-    """The design columns a particular solution is fitted over: every block, and the
-    overheads that are estimable (a confounded one stays 0)."""
-    keep = np.ones(estimable.size, dtype=bool)
-    keep[nb:] = estimable[nb:]
-    return np.flatnonzero(keep)
-
-
 def constrained_particular(G: np.ndarray, b: np.ndarray, sub: np.ndarray, nb: int
                            ) -> np.ndarray:
     """argmin of the weighted squared residual over the columns ``sub`` with every unknown

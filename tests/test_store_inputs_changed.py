@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_store import SUM_C, SUM_TOML as STORE_SUM_TOML
+from test_store import SUM_TOML as STORE_SUM_TOML, sum_target  # noqa: F401 -- a fixture
 from wcetfit import store as st
 from wcetfit.errors import StoreError
 
@@ -151,15 +151,12 @@ OLD_N, NEW_N = "ctx.index + 1", "2 * ctx.index + 1"
 
 
 @pytest.fixture()
-def sum_target(tmp_path, monkeypatch):
-    # a timing slot of its own: this test checks what is reused, not timing quality
-    monkeypatch.setenv("WCETFIT_MACHINE_LOCK", str(tmp_path / "timing.lock"))
-    (tmp_path / "sum.c").write_text(SUM_C)
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libsum.so"),
-                    str(tmp_path / "sum.c")], check=True)
-    (tmp_path / "wcetfit.toml").write_text(SUM_TOML)
-    (tmp_path / "inputs.py").write_text(INPUTS.format(n=OLD_N))
-    return tmp_path
+def edited_sum_target(sum_target):
+    """test_store's sum target (its own timing slot: this test checks what is reused, not
+    timing quality), the search off and n an expression the test edits."""
+    (sum_target / "wcetfit.toml").write_text(SUM_TOML)
+    (sum_target / "inputs.py").write_text(INPUTS.format(n=OLD_N))
+    return sum_target
 
 
 def _wcetfit(*args):
@@ -186,8 +183,8 @@ def _counts(d):
         s.lock.release()
 
 
-def test_cli_edited_inputs_refused_reported_with_warning_fresh_measures(sum_target):
-    d = sum_target
+def test_cli_edited_inputs_refused_reported_with_warning_fresh_measures(edited_sum_target):
+    d = edited_sum_target
     res = _wcetfit("analyze", str(d))
     assert res.returncode == 0, res.stderr
     old_counts = _counts(d)

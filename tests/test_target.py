@@ -169,3 +169,25 @@ def test_a_bad_command_line_value_is_blamed_on_the_option(tmp_path):
     assert str(exc.value).startswith("--inputs must be at least 1")
     with pytest.raises(TargetError, match="^--seed must be >= 0"):
         tg.load_target(d, seed=-1)
+
+
+def test_arguments_of_arrays_of_arrays_and_structs_read_as_c():
+    """An array of arrays is named in C's order and shows its values, not cffi's
+    ``<cdata 'short[64]' 0x5614…>`` (libjpeg's jcopy_block_row printed
+    ``short[64][8704] {<cdata …>…``); a struct array shows its first fields (a crash report
+    of AES_encrypt hid the key's rounds)."""
+    import cffi
+
+    from wcetfit.target import describe_args
+
+    ffi = cffi.FFI()
+    ffi.cdef("struct key { int rounds; unsigned rd[60]; };")
+    rows = ffi.new("short[][64]", 8704)
+    rows[1][0] = 7
+    keys = ffi.new("struct key[1]")
+    keys[0].rounds = 14
+    text = describe_args(ffi, (rows, keys, ffi.new("unsigned char[]", 4)))
+    assert text.startswith("(short[8704][64] {{0, 0, 0, …}, {7, 0, 0, …}")
+    assert "struct key[1] {{rounds=14, rd={0, 0, 0, …}}}" in text
+    assert "unsigned char[4] {0, 0, 0, 0}" in text
+    assert "cdata" not in text

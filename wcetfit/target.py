@@ -386,11 +386,25 @@ def generate_input(generate: Callable[[InputContext], Any], target: Target, ffi:
     return args
 
 
-def _element_text(v: Any) -> str:
+def _element_text(v: Any, ffi: Any = None, limit: int = 3) -> str:
     """An array element as a person reads it: a char (cffi gives ``b'\\x00'``) as its
-    byte value in hex, a number as itself."""
+    byte value in hex, a number as itself, an inner array or a struct by its first few
+    values (not cffi's ``<cdata 'short[64]' 0x5614…>``, which names a heap address)."""
     if isinstance(v, bytes) and len(v) == 1:
         return f"0x{v[0]:02x}"
+    if ffi is not None and not isinstance(v, (int, float, bytes)):
+        try:
+            t = ffi.typeof(v)
+        except TypeError:
+            return str(v)
+        if t.kind == "array":
+            n = len(v)
+            inner = ", ".join(_element_text(v[i], ffi, limit) for i in range(min(n, limit)))
+            return f"{{{inner}{', …' if n > limit else ''}}}"
+        if t.kind == "struct" and t.fields:
+            shown = [f"{name}={_element_text(getattr(v, name), ffi, limit)}"
+                     for name, _f in t.fields[:limit]]
+            return "{" + ", ".join(shown) + (", …" if len(t.fields) > limit else "") + "}"
     return str(v)
 
 
@@ -415,8 +429,11 @@ def describe_args(ffi: Any, args: tuple, limit: int = 6) -> str:
         try:
             if ctype.kind == "array":
                 n = len(a)
-                head = ", ".join(_element_text(a[i]) for i in range(min(n, limit)))
-                text = f"{ctype.item.cname}[{n}] {{{head}{', …' if n > limit else ''}}}"
+                # the array's own C name: short[8704][64] for 8704 rows of 64 (the item's
+                # name with [n] appended read short[64][8704])
+                head = ", ".join(_element_text(a[i], ffi) for i in range(min(n, limit)))
+                name = ctype.cname.replace("[]", f"[{n}]", 1)    # an open array: its length
+                text = f"{name} {{{head}{', …' if n > limit else ''}}}"
         except (TypeError, ffi.error):
             pass
         parts.append(text)

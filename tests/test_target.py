@@ -191,3 +191,8 @@ def test_arguments_of_arrays_of_arrays_and_structs_read_as_c():
     assert "struct key[1] {{rounds=14, rd={0, 0, 0, …}}}" in text
     assert "unsigned char[4] {0, 0, 0, 0}" in text
     assert "cdata" not in text
+    # a struct ffi.new made (cffi owns it) shows its fields; any other pointer its type
+    key = ffi.new("struct key *")
+    key.rounds = 99
+    text = describe_args(ffi, (key, ffi.cast("struct key *", 4096)))
+    assert text == "(struct key * → {rounds=99, rd={0, 0, 0, …}}, struct key *)"

@@ -425,7 +425,13 @@ def describe_args(ffi: Any, args: tuple, limit: int = 6) -> str:
             parts.append(f"NULL {ctype.cname}")
             continue
         # (a pointer is named by its type alone: cffi's sizeof of one is the pointer's
-        # own 8 bytes, not its target's, and reading the target could fault)
+        # own 8 bytes, not its target's, and reading the target could fault) -- except a
+        # struct that ffi.new made, whose memory cffi owns: its first fields are shown
+        # (AES_encrypt's crashes hid the key's rounds, the value that made them)
+        if ctype.kind == "pointer" and ctype.item.kind == "struct" and \
+                "owning" in repr(a):
+            parts.append(f"{ctype.cname} → {_element_text(a[0], ffi)}")
+            continue
         try:
             if ctype.kind == "array":
                 n = len(a)

@@ -181,18 +181,19 @@ def test_arguments_of_arrays_of_arrays_and_structs_read_as_c():
     from wcetfit.target import describe_args
 
     ffi = cffi.FFI()
-    ffi.cdef("struct key { int rounds; unsigned rd[60]; };")
+    ffi.cdef("struct key { int rounds; unsigned rd[60]; char *name; };")
     rows = ffi.new("short[][64]", 8704)
     rows[1][0] = 7
     keys = ffi.new("struct key[1]")
     keys[0].rounds = 14
     text = describe_args(ffi, (rows, keys, ffi.new("unsigned char[]", 4)))
     assert text.startswith("(short[8704][64] {{0, 0, 0, …}, {7, 0, 0, …}")
-    assert "struct key[1] {{rounds=14, rd={0, 0, 0, …}}}" in text
+    assert "struct key[1] {{rounds=14, rd={0, 0, 0, …}, name=NULL}}" in text
     assert "unsigned char[4] {0, 0, 0, 0}" in text
     assert "cdata" not in text
     # a struct ffi.new made (cffi owns it) shows its fields; any other pointer its type
     key = ffi.new("struct key *")
     key.rounds = 99
+    key.name = ffi.cast("char *", 4096)
     text = describe_args(ffi, (key, ffi.cast("struct key *", 4096)))
-    assert text == "(struct key * → {rounds=99, rd={0, 0, 0, …}}, struct key *)"
+    assert text == "(struct key * → {rounds=99, rd={0, 0, 0, …}, name=char *}, struct key *)"

@@ -401,6 +401,8 @@ def _element_text(v: Any, ffi: Any = None, limit: int = 3) -> str:
             n = len(v)
             inner = ", ".join(_element_text(v[i], ffi, limit) for i in range(min(n, limit)))
             return f"{{{inner}{', …' if n > limit else ''}}}"
+        if t.kind == "pointer":         # its type, never what it points to (see below)
+            return "NULL" if v == ffi.NULL else t.cname
         if t.kind == "struct" and t.fields:
             shown = [f"{name}={_element_text(getattr(v, name), ffi, limit)}"
                      for name, _f in t.fields[:limit]]

@@ -4,8 +4,25 @@ written in one call, and ``analyze`` run to its JSON report."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
+
+
+def build_library(d: Path, source: str, name: str, opt: str = "-O1") -> Path:
+    """``d``/lib``name``.so compiled from the C ``source`` (the test is skipped, saying so,
+    where gcc is absent)."""
+    import pytest
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build the test library")
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{name}.c").write_text(source)
+    lib = d / f"lib{name}.so"
+    subprocess.run(["gcc", opt, "-fPIC", "-shared", "-o", str(lib), str(d / f"{name}.c")],
+                   check=True)
+    return lib
 
 
 def write_target(d: Path, binary: str, function: str, prototype: str, generate_body: str,

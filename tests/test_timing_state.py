@@ -8,8 +8,6 @@ rebuilt inside each call is bounded as usual."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 import os
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from smalltarget import write_target   # noqa: E402
+from smalltarget import build_library, write_target   # noqa: E402
 
 from wcetfit.timing.state import changed_text, comparable, record, same_return
 
@@ -46,13 +44,7 @@ int h_once(const unsigned char *buf, int n) {
 
 @pytest.fixture(scope="module")
 def library(tmp_path_factory) -> Path:
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is needed to build the test library")
-    d = tmp_path_factory.mktemp("statelib")
-    (d / "h.c").write_text(SOURCE)
-    subprocess.run(["gcc", "-O1", "-fPIC", "-shared", "-o", str(d / "libh.so"), str(d / "h.c")],
-                   check=True)
-    return d / "libh.so"
+    return build_library(tmp_path_factory.mktemp("statelib"), SOURCE, "h")
 
 
 def test_comparisons():

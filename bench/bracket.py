@@ -7,9 +7,10 @@ Targets: every sample (a scratch copy) and three system-library functions (zlib
 compressed data says; targets of bench/search.py).  Per target, in one session:
 
 1. count and time the target's training inputs (``TRAIN_INPUTS`` of them);
-2. random generation with ``BUDGET`` candidates (the reference; its best ``timed`` are
-   timed, not kept), then the search with the same budget (its best are timed and join the
-   store's rows, as ``wcetfit analyze``'s search step does);
+2. random generation with ``BUDGET`` candidates counted and the search's timed budget of
+   fresh inputs timed (the reference; its best are timed, not kept), then the search with
+   the same budgets, both phases (model-ranked and measured-time-ranked: its best are
+   timed and join the store's rows, as ``wcetfit analyze``'s search step does);
 3. the analysis on everything stored (search rows included): the bound;
 4. ``FRESH_INPUTS`` fresh inputs (another seed), timed only, with the target's repeats.
 
@@ -21,8 +22,8 @@ Figures per target ``t``:
   own repeat rule treats as preempted are left out (bench.samples._preempted; how many is
   said), goal yes;
 * ``bracket.<t>.bound_over_fresh_max``: the bound over the slowest kept fresh call;
-* ``bracket.<t>.search_over_random``: the slowest *measured* candidate of the search over
-  random's (median of repeats), with the predicted ratio beside it; goal >= 1 (issue #16:
+* ``bracket.<t>.search_over_random``: the slowest *measured* candidate the search kept
+  over random's (median of repeats; every kept candidate of each, timed together), with the predicted ratio beside it; goal >= 1 (issue #16:
   >= 1.15 where the headroom exists, i.e. where the IPET point, the model's worst path,
   is >= 1.15× random's slowest prediction).
 
@@ -85,9 +86,9 @@ def target_figures(name: str, target_dir: str, *, fresh: int = FRESH_INPUTS,
     from wcetfit.search.candidates import time_candidates
     from wcetfit.timing.run import resolve_method
     fn = s.root_model(root)
-    timed = SearchOptions().timed
-    both = {(1 << 40) + i: c.sequence for i, c in enumerate(rnd.outcome.best[:timed])}
-    both.update({(2 << 40) + i: c.sequence for i, c in enumerate(found.outcome.best[:timed])})
+    # every candidate each kept (both phases of the search: wcetfit.search.timed)
+    both = {(1 << 40) + i: q for i, q in enumerate(rnd.timed_sequences.values())}
+    both.update({(2 << 40) + i: q for i, q in enumerate(found.timed_sequences.values())})
     keys, ticks, _ = time_candidates(s.target, fn.name, fn.address,
                                      resolve_method(s.target)[0], both, s.target.measure.repeats)
     med = np.nanmedian(ticks, axis=1) if len(keys) else np.zeros(0)

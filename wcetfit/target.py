@@ -78,6 +78,9 @@ class Target:
     # timed: how many of the best it times and keeps as inputs (wcetfit.search)
     search_budget: int = 300
     search_timed: int = 10
+    # timed_budget: candidates the search's second phase times, ranked by their measured
+    # time (wcetfit.search.timed: data-dependent costs the counts cannot rank); 0: none
+    search_timed_budget: int = 60
     # [flow]: name -> linear constraint over block counts per call, e.g.
     # "16*N(adler32_z+0x80) + N(adler32_z+0x417) <= 6000" (wcetfit.wcet.flowfacts)
     flow: Mapping[str, str] = field(default_factory=dict)
@@ -104,7 +107,8 @@ _WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int), "observed
 UNREACHED_POLICIES = ("observed", "require")
 _FIT_KEYS: dict[str, tuple[type, ...]] = {"follow_speed": (bool,), "costs": (str,)}
 FIT_COSTS = ("physical", "linear")
-_SEARCH_KEYS: dict[str, tuple[type, ...]] = {"budget": (int,), "timed": (int,)}
+_SEARCH_KEYS: dict[str, tuple[type, ...]] = {"budget": (int,), "timed": (int,),
+                                             "timed_budget": (int,)}
 _TIMING_KEYS: dict[str, tuple[type, ...]] = {"activations": (str, bool)}
 _MEASURE_KEYS: dict[str, tuple[type, ...]] = {
     "inputs": (int,), "repeats": (int,), "seed": (int,), "warmup": (int,),
@@ -311,7 +315,8 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
                   fit_costs=str(fit.get("costs", "physical")),
                   observed_paths=bool(wcet.get("observed_paths", True)),
                   unreached=unreached, search_budget=int(search.get("budget", 300)),
-                  search_timed=int(search.get("timed", 10)), flow=dict(flow),
+                  search_timed=int(search.get("timed", 10)),
+                  search_timed_budget=int(search.get("timed_budget", 60)), flow=dict(flow),
                   activations=activations)
 
 

@@ -84,7 +84,8 @@ def _search(s, roots, update) -> None:  # type: ignore[no-untyped-def]
         for root in roots:
             if load_search_rows(s.store, root, t.measure.seed) is not None:
                 continue
-            run_search(s, root, SearchOptions(budget=t.search_budget, timed=t.search_timed),
+            run_search(s, root, SearchOptions(budget=t.search_budget, timed=t.search_timed,
+                                              timed_budget=t.search_timed_budget),
                        progress=lambda d, n: update("search", d, n))
     finally:
         fit_log.setLevel(level)

@@ -30,6 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="candidates to count (default 500)")
     p.add_argument("--timed", type=int, default=10, metavar="K",
                    help="best candidates to time and keep (default 10)")
+    p.add_argument("--timed-budget", type=int, default=60, metavar="N",
+                   help="candidates the second phase times, ranked by measured time "
+                        "(finds costs that depend on the data, which the counts cannot "
+                        "rank; default 60, 0: none)")
     p.add_argument("--random", action="store_true",
                    help="spend the budget on fresh inputs of generate instead (the "
                         "reference the search is measured against); nothing is kept")
@@ -46,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.search.engine import SearchOptions
     from wcetfit.search.workflow import run_search
 
-    if args.budget < 1 or args.timed < 0:
-        raise TargetError("--budget must be at least 1 and --timed at least 0")
+    if args.budget < 1 or args.timed < 0 or args.timed_budget < 0:
+        raise TargetError("--budget must be at least 1, --timed and --timed-budget at "
+                          "least 0")
     check_output_path(args.json)
     s = open_session(args.target, **measure_overrides(args))
     if args.repeats is None:
@@ -58,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         raise TargetError(f"{unknown[0]} is not a measured function of {args.target} "
                           f"(those are: {', '.join(s.target.functions)})")
     options = SearchOptions(budget=args.budget, timed=args.timed,
+                            timed_budget=args.timed_budget,
                             strategy="random" if args.random else "mutate")
     out = sys.stdout if args.json != "-" else sys.stderr
     reports = {}
@@ -82,6 +88,12 @@ def _summary(out: Any, root: str, rep: Any, *, kept: bool) -> None:
               f"by generate(), {len(o.failures)} left out (crashed, hung or failed a check)\n")
     out.write(f"  predicted: best candidate {best:,.0f} ticks ({ticks_to_ns(best, hz):,.0f} ns)"
               f" vs {o.start_predicted_ticks:,.0f} ticks for the slowest measured input\n")
+    tp = rep.timed_phase
+    if tp is not None:
+        slow = tp.best[0][2] if tp.best else float("nan")
+        out.write(f"  by measured time: {tp.timed} candidates timed in {tp.generations} "
+                  f"generations ({len(tp.failures)} failed), slowest {slow:,.0f} ticks "
+                  f"({ticks_to_ns(slow, hz):,.0f} ns) beside its parents\n")
     found = rep.found_max_ticks
     out.write(f"  measured:  {len(rep.timed_indices)} candidates timed, slowest median "
               f"{found:,.0f} ticks ({ticks_to_ns(found, hz):,.0f} ns) vs "
@@ -111,7 +123,14 @@ def search_json(root: str, rep: Any) -> dict[str, Any]:
                        "median_ns": ticks_to_ns(float(_nanmedian(t)), hz)}
                       for k, t, p in zip(rep.timed_indices, rep.timed_ticks, rep.timed_predicted)],
             "measured_max_ticks": rep.measured_max_ticks,
-            "found_max_ticks": rep.found_max_ticks}
+            "found_max_ticks": rep.found_max_ticks,
+            # the measured-time phase (wcetfit.search.timed), null when it did not run
+            "timed_phase": None if rep.timed_phase is None else {
+                "timed": rep.timed_phase.timed, "generations": rep.timed_phase.generations,
+                "failures": len(rep.timed_phase.failures),
+                "best": [{"index": int(k), "median_ticks": float(t),
+                          "median_ns": ticks_to_ns(float(t), hz)}
+                         for k, _s, t in rep.timed_phase.best]}}
 
 
 def _nanmedian(row: Any) -> float:

@@ -41,6 +41,12 @@ class SearchOptions:
     parents: int = 12          # best candidates mutated for the next generation
     crossover: float = 0.2     # share of children made by crossing two parents
     timed: int = 10            # best candidates timed at the end and kept in the store
+    # the second phase (wcetfit.search.timed): candidates ranked by measured time, which
+    # finds what the counts cannot tell apart (data-dependent costs); 0 turns it off
+    timed_budget: int = 60     # children timed in all
+    timed_generation: int = 16  # candidates timed together per generation, parents included
+    timed_parents: int = 6     # slowest kept as parents of the next generation
+    timed_repeats: int = 3     # calls per candidate per generation (their median ranks it)
     seed: int = 0              # of the search's own choices (not of the inputs)
     strategy: str = "mutate"   # or "random": fresh inputs of generate, the reference
 

@@ -1,4 +1,5 @@
-"""The search on a target: fit what is stored, search, time the best, keep them.
+"""The search on a target: fit what is stored, search (ranked by the model, then by
+measured time), time the best of both phases, keep them.
 
 :func:`run_search` is what ``wcetfit search`` and the search step of ``wcetfit analyze``
 call.  The candidates it keeps are timed in this same session and join the fit's rows
@@ -9,14 +10,18 @@ slowest measured input comes from them when they are slower.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from wcetfit.measurements import FunctionCounts
-from wcetfit.search.candidates import SEARCH_BASE, time_candidates
-from wcetfit.search.engine import SearchOptions, SearchOutcome, search
+from wcetfit.search.candidates import (SEARCH_BASE, Normaliser, column_vector,
+                                       count_candidates, time_candidates, uncounted_callees)
+from wcetfit.search.choices import ChoiceSequence
+from wcetfit.search.engine import (Candidate, SearchOptions, SearchOutcome,
+                                   determined_prediction, search)
+from wcetfit.search.timed import TimedOutcome, timed_search
 from wcetfit.search.store import SearchRows, load_search_rows, merge_rows, save_search_rows
 
 log = logging.getLogger(__name__)
@@ -32,6 +37,9 @@ class SearchReport:
     timed_predicted: np.ndarray
     measured_max_ticks: float           # slowest mean of the measured inputs before
     tsc_hz: float
+    timed_phase: TimedOutcome | None = None   # the measured-time phase, when it ran
+    # the draws of every candidate timed at the end (both phases), by input number
+    timed_sequences: dict = field(default_factory=dict)
 
     @property
     def found_max_ticks(self) -> float:
@@ -49,13 +57,24 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
     system, fit = fit_stage(session, root, counts, times)
     target = session.target
     old = load_search_rows(session.store, root, target.measure.seed)
-    first_key = SEARCH_BASE + (len(old.indices) if old is not None else 0)
+    # after every stored number: the stored ones are the kept candidates' own numbers,
+    # not consecutive (numbering from the count of rows gave a second search numbers
+    # the first had kept, and two inputs with one number)
+    first_key = (int(old.indices.max()) + 1 if old is not None and len(old.indices)
+                 else SEARCH_BASE)
     stored = dict(zip(old.indices.tolist(), old.sequences)) if old is not None else {}
     outcome = search(target, session.model, root, system, fit, options,
                      first_key=first_key, progress=progress, stored=stored)
     chosen = outcome.best[:options.timed]
     method, _ = resolve_method(target)
     fn_model = session.root_model(root)
+    timed_phase = None
+    if options.timed_budget > 0 and options.timed > 0:
+        # the model search numbered at most `budget` candidates from first_key
+        timed_phase, extra = _timed_phase(session, root, system, fit, options, outcome,
+                                          stored, fn_model.address, method,
+                                          first_key + options.budget)
+        chosen = tuple(chosen) + tuple(extra)
     repeats = target.measure.repeats
     if chosen:
         # timed under wcetfit.toml's name, the one the prototype declares (an IFUNC's model
@@ -79,4 +98,67 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
         save_search_rows(session.store, merge_rows(old, rows))
     if failed:
         log.warning("%s: %d searched inputs failed while timed", root, len(failed))
-    return SearchReport(outcome, keys, ticks, predicted, measured_max, times.tsc_hz)
+    return SearchReport(outcome, keys, ticks, predicted, measured_max, times.tsc_hz,
+                        timed_phase, {int(k): by_key[int(k)].sequence for k in keys})
+
+
+def _timed_phase(session: Any, root: str, system: Any, fit: Any, options: SearchOptions,
+                 outcome: SearchOutcome, stored: dict, address: int, method: str,
+                 first_key: int) -> tuple[TimedOutcome, list[Candidate]]:
+    """The measured-time phase (wcetfit.search.timed), seeded with the slowest measured
+    inputs and the model search's best; its slowest children, counted, as candidates."""
+    target = session.target
+    normaliser = Normaliser(target, root)
+    seeds: list[ChoiceSequence] = []
+    with np.errstate(all="ignore"):
+        medians = np.nanmedian(system.ticks, axis=1)
+    paths: set[bytes] = set()
+    for row in np.argsort(-np.nan_to_num(medians, nan=-np.inf)):
+        if len(seeds) >= options.timed_parents:
+            break
+        # one seed per count vector: inputs with one path are alike to a mutation (the
+        # samples' every tenth input is one fixed slow shape; the slowest inputs were all
+        # of it, and no mutation of it could change the shape)
+        path = np.asarray(system.counts[row]).tobytes()
+        if path in paths:
+            continue
+        paths.add(path)
+        index = int(system.indices[row])
+        seq = normaliser.record(index) if index < SEARCH_BASE else stored.get(index)
+        if seq is not None:
+            seeds.append(seq)
+    seeds += [c.sequence for c in outcome.best[:options.timed_parents]]
+    generated = system.indices[system.indices < SEARCH_BASE]
+    fresh = int(generated.max()) + 1 if len(generated) else 0
+    if options.strategy == "random":
+        fresh += options.budget          # past the inputs the model phase's reference drew
+    timed = timed_search(target, root, address, method, seeds, budget=options.timed_budget,
+                         generation=options.timed_generation, parents=options.timed_parents,
+                         repeats=options.timed_repeats, keep=options.timed,
+                         first_key=first_key, strategy=options.strategy,
+                         fresh_index=fresh, seed=options.seed)
+    if timed.failures:
+        log.warning("%s: %d inputs of the timed search failed and are left out", root,
+                    len(timed.failures))
+    if not timed.best:
+        return timed, []
+    uncounted = uncounted_callees(target, session.model, root)
+    counts, failed = count_candidates(target, session.model, root,
+                                      {k: s for k, s, _ in timed.best}, uncounted)
+    if failed:
+        log.warning("%s: %d inputs the timed search found failed when counted and are "
+                    "left out", root, len(failed))
+    functions = {fc: session.model.function(fc) for fc, _ in system.columns}
+    blocks_of = {name: fn.block_addresses for name, fn in functions.items()}
+    executed = (system.counts > 0).any(axis=0)
+    out = []
+    for k, seq, _ticks in timed.best:
+        if k not in counts:
+            continue
+        vec = column_vector(system.columns, blocks_of, counts[k])
+        pred, outside = determined_prediction(fit, vec)
+        out.append(Candidate(k, seq, counts[k], vec, pred,
+                             int(((vec > 0) & ~executed).sum()), outside))
+    log.info("timed search %s: %d children timed in %d generations; %d kept", root,
+             timed.timed, timed.generations, len(out))
+    return timed, out

@@ -241,6 +241,35 @@ def test_a_short_input_measured_long_adds_its_ticks_not_its_ratio():
     assert d.misfit == pytest.approx(1 + (110e6 - 4e6) / point, rel=1e-6)
 
 
+def test_a_short_calls_excess_counts_in_ticks_not_scaled_to_the_worst_path():
+    """Call noise that is events of a fixed size in ticks (matmul: the largest excess was
+    1,259 ticks at a quarter of the worst path and 965 at the worst path itself): taken
+    as a ratio of the short call, it was scaled up to the worst path (×2.46, where the
+    long calls alone gave ×1.64).  Relative to half the worst path it counts at most
+    twice its ticks; a long call's excess stays relative to its own mean."""
+    from types import SimpleNamespace
+
+    from wcetfit.wcet.dispersion import CALL_NOISE_SHARE, call_dispersion
+
+    rng = np.random.default_rng(8)
+    n, r = 400, 10
+    pred = np.where(np.arange(n) % 2 == 0, 10_000.0, 40_000.0)   # a quarter, and the worst
+    ticks = pred[:, None] + np.abs(rng.normal(0, 100.0, (n, r)))
+    short = np.flatnonzero(pred == 10_000.0)
+    # one event of 1,200 ticks (460 ns: less than any interrupt costs, so the function's
+    # own time): +12 % of a short call, 3 % of the worst path
+    ticks[short[0], 0] += 1_200.0
+    fit = SimpleNamespace(quantum_ticks=1.0, rejected=(),
+                          predict=lambda counts, unknown="zero": pred)
+    system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)), tsc_hz=2.596e9)
+    d = call_dispersion(system, fit, point=40_000.0)
+    # the event counts relative to half the worst path: 1,200 / 20,000
+    assert d.call >= 1 + 1_200.0 / (CALL_NOISE_SHARE * 40_000.0) - 0.001
+    assert d.call < 1.10, d               # not the short call's ratio, ×1.12 and beyond
+    # and the bound still covers the event itself, in ticks
+    assert 40_000.0 * (1 + d.excess) >= 40_000.0 + 1_200.0
+
+
 def test_a_call_slower_by_less_than_any_interrupt_is_covered():
     """A short function with quiet repeats (expat's XML_Parse on a NULL parser: 62–90
     ticks, TSC step 2): one call 28 ticks above its input's others is flagged by the

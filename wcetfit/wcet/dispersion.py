@@ -73,6 +73,10 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     wrong whatever the reason the model missed it (a data-dependent cost, a disturbed
     timing pass).  Their misfit is part of what single calls may show.
 
+    A call's own excess over its input's mean is taken relative to that mean for a long
+    input and to :data:`CALL_NOISE_SHARE` of the worst path for a shorter one: it is
+    events, whose size in ticks does not grow with the call.
+
     ``point``: the IPET point the factors multiply (default: the longest prediction).  An
     input predicted at least ``long_share`` of it is a long path, and its excess over its
     prediction is taken relative to that prediction: a model that misses a share of a
@@ -116,7 +120,12 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     misfit = 1.0 + (means - predicted[rows]) / per
     keep = _not_interrupted(summary, ticks, getattr(system, "tsc_hz", None))[rows]
     calls = np.where(keep, ticks[rows], np.nan)
-    ratios = calls / means[:, None]
+    # a call's excess over its input's mean, relative to that mean for a long input and to
+    # a share of the worst path for a short one (CALL_NOISE_SHARE: the excess of a call
+    # is events, not a rate)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = 1.0 + (calls - means[:, None]) / np.maximum(
+            means, CALL_NOISE_SHARE * reference)[:, None]
     driver = _driver(system, np.flatnonzero(rows), ratios, calls, means)
     noise = ratios.ravel()
     noise = noise[np.isfinite(noise)]
@@ -197,6 +206,20 @@ def _not_interrupted(summary: Any, ticks: Any, tsc_hz: float | None) -> Any:
         excess = t - np.nanmedian(t, axis=1)[:, None]
         cheap = np.isfinite(t) & (excess < MIN_INTERRUPT_NS * 1e-9 * float(tsc_hz))
     return summary.keep | cheap
+
+
+# What a short call's excess over its input's mean is taken relative to, as a share of
+# the worst path (a long call's: its own mean).  With the machine's speed divided out
+# (wcetfit.timing.speed), what is left of one call's excess is events (a cache refilled
+# after another process ran, a burst on the sibling hyperthread), whose size in ticks does
+# not grow with the call: measured in one session, the largest excess of calls at 25–50 %
+# and at 90–100 % of the longest prediction was 1,259 and 965 ticks (matmul), 2,999 and
+# 1,291 (calls), 1,922 and 2,785 (zlib uncompress), 353 and 343 (zlib crc32).  Taken
+# relative to its own mean, a short call's excess was scaled up to the worst path's
+# length: matmul's call factor was ×2.46 from calls at a quarter of the worst path, whose
+# long calls alone gave ×1.64.  Relative to half the worst path, a short call's excess
+# still counts up to twice what it was in ticks.
+CALL_NOISE_SHARE = 0.5
 
 
 # Exceedance probability per call that the dispersion is set for.  The training data

@@ -111,8 +111,8 @@ def timed_search(target: Any, root: str, address: int, method: str,
             pool = [(k, batch[k]) for k in _distinct_keys(gen_rank, batch)][:parents]
         log.info("timed search %s: %d timed, slowest this generation %.0f ticks", root,
                  children_timed, timed_now[gen_rank[0]] if gen_rank else float("nan"))
-    # the slowest children: by their last time, parents first (they survived every
-    # generation beside the others), then the rest of the last generation
+    # the slowest children: the last parents first (they survived every generation beside
+    # the others), then the rest by their last time (from the generation it was taken in)
     order = [k for k, _ in pool if k not in seed_keys]
     order += [k for k in sorted(ranked, key=lambda k: -ranked[k][1])
               if k not in seed_keys and k not in order]

@@ -286,3 +286,26 @@ def test_an_integer_draw_keeps_its_type_range_when_changed():
         assert isinstance(v, np.uint64) and 0 <= int(v) <= 16
     c = Choice("integers", np.int8(3), (-1000, 1000, True))
     assert all(-128 <= int(_change(c, rng).value) <= 127 for _ in range(200))
+
+
+def test_the_seeds_hold_the_inputs_predicted_slowest_and_those_measured_slowest():
+    """statemachine: its slow tenth ran 62k ticks but was predicted 32k (costs that depend
+    on the data); ranked by the larger of the two, those inputs filled every seed place,
+    and the search climbed from 32k while a measured input was predicted 60.7k."""
+    from types import SimpleNamespace
+
+    from wcetfit.search.engine import seed_population
+
+    n = 40
+    measured = np.full(n, 10_000.0)
+    measured[::10] = 62_000.0                   # four inputs measured slowest
+    pred = np.full(n, 10_000.0)
+    pred[::10] = 32_000.0
+    pred[7] = 60_700.0                          # one predicted slowest, measured 10k
+    system = SimpleNamespace(ticks=np.repeat(measured[:, None], 3, axis=1),
+                             indices=np.arange(n), counts=np.zeros((n, 2), dtype=np.int64))
+    recorder = SimpleNamespace(record=lambda i: ChoiceSequence(int(i), ()))
+    seeds = seed_population(recorder, system, pred, 4, {})
+    chosen = [c.sequence.index for c in seeds]
+    assert 7 in chosen and chosen[0] == 7
+    assert len(set(chosen) & {0, 10, 20, 30}) >= 2

@@ -143,13 +143,28 @@ def search(target: Any, model: Any, root: str, system: Any, fit: Any,
 
 def seed_population(normaliser: Normaliser, system: Any, measured_pred: np.ndarray,
                     parents: int, stored: Mapping[int, ChoiceSequence]) -> list[Candidate]:
-    """The first parents: the measured inputs with the slowest calls (or predictions),
-    each with the draws that made it, so that a mutation changes that very input.  A
-    generated input's draws are recorded again from its number; a searched input's
-    number (from SEARCH_BASE) is no input of ``generate``'s, so its stored draws stand
-    for it; an input without draws (a reached one) seeds nothing."""
+    """The first parents: the measured inputs predicted slowest and those measured
+    slowest, half each, each with the draws that made it, so that a mutation changes
+    that very input.  Both: the search climbs the prediction, and where costs depend on
+    the data the inputs measured slowest are not those predicted slowest (statemachine:
+    its slow tenth ran 62k ticks, predicted 32k; taken first by the larger of the two,
+    they filled every place, and the search climbed from 32k while a measured input was
+    predicted 60.7k).  A generated input's draws are recorded again from its number; a
+    searched input's number (from SEARCH_BASE) is no input of ``generate``'s, so its
+    stored draws stand for it; an input without draws (a reached one) seeds nothing."""
     mean_ticks = np.nanmean(system.ticks, axis=1)
-    order = np.argsort(-np.nan_to_num(np.maximum(mean_ticks, measured_pred), nan=-np.inf))
+    slow = -np.nan_to_num(mean_ticks, nan=-np.inf)
+    # ties of the prediction (a model that cannot tell the inputs apart) go by time
+    by_pred = np.lexsort((slow, -np.nan_to_num(np.asarray(measured_pred, dtype=float),
+                                                nan=-np.inf)))
+    by_time = np.argsort(slow, kind="stable")
+    # alternate: predicted slowest first, then measured slowest, without repeats
+    order, taken = [], set()
+    for pair in zip(by_pred, by_time):
+        for row in pair:
+            if int(row) not in taken:
+                taken.add(int(row))
+                order.append(int(row))
     pool: list[Candidate] = []
     for row in order:
         if len(pool) == parents:

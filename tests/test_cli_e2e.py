@@ -359,7 +359,7 @@ def test_the_search_steps_fit_does_not_repeat_the_fits_warnings(monkeypatch, cap
 
     from wcetfit.cli import analyze
 
-    def fake_search(s, root, options, progress=None):
+    def fake_search(s, root, options, progress=None, wait=True):
         logging.getLogger("wcetfit.fit.solve").warning("the machine ran up to 1.4× slower")
         logging.getLogger("wcetfit.search.workflow").warning("candidate 3 crashed")
 

@@ -441,3 +441,32 @@ def test_cli_calibrate_takes_the_timing_slot(sum_target):
     finally:
         p.kill()
         p.wait()
+
+
+def test_cli_search_takes_the_timing_slot(sum_target):
+    """The search times its candidates like a timing run: with --no-wait it refuses,
+    naming the other run, while another run holds the machine's timing slot (a new user's
+    search timed beside another target's `analyze`, which refused nothing)."""
+    # draws for the search to change (the sum target's inputs take none)
+    (sum_target / "inputs.py").write_text(
+        "def generate(ctx):\n    n = int(ctx.rng.integers(1, 40))\n"
+        "    return (ctx.ffi.new('int[]', list(range(n))), n)\n")
+    with open(sum_target / "wcetfit.toml", "a") as f:
+        f.write("[search]\nbudget = 0\ntimed = 2\ntimed_budget = 4\n")
+    assert _wcetfit("analyze", str(sum_target), "--no-wait").returncode == 0
+    p = _hold("timing", "elsewhere/other-target", 600)
+    try:
+        res = _wcetfit("search", str(sum_target), "--budget", "10", "--timed", "2",
+                       "--timed-budget", "4", "--no-wait")
+        assert res.returncode == 2 and "timing slot" in _errors(res)[0], res.stderr
+        assert f"pid {p.pid}" in res.stderr and "other-target" in res.stderr
+    finally:
+        p.kill()
+        p.wait()
+    # and once the slot is free, the same search runs; [search] settings of wcetfit.toml
+    # are its defaults (its budget 0 turns off analyze's search step only: 300)
+    res = _wcetfit("search", str(sum_target), "--no-wait", "--json", "-")
+    assert res.returncode == 0, res.stderr
+    fn = json.loads(res.stdout)["functions"][0]
+    assert fn["timed_phase"]["timed"] == 4, fn["timed_phase"]
+    assert fn["counted"] + fn["rejected"] <= 300 and len(fn["timed"]) <= 2 + 2

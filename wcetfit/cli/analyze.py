@@ -57,14 +57,14 @@ def run(args: argparse.Namespace) -> int:
             why = activation_step(s, root, update, required=s.target.activations == "on")
             if why:
                 notes[root] = (why,)
-        _search(s, roots, update)
+        _search(s, roots, update, wait=not args.no_wait)
     analyses = [analyze_stage(s, root, *stored_measurements(s, root), notes=notes.get(root, ()))
                 for root in roots]
     emit(analyses, args, session=s)
     return 0
 
 
-def _search(s, roots, update) -> None:  # type: ignore[no-untyped-def]
+def _search(s, roots, update, wait: bool = True) -> None:  # type: ignore[no-untyped-def]
     """The worst-case search step ([search] budget; once per target: a later analyze
     reuses the inputs it kept, `wcetfit search` searches again)."""
     from wcetfit.search.engine import SearchOptions
@@ -86,6 +86,6 @@ def _search(s, roots, update) -> None:  # type: ignore[no-untyped-def]
                 continue
             run_search(s, root, SearchOptions(budget=t.search_budget, timed=t.search_timed,
                                               timed_budget=t.search_timed_budget),
-                       progress=lambda d, n: update("search", d, n))
+                       progress=lambda d, n: update("search", d, n), wait=wait)
     finally:
         fit_log.setLevel(level)

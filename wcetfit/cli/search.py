@@ -26,19 +26,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, metavar="R",
                    help="which stored timing set, and the timed calls per candidate "
                         "(default: [measure] repeats)")
-    p.add_argument("--budget", type=int, default=500, metavar="N",
-                   help="candidates to count (default 500)")
-    p.add_argument("--timed", type=int, default=10, metavar="K",
-                   help="best candidates to time and keep (default 10)")
-    p.add_argument("--timed-budget", type=int, default=60, metavar="N",
+    p.add_argument("--budget", type=int, metavar="N",
+                   help="candidates to count (default: [search] budget, or 300 where "
+                        "that is 0)")
+    p.add_argument("--timed", type=int, metavar="K",
+                   help="best candidates of each phase to time and keep (default: "
+                        "[search] timed, 10)")
+    p.add_argument("--timed-budget", type=int, metavar="N",
                    help="candidates the second phase times, ranked by measured time "
                         "(finds costs that depend on the data, which the counts cannot "
-                        "rank; default 60, 0: none)")
+                        "rank; default: [search] timed_budget, 60; 0: none)")
     p.add_argument("--random", action="store_true",
                    help="spend the budget on fresh inputs of generate instead (the "
                         "reference the search is measured against); nothing is kept")
     p.add_argument("--function", metavar="NAME", help="only this measured function")
     p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' = stdout)")
+    from wcetfit.locks import add_wait_option
+    add_wait_option(p)
     p.set_defaults(func=run)
 
 
@@ -50,11 +54,19 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.search.engine import SearchOptions
     from wcetfit.search.workflow import run_search
 
-    if args.budget < 1 or args.timed < 0 or args.timed_budget < 0:
+    if (args.budget is not None and args.budget < 1) or (args.timed or 0) < 0 \
+            or (args.timed_budget or 0) < 0:
         raise TargetError("--budget must be at least 1, --timed and --timed-budget at "
                           "least 0")
     check_output_path(args.json)
     s = open_session(args.target, **measure_overrides(args))
+    t = s.target
+    # the command line's, else wcetfit.toml's [search] settings (its budget 0 turns off
+    # the search step of `analyze`, not a search asked for by name)
+    budget = args.budget if args.budget is not None else (t.search_budget or 300)
+    timed = args.timed if args.timed is not None else t.search_timed
+    timed_budget = (args.timed_budget if args.timed_budget is not None
+                    else t.search_timed_budget)
     if args.repeats is None:
         s = with_stored_repeats(s)
     roots = [args.function] if args.function else list(s.target.functions)
@@ -62,15 +74,15 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise TargetError(f"{unknown[0]} is not a measured function of {args.target} "
                           f"(those are: {', '.join(s.target.functions)})")
-    options = SearchOptions(budget=args.budget, timed=args.timed,
-                            timed_budget=args.timed_budget,
+    options = SearchOptions(budget=budget, timed=timed, timed_budget=timed_budget,
                             strategy="random" if args.random else "mutate")
     out = sys.stdout if args.json != "-" else sys.stderr
     reports = {}
     with progress_bars() as update:
         for root in roots:
             reports[root] = run_search(s, root, options, keep=not args.random,
-                                       progress=lambda d, t: update("search", d, t))
+                                       progress=lambda d, n: update("search", d, n),
+                                       wait=not args.no_wait)
     for root, rep in reports.items():
         _summary(out, root, rep, kept=not args.random)
     write_json(args.json, {"schema": "wcetfit.search/1",
@@ -90,15 +102,25 @@ def _summary(out: Any, root: str, rep: Any, *, kept: bool) -> None:
               f" vs {o.start_predicted_ticks:,.0f} ticks for the slowest measured input\n")
     tp = rep.timed_phase
     if tp is not None:
-        slow = tp.best[0][2] if tp.best else float("nan")
-        out.write(f"  by measured time: {tp.timed} candidates timed in {tp.generations} "
-                  f"generations ({len(tp.failures)} failed), slowest {slow:,.0f} ticks "
-                  f"({ticks_to_ns(slow, hz):,.0f} ns) beside its parents\n")
+        what = ("fresh inputs" if o.strategy == "random"
+                else "mutated candidates, each generation timed beside its parents")
+        if tp.best:
+            slow = tp.best[0][2]
+            kept = (f"its slowest {slow:,.0f} ticks ({ticks_to_ns(slow, hz):,.0f} ns), a "
+                    f"median of 3 calls in its own pass; timed again below")
+        else:
+            kept = "none timed"
+        out.write(f"  by measured time: {tp.timed} {what}, {tp.generations} generation(s), "
+                  f"{len(tp.failures)} failed; {kept}\n")
     found = rep.found_max_ticks
-    out.write(f"  measured:  {len(rep.timed_indices)} candidates timed, slowest median "
-              f"{found:,.0f} ticks ({ticks_to_ns(found, hz):,.0f} ns) vs "
-              f"{rep.measured_max_ticks:,.0f} ticks ({ticks_to_ns(rep.measured_max_ticks, hz):,.0f}"
-              f" ns) for the slowest measured input\n")
+    if len(rep.timed_indices):
+        out.write(f"  measured:  {len(rep.timed_indices)} candidates timed, slowest median "
+                  f"{found:,.0f} ticks ({ticks_to_ns(found, hz):,.0f} ns) vs "
+                  f"{rep.measured_max_ticks:,.0f} ticks "
+                  f"({ticks_to_ns(rep.measured_max_ticks, hz):,.0f} ns) for the slowest "
+                  f"measured input\n")
+    else:
+        out.write("  measured:  no candidate timed\n")
     if new:
         out.write(f"  {new} of the best candidates reach blocks no measured input ran\n")
     for f in o.failures[:5]:

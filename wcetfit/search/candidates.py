@@ -181,12 +181,25 @@ def _rejected(target: Target, root: str, exc: CandidateRejected,
 
 def time_candidates(target: Target, root: str, address: int, method: str,
                     sequences: Mapping[int, ChoiceSequence], repeats: int,
-                    inputs: Callable[..., tuple] | None = None
+                    inputs: Callable[..., tuple] | None = None, *, wait: bool = True
                     ) -> tuple[np.ndarray, np.ndarray, list[InputFailure]]:
     """(keys, ticks[candidate, repeat], failures): timed in passes like the timing run
     (:func:`wcetfit.timing.run.run_times`), so a slow period of the machine hits single
-    repeats of many candidates rather than every repeat of one."""
+    repeats of many candidates rather than every repeat of one; under the machine-wide
+    timing lock like it (``wait``: False refuses with one error when another run holds
+    it), or another target's timing run would disturb these ticks and they its."""
+    from wcetfit.locks import timing_lock
     from wcetfit.timing.run import _TimingWorker
+
+    with timing_lock(target.directory, wait=wait):
+        return _time_candidates(target, root, address, method, sequences, repeats, inputs,
+                                _TimingWorker)
+
+
+def _time_candidates(target: Target, root: str, address: int, method: str,
+                     sequences: Mapping[int, ChoiceSequence], repeats: int,
+                     inputs: Callable[..., tuple] | None, _TimingWorker: Any
+                     ) -> tuple[np.ndarray, np.ndarray, list[InputFailure]]:
 
     keys = np.array(sorted(sequences), dtype=np.int64)
     pos = {int(k): i for i, k in enumerate(keys)}

@@ -50,7 +50,7 @@ def timed_search(target: Any, root: str, address: int, method: str,
                  seeds: Sequence[ChoiceSequence], *, budget: int, generation: int,
                  parents: int, repeats: int, keep: int, first_key: int,
                  strategy: str = "mutate", fresh_index: int = 0, seed: int = 0,
-                 crossover_share: float = 0.2) -> TimedOutcome:
+                 crossover_share: float = 0.2, wait: bool = True) -> TimedOutcome:
     """Search inputs of ``root`` by their measured time (module docstring).
 
     ``seeds``: the draws of the first parents (the slowest measured inputs and the model
@@ -95,13 +95,14 @@ def timed_search(target: Any, root: str, address: int, method: str,
         batch = dict(children)
         if strategy != "random":
             batch.update(pool)       # the parents again, beside their children
-        keys, ticks, failed = time_candidates(target, root, address, method, batch, repeats)
+        keys, ticks, failed = time_candidates(target, root, address, method, batch, repeats,
+                                              wait=wait)
         failures.extend(failed)
         children_timed += len(children)
         generations += 1
-        with np.errstate(all="ignore"):
-            med = np.nanmedian(ticks, axis=1) if len(keys) else np.zeros(0)
-        timed_now = {int(k): float(m) for k, m in zip(keys, med) if np.isfinite(m)}
+        # a candidate that crashed has no call: no time, no rank
+        timed_now = {int(k): float(np.nanmedian(row)) for k, row in zip(keys, ticks)
+                     if np.isfinite(row).any()}
         # this generation's times replace older ones: only candidates timed together are
         # compared (a parent's old time is from another minute of the machine)
         gen_rank = sorted(timed_now, key=lambda k: -timed_now[k])

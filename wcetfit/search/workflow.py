@@ -48,8 +48,11 @@ class SearchReport:
 
 
 def run_search(session: Any, root: str, options: SearchOptions = SearchOptions(), *,
-               keep: bool = True, progress: Callable[[int, int], None] | None = None
-               ) -> SearchReport:
+               keep: bool = True, progress: Callable[[int, int], None] | None = None,
+               wait: bool = True) -> SearchReport:
+    """Search ``root``'s slow inputs (both phases), time the best and keep them (unless
+    ``keep`` is False).  ``wait``: False refuses with one error, instead of waiting, when
+    another run holds the machine's timing slot."""
     from wcetfit.pipeline import fit_stage, stored_measurements
     from wcetfit.timing.run import resolve_method
 
@@ -73,14 +76,15 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
         # the model search numbered at most `budget` candidates from first_key
         timed_phase, extra = _timed_phase(session, root, system, fit, options, outcome,
                                           stored, fn_model.address, method,
-                                          first_key + options.budget)
+                                          first_key + options.budget, wait)
         chosen = tuple(chosen) + tuple(extra)
     repeats = target.measure.repeats
     if chosen:
         # timed under wcetfit.toml's name, the one the prototype declares (an IFUNC's model
         # is named after its implementation: sin@impl+0x702c0)
         keys, ticks, failed = time_candidates(target, root, fn_model.address, method,
-                                              {c.key: c.sequence for c in chosen}, repeats)
+                                              {c.key: c.sequence for c in chosen}, repeats,
+                                              wait=wait)
     else:
         keys, ticks, failed = np.zeros(0, np.int64), np.zeros((0, repeats)), []
     by_key = {c.key: c for c in chosen}
@@ -104,7 +108,7 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
 
 def _timed_phase(session: Any, root: str, system: Any, fit: Any, options: SearchOptions,
                  outcome: SearchOutcome, stored: dict, address: int, method: str,
-                 first_key: int) -> tuple[TimedOutcome, list[Candidate]]:
+                 first_key: int, wait: bool) -> tuple[TimedOutcome, list[Candidate]]:
     """The measured-time phase (wcetfit.search.timed), seeded with the slowest measured
     inputs and the model search's best; its slowest children, counted, as candidates."""
     target = session.target
@@ -136,7 +140,7 @@ def _timed_phase(session: Any, root: str, system: Any, fit: Any, options: Search
                          generation=options.timed_generation, parents=options.timed_parents,
                          repeats=options.timed_repeats, keep=options.timed,
                          first_key=first_key, strategy=options.strategy,
-                         fresh_index=fresh, seed=options.seed)
+                         fresh_index=fresh, seed=options.seed, wait=wait)
     if timed.failures:
         log.warning("%s: %d inputs of the timed search failed and are left out", root,
                     len(timed.failures))

@@ -62,17 +62,23 @@ def _tables_of(out: str, name: str) -> bool:
     return f"Blocks of {name}" in out and f"WCET of {name}" in out
 
 
+def _function_report(d, name: str, model_name: str) -> str:
+    """``report --function name``'s first line, after checking it printed ``model_name``'s
+    tables."""
+    res = _wcetfit("report", str(d), "--function", name)
+    assert res.returncode == 0, res.stderr
+    assert _tables_of(res.stdout, model_name), res.stdout[:2000]
+    return res.stdout.splitlines()[0]
+
+
 def test_report_function_takes_the_ifunc_name_of_wcetfit_toml(tmp_path, monkeypatch):
     impl = _model_name("powf")
     assert "@impl+" in impl or impl != "powf"
     d = _analyzed(tmp_path, monkeypatch, "powf", "float powf(float x, float y);",
                   "    return (float(ctx.rng.uniform(-10.0, 10.0)), "
                   "float(ctx.rng.uniform(-10.0, 10.0)))")
-    res = _wcetfit("report", str(d), "--function", "powf")
-    assert res.returncode == 0, res.stderr
-    assert _tables_of(res.stdout, impl), res.stdout[:2000]
+    first = _function_report(d, "powf", impl)
     # which implementation it is, said where the tables are read
-    first = res.stdout.splitlines()[0]
     assert first.startswith("--function powf:") and impl in first and "IFUNC" in first, first
     # the model's own name is taken as before, without the line
     res = _wcetfit("report", str(d), "--function", impl)
@@ -95,8 +101,5 @@ def test_report_function_takes_an_alias_the_model_does_not_prefer(tmp_path, monk
     d = _analyzed(tmp_path, monkeypatch, "remainder", "double remainder(double x, double y);",
                   "    return (float(ctx.rng.uniform(-1000.0, 1000.0)), "
                   "float(ctx.rng.uniform(-100.0, 100.0)))")
-    res = _wcetfit("report", str(d), "--function", "remainder")
-    assert res.returncode == 0, res.stderr
-    assert _tables_of(res.stdout, shown), res.stdout[:2000]
-    first = res.stdout.splitlines()[0]
+    first = _function_report(d, "remainder", shown)
     assert first.startswith("--function remainder:") and shown in first, first

@@ -43,6 +43,7 @@ import signal
 import struct
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
@@ -381,12 +382,10 @@ def _sum_up_failures(run: IsolatedRun) -> None:
     rest = run.failures[LOGGED_FAILURES:]
     if not rest:
         return
-    kinds: dict[str, int] = {}
-    for f in rest:
-        kinds[f.kind] = kinds.get(f.kind, 0) + 1
+    kinds = Counter(f.kind for f in rest)
     log.warning("%d more input(s) failed (%s; -v shows each): the report lists them with "
                 "their arguments", len(rest),
-                ", ".join(f"{k} ×{n}" for k, n in sorted(kinds.items(), key=lambda x: -x[1])))
+                ", ".join(f"{k} ×{n}" for k, n in kinds.most_common()))
 
 
 # A failed self-check stops the run: the copy may be wrong.  But the same failure comes

@@ -131,27 +131,28 @@ def _resolve_function(name: str, known: Sequence[str], names: dict[str, str],
         return name
     if name in names:
         return names[name]
-    model = getattr(session, "model", None)
-    if model is not None:
-        try:
-            canonical = model.function(name).name     # e.g. "0x72ec0"
-        except KeyError:
-            return name
-        if canonical in known:
-            return canonical
+    fn = _model_function(session, name)
+    if fn is not None and fn.name in known:            # e.g. "0x72ec0"
+        return fn.name
     return name
+
+
+def _model_function(session: Any, name: str) -> Any:
+    """The session's model of the function ``name`` names, or None (no session, or no
+    such function)."""
+    model = getattr(session, "model", None)
+    if model is None:
+        return None
+    try:
+        return model.function(name)
+    except KeyError:
+        return None
 
 
 def _which_function(asked: str, shown: str, session: Any) -> str:
     """One line saying which function ``--function ASKED`` shows, when the report names
     it otherwise: the implementation an IFUNC selects, or the alias the model prefers."""
-    fn = None
-    model = getattr(session, "model", None)
-    if model is not None:
-        try:
-            fn = model.function(shown)
-        except KeyError:
-            fn = None
+    fn = _model_function(session, shown)
     ifunc = getattr(fn, "ifunc", None)
     if ifunc is not None and asked == ifunc.symbol:
         return f"--function {asked}: {ifunc.describe()}; reported as {shown}"

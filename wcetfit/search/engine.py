@@ -77,15 +77,18 @@ class SearchOutcome:
 def search(target: Any, model: Any, root: str, system: Any, fit: Any,
            options: SearchOptions = SearchOptions(), *, first_key: int = SEARCH_BASE,
            progress: Progress | None = None,
-           stored: Mapping[int, ChoiceSequence] | None = None) -> SearchOutcome:
+           stored: Mapping[int, ChoiceSequence] | None = None,
+           normaliser: Normaliser | None = None,
+           uncounted: Mapping[str, list[str]] | None = None) -> SearchOutcome:
     """Search inputs of ``root`` that the fitted model predicts to be slow.  ``stored``:
-    the draws of the searched inputs among the system's rows, by input number."""
+    the draws of the searched inputs among the system's rows, by input number;
+    ``normaliser`` and ``uncounted`` (made here when not given) may be shared with the
+    measured-time phase (wcetfit.search.workflow)."""
     rng = np.random.default_rng([options.seed, 0x5EA2C4])
-    functions = {fc: model.function(fc) for fc, _ in system.columns}
-    blocks_of = {name: fn.block_addresses for name, fn in functions.items()}
-    executed = (system.counts > 0).any(axis=0)
-    normaliser = Normaliser(target, root)
-    uncounted = uncounted_callees(target, model, root)
+    scorer = Scorer(model, system, fit)
+    normaliser = normaliser or Normaliser(target, root)
+    if uncounted is None:
+        uncounted = uncounted_callees(target, model, root)
     measured_pred = fit.predict(system.counts, unknown="zero")
     start = float(np.nanmax(measured_pred)) if len(measured_pred) else 0.0
 
@@ -108,11 +111,7 @@ def search(target: Any, model: Any, root: str, system: Any, fit: Any,
                 seq = normaliser.record(fresh_index)
                 fresh_index += 1
             else:
-                a = pool[int(rng.integers(0, len(pool)))].sequence
-                if len(pool) > 1 and rng.random() < options.crossover:
-                    b = pool[int(rng.integers(0, len(pool)))].sequence
-                    a = crossover(a, b, rng)
-                seq = normaliser.normalise(mutate(a, rng))
+                seq = child([c.sequence for c in pool], rng, normaliser, options.crossover)
             if seq is None:
                 rejected += 1
                 continue
@@ -124,10 +123,7 @@ def search(target: Any, model: Any, root: str, system: Any, fit: Any,
         failures.extend(failed)
         counted += len(batch)
         for key, per_fn in counts.items():
-            vec = column_vector(system.columns, blocks_of, per_fn)
-            pred, outside = determined_prediction(fit, vec)
-            new = int(((vec > 0) & ~executed).sum())
-            best[key] = Candidate(key, batch[key], per_fn, vec, pred, new, outside)
+            best[key] = scorer.candidate(key, batch[key], per_fn)
         ranked = _distinct(sorted(best.values(), key=_by_time))
         best = {c.key: c for c in _keep(ranked, max(options.timed, options.parents))}
         if options.strategy != "random":
@@ -149,9 +145,7 @@ def seed_population(normaliser: Normaliser, system: Any, measured_pred: np.ndarr
     the data the inputs measured slowest are not those predicted slowest (statemachine:
     its slow tenth ran 62k ticks, predicted 32k; taken first by the larger of the two,
     they filled every place, and the search climbed from 32k while a measured input was
-    predicted 60.7k).  A generated input's draws are recorded again from its number; a
-    searched input's number (from SEARCH_BASE) is no input of ``generate``'s, so its
-    stored draws stand for it; an input without draws (a reached one) seeds nothing."""
+    predicted 60.7k).  An input without draws (:func:`draws_of`) seeds nothing."""
     mean_ticks = np.nanmean(system.ticks, axis=1)
     slow = -np.nan_to_num(mean_ticks, nan=-np.inf)
     # ties of the prediction (a model that cannot tell the inputs apart) go by time
@@ -169,12 +163,47 @@ def seed_population(normaliser: Normaliser, system: Any, measured_pred: np.ndarr
     for row in order:
         if len(pool) == parents:
             break
-        index = int(system.indices[row])
-        seq = normaliser.record(index) if index < SEARCH_BASE else stored.get(index)
+        seq = draws_of(normaliser, int(system.indices[row]), stored)
         if seq is not None:
             pool.append(Candidate(-1, seq, {}, system.counts[row],
                                   float(measured_pred[row]), 0))
     return pool
+
+
+def draws_of(normaliser: Normaliser, index: int,
+             stored: Mapping[int, ChoiceSequence]) -> ChoiceSequence | None:
+    """The draws of measured input ``index``: a generated input's recorded again from its
+    number; a searched input's number (from SEARCH_BASE) is no input of ``generate``'s,
+    so its stored draws stand for it; an input without draws (a reached one): None."""
+    return normaliser.record(index) if index < SEARCH_BASE else stored.get(index)
+
+
+def child(parents: Sequence[ChoiceSequence], rng: np.random.Generator,
+          normaliser: Normaliser, crossover_share: float) -> ChoiceSequence | None:
+    """A mutation of a random parent (crossed with another one ``crossover_share`` of
+    the time), normalised; None when ``generate`` rejects it."""
+    a = parents[int(rng.integers(0, len(parents)))]
+    if len(parents) > 1 and rng.random() < crossover_share:
+        a = crossover(a, parents[int(rng.integers(0, len(parents)))], rng)
+    return normaliser.normalise(mutate(a, rng))
+
+
+class Scorer:
+    """Candidates from their counts: the fit's column order, the prediction of the part
+    the measured inputs determine, the blocks no measured input ran."""
+
+    def __init__(self, model: Any, system: Any, fit: Any):
+        functions = {fc: model.function(fc) for fc, _ in system.columns}
+        self.blocks_of = {name: fn.block_addresses for name, fn in functions.items()}
+        self.executed = (system.counts > 0).any(axis=0)
+        self.columns, self.fit = system.columns, fit
+
+    def candidate(self, key: int, seq: ChoiceSequence,
+                  per_fn: dict[str, np.ndarray]) -> Candidate:
+        vec = column_vector(self.columns, self.blocks_of, per_fn)
+        pred, outside = determined_prediction(self.fit, vec)
+        return Candidate(key, seq, per_fn, vec, pred,
+                         int(((vec > 0) & ~self.executed).sum()), outside)
 
 
 # A candidate's counts more than this share (by norm) outside the space the measured counts

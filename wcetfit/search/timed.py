@@ -31,7 +31,7 @@ import numpy as np
 from wcetfit.isolate import InputFailure
 from wcetfit.search.candidates import Normaliser, time_candidates
 from wcetfit.search.choices import ChoiceSequence
-from wcetfit.search.mutate import crossover, mutate
+from wcetfit.search.engine import child
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,8 @@ class TimedOutcome:
 
 
 def timed_search(target: Any, root: str, address: int, method: str,
-                 seeds: Sequence[ChoiceSequence], *, budget: int, generation: int,
+                 normaliser: Normaliser, seeds: Sequence[ChoiceSequence], *,
+                 budget: int, generation: int,
                  parents: int, repeats: int, keep: int, first_key: int,
                  strategy: str = "mutate", fresh_index: int = 0, seed: int = 0,
                  crossover_share: float = 0.2, wait: bool = True) -> TimedOutcome:
@@ -58,7 +59,6 @@ def timed_search(target: Any, root: str, address: int, method: str,
     the next input number of ``generate`` (the random strategy's inputs).  Returns the
     ``keep`` slowest children (never a seed itself: it is measured already)."""
     rng = np.random.default_rng([seed, 0x71ED])
-    normaliser = Normaliser(target, root)
     pool: list[tuple[int, ChoiceSequence]] = []
     key = first_key
     for s in _distinct(seeds)[:parents]:
@@ -81,10 +81,7 @@ def timed_search(target: Any, root: str, address: int, method: str,
                 s: ChoiceSequence | None = normaliser.record(fresh_index)
                 fresh_index += 1
             else:
-                a = pool[int(rng.integers(0, len(pool)))][1]
-                if len(pool) > 1 and rng.random() < crossover_share:
-                    a = crossover(a, pool[int(rng.integers(0, len(pool)))][1], rng)
-                s = normaliser.normalise(mutate(a, rng))
+                s = child([q for _, q in pool], rng, normaliser, crossover_share)
             if s is None or signature(s) in seen:
                 continue
             seen.add(signature(s))

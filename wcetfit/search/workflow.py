@@ -16,11 +16,11 @@ from typing import Any, Callable
 import numpy as np
 
 from wcetfit.measurements import FunctionCounts
-from wcetfit.search.candidates import (SEARCH_BASE, Normaliser, column_vector,
-                                       count_candidates, time_candidates, uncounted_callees)
+from wcetfit.search.candidates import (SEARCH_BASE, Normaliser, count_candidates,
+                                       time_candidates, uncounted_callees)
 from wcetfit.search.choices import ChoiceSequence
-from wcetfit.search.engine import (Candidate, SearchOptions, SearchOutcome,
-                                   determined_prediction, search)
+from wcetfit.search.engine import (Candidate, Scorer, SearchOptions, SearchOutcome,
+                                   draws_of, search)
 from wcetfit.search.timed import TimedOutcome, timed_search
 from wcetfit.search.store import SearchRows, load_search_rows, merge_rows, save_search_rows
 
@@ -66,8 +66,13 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
     first_key = (int(old.indices.max()) + 1 if old is not None and len(old.indices)
                  else SEARCH_BASE)
     stored = dict(zip(old.indices.tolist(), old.sequences)) if old is not None else {}
+    # made once for both phases: the harness's ffi and generate, and the callees the count
+    # run leaves uncounted (a relocation analysis)
+    normaliser = Normaliser(target, root)
+    uncounted = uncounted_callees(target, session.model, root)
     outcome = search(target, session.model, root, system, fit, options,
-                     first_key=first_key, progress=progress, stored=stored)
+                     first_key=first_key, progress=progress, stored=stored,
+                     normaliser=normaliser, uncounted=uncounted)
     chosen = outcome.best[:options.timed]
     method, _ = resolve_method(target)
     fn_model = session.root_model(root)
@@ -76,7 +81,8 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
         # the model search numbered at most `budget` candidates from first_key
         timed_phase, extra = _timed_phase(session, root, system, fit, options, outcome,
                                           stored, fn_model.address, method,
-                                          first_key + options.budget, wait)
+                                          first_key + options.budget, wait, normaliser,
+                                          uncounted)
         chosen = tuple(chosen) + tuple(extra)
     repeats = target.measure.repeats
     if chosen:
@@ -108,11 +114,11 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
 
 def _timed_phase(session: Any, root: str, system: Any, fit: Any, options: SearchOptions,
                  outcome: SearchOutcome, stored: dict, address: int, method: str,
-                 first_key: int, wait: bool) -> tuple[TimedOutcome, list[Candidate]]:
+                 first_key: int, wait: bool, normaliser: Normaliser,
+                 uncounted: dict) -> tuple[TimedOutcome, list[Candidate]]:
     """The measured-time phase (wcetfit.search.timed), seeded with the slowest measured
     inputs and the model search's best; its slowest children, counted, as candidates."""
     target = session.target
-    normaliser = Normaliser(target, root)
     seeds: list[ChoiceSequence] = []
     with np.errstate(all="ignore"):
         medians = np.nanmedian(system.ticks, axis=1)
@@ -127,8 +133,7 @@ def _timed_phase(session: Any, root: str, system: Any, fit: Any, options: Search
         if path in paths:
             continue
         paths.add(path)
-        index = int(system.indices[row])
-        seq = normaliser.record(index) if index < SEARCH_BASE else stored.get(index)
+        seq = draws_of(normaliser, int(system.indices[row]), stored)
         if seq is not None:
             seeds.append(seq)
     seeds += [c.sequence for c in outcome.best[:options.timed_parents]]
@@ -136,7 +141,8 @@ def _timed_phase(session: Any, root: str, system: Any, fit: Any, options: Search
     fresh = int(generated.max()) + 1 if len(generated) else 0
     if options.strategy == "random":
         fresh += options.budget          # past the inputs the model phase's reference drew
-    timed = timed_search(target, root, address, method, seeds, budget=options.timed_budget,
+    timed = timed_search(target, root, address, method, normaliser, seeds,
+                         budget=options.timed_budget,
                          generation=options.timed_generation, parents=options.timed_parents,
                          repeats=options.timed_repeats, keep=options.timed,
                          first_key=first_key, strategy=options.strategy,
@@ -146,23 +152,13 @@ def _timed_phase(session: Any, root: str, system: Any, fit: Any, options: Search
                     len(timed.failures))
     if not timed.best:
         return timed, []
-    uncounted = uncounted_callees(target, session.model, root)
     counts, failed = count_candidates(target, session.model, root,
                                       {k: s for k, s, _ in timed.best}, uncounted)
     if failed:
         log.warning("%s: %d inputs the timed search found failed when counted and are "
                     "left out", root, len(failed))
-    functions = {fc: session.model.function(fc) for fc, _ in system.columns}
-    blocks_of = {name: fn.block_addresses for name, fn in functions.items()}
-    executed = (system.counts > 0).any(axis=0)
-    out = []
-    for k, seq, _ticks in timed.best:
-        if k not in counts:
-            continue
-        vec = column_vector(system.columns, blocks_of, counts[k])
-        pred, outside = determined_prediction(fit, vec)
-        out.append(Candidate(k, seq, counts[k], vec, pred,
-                             int(((vec > 0) & ~executed).sum()), outside))
+    scorer = Scorer(session.model, system, fit)
+    out = [scorer.candidate(k, seq, counts[k]) for k, seq, _ticks in timed.best if k in counts]
     log.info("timed search %s: %d children timed in %d generations; %d kept", root,
              timed.timed, timed.generations, len(out))
     return timed, out

@@ -6,6 +6,7 @@ temporary directory so each session builds it afresh.
 """
 
 import ctypes
+import os
 import shutil
 import subprocess
 import sys
@@ -332,6 +333,31 @@ def test_time_input_without_migration_keeps_everything(h, so):
         got = timing.time_input(h, "spin", addr(so, "spin"), h.pack("spin", (50,)),
                                 repeats=20)
     assert got.migrated == 0 and got.cpu == cpu and np.isfinite(got.ticks).all()
+
+
+def test_the_first_timed_call_of_a_process_is_a_discarded_one(h, so):
+    """prime_timing makes one timed call the first time a process times a function (the
+    timed path runs cold then: a fresh worker's first input had one call 3x its median
+    on libm's cbrt), none after, and one again in a forked child, whose caches and page
+    tables are not the parent's."""
+    ncalls = ctypes.c_int.in_dll(so, "ncalls")
+    ncalls.value = 0
+    pack = h.pack("hop", (-1,))
+    fn = addr(so, "hop")
+    assert timing.prime_timing(h, "hop", fn, pack) and ncalls.value == 1
+    assert not timing.prime_timing(h, "hop", fn, pack) and ncalls.value == 1
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        again = timing.prime_timing(h, "hop", fn, pack)
+        os.write(w, f"{int(again)} {ncalls.value}".encode())
+        os._exit(0)
+    os.close(w)
+    child = os.read(r, 64).decode()
+    os.waitpid(pid, 0)
+    os.close(r)
+    assert child == "1 2"
+    assert ncalls.value == 1                 # the child's call was its own
 
 
 def test_needs_restore(h, so):

@@ -111,7 +111,7 @@ class _ActivationWorker:
     def run(self, index: int, start: Callable[[str], None]) -> dict[str, Any]:
         from wcetfit.split.actprobe import differential_check
         from wcetfit.split.install import RestoreTable
-        from wcetfit.timing.calls import time_input
+        from wcetfit.timing.calls import prime_timing, time_input
 
         args = generate_input(self.generate, self.target, self.harness.ffi, self.root, index)
         pack = self.harness.pack(self.proto, args)
@@ -128,6 +128,8 @@ class _ActivationWorker:
                                   self.repeats, self.warmup, acts)
             self.data.restore(saved)
             self.probes.remove()
+            if prime_timing(self.harness, self.proto, self.original, pack, self.method):
+                self.data.restore(saved)
             plain = time_input(self.harness, self.proto, self.original, pack, self.repeats,
                                self.warmup, self.method)
         finally:

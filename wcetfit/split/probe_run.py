@@ -99,9 +99,11 @@ class _RoundWorker:
         for j in range(n):
             k = (j + index) % n
             if k == len(self.probes):
-                from wcetfit.timing.calls import time_input
+                from wcetfit.timing.calls import prime_timing, time_input
                 start(f"{summary} (whole call)")
                 saved = self.data.save()
+                if prime_timing(self.harness, self.proto, self.original, pack, self.method):
+                    self.data.restore(saved)
                 t = time_input(self.harness, self.proto, self.original, pack, self.repeats,
                                self.warmup, self.method)
                 self.data.restore(saved)

@@ -52,7 +52,7 @@ class _TimingWorker:
         """Per function: (ticks, migrated samples, (first, last) return values or None).
         The first warm-up call is made on its own for its return value (the same calls in
         the same order as before: wcetfit.timing.state)."""
-        from wcetfit.timing.calls import time_input
+        from wcetfit.timing.calls import prime_timing, time_input
         from wcetfit.timing.state import comparable
 
         out = {}
@@ -66,6 +66,7 @@ class _TimingWorker:
             if check:
                 first = self.harness.time(proto, address, pack, repeats=0, warmup=1,
                                           method=self.method).result
+            prime_timing(self.harness, proto, address, pack, self.method)
             timed = time_input(self.harness, proto, address, pack, self.repeats,
                                m.warmup - 1 if check else m.warmup, self.method)
             out[name] = (timed.ticks, timed.migrated,

@@ -87,13 +87,42 @@ class CorruptingWorker:
 
 
 def test_a_worker_broken_after_earlier_inputs_fails_those_inputs_not_the_run():
-    run = run_isolated(CorruptingWorker, range(9), timeout=1.0)
+    run = run_isolated(CorruptingWorker, range(9), timeout=1.0, build_timeout=1.0)
     assert run.results == {i: i for i in range(9) if i not in (4, 6)}
     kinds = {f.index: f for f in run.failures}
     assert set(kinds) == {4, 6}
     assert kinds[4].kind == "corrupt" and "cannot be indexed" in kinds[4].message
     assert kinds[4].arguments == "(n=4)"
     assert kinds[6].kind == "hang" and "after input 5 returned" in kinds[6].message
+
+
+class SlowBuildWorker:
+    """Input 1's arguments take 1.5 s to build (a large buffer), input 3's forever (a
+    generate() that loops), input 5's kill the worker; every call itself is quick."""
+
+    def run(self, index, start):
+        if index == 1:
+            time.sleep(1.5)
+        if index == 3:
+            time.sleep(60)
+        if index == 5:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        start(f"(n={index})")
+        return index
+
+
+def test_building_arguments_has_its_own_time_limit_and_names_its_input():
+    """A call limit of 0.3 s does not make a 1.5 s argument build a hang (it was reported
+    as a hang of the previous input's call), and a build that never ends or dies is that
+    input's failure, said as one, not the run's."""
+    run = run_isolated(SlowBuildWorker, range(7), timeout=0.3, build_timeout=3.0)
+    assert run.results == {i: i for i in range(7) if i not in (3, 5)}
+    kinds = {f.index: f for f in run.failures}
+    assert set(kinds) == {3, 5}
+    assert kinds[3].kind == "hang" and "building its arguments" in kinds[3].message
+    assert "more than 3 s" in kinds[3].message and "after input 2 returned" in kinds[3].message
+    assert kinds[5].kind == "crash" and "building its arguments" in kinds[5].message
+    assert "SIGSEGV" in kinds[5].message
 
 
 class RefusedArgumentWorker:

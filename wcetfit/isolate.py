@@ -14,6 +14,8 @@ cffi and the target module for every restart.  The worker never touches angr.
 
 Protocol (pickled tuples, length-prefixed):
   ("ready",)                          worker state built
+  ("build", index)                    about to build ``index``'s arguments (generate(),
+                                      packing: Python, under its own time limit)
   ("start", index, summary)           about to call the target for ``index``
   ("done", index, result)             ``result`` is whatever ``Worker.run`` returned
   ("fatal", index|None, exception)    a WcetfitError that must stop the whole run
@@ -55,6 +57,12 @@ log = logging.getLogger(__name__)
 # A fresh worker that dies before saying "ready" this many times in a row means the
 # set-up itself is broken, not one input: stop instead of looping.
 _MAX_SETUP_FAILURES = 2
+
+# Seconds one input's arguments may take to build (generate() and packing them) before it
+# counts as a hang.  Not the [measure] timeout, which is per call of the function: a
+# 2 GB buffer took longer to build than a 0.3 s limit and was reported as a hang of the
+# previous input's call.
+BUILD_TIMEOUT_S = 60.0
 
 
 class Worker(Protocol):
@@ -196,6 +204,7 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
         _send(fd, ("ready",))
         for index in indices:
             current = index
+            _send(fd, ("build", index))
             before = _process_state()
             try:
                 result = worker.run(index, lambda summary, i=index: _send(fd, ("start", i,
@@ -256,11 +265,13 @@ def _describe_status(status: int) -> str:
 
 def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                  timeout: float, setup_timeout: float = 120.0,
+                 build_timeout: float = BUILD_TIMEOUT_S,
                  on_result: Callable[[int, Any], None] | None = None,
                  on_failure: Callable[[InputFailure], None] | None = None) -> IsolatedRun:
     """Run ``make_worker().run(i)`` for every ``i`` in a child process.
 
-    ``timeout``: seconds one input may take after its "start" before it counts as a hang.
+    ``timeout``: seconds one input may take after its "start" before it counts as a hang;
+    ``build_timeout``: seconds its arguments may take to build before it (:data:`BUILD_TIMEOUT_S`).
     ``on_result``/``on_failure`` are called in the parent as results arrive, so callers can
     save incrementally.  A ``fatal`` message re-raises its WcetfitError here, after the
     results received so far were handed to ``on_result``.  KeyboardInterrupt stops the
@@ -285,15 +296,30 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
         last_pid = pid
         reader = _Reader(rfd)
         in_progress: tuple[int, str] | None = None
+        building: int | None = None            # the input whose arguments are being built
         last_done: int | None = None          # the last input this worker finished
         ready = False
         try:
             while True:
                 try:
-                    limit = timeout if in_progress else (setup_timeout if not ready else timeout)
+                    limit = (timeout if in_progress else max(build_timeout, timeout)
+                             if building is not None else
+                             setup_timeout if not ready else timeout)
                     msg = reader.read(limit)
                 except TimeoutError:
                     _kill_group(pid)
+                    if in_progress is None and building is not None:
+                        after = ("" if last_done is None else
+                                 f", after {input_label(last_done)} returned in the same "
+                                 f"worker (or that call corrupted the process's memory: a "
+                                 f"buffer smaller than what it writes?)")
+                        fail = InputFailure(
+                            building, "hang",
+                            f"building its arguments (generate() and packing them) took "
+                            f"more than {limit:g} s, before any call{after}", "(not built)")
+                        _record_failure(run, fail, on_failure)
+                        pending = pending[pending.index(building) + 1:]
+                        break
                     if in_progress is None and last_done is not None and pending:
                         # it answered for earlier inputs, then hung before the next one's
                         # call (in malloc, on a heap an earlier call corrupted): that
@@ -301,7 +327,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                         fail = InputFailure(
                             pending[0], "hang",
                             f"the worker stopped answering before this input's call "
-                            f"(no word for {limit:.0f} s after {input_label(last_done)} "
+                            f"(no word for {limit:g} s after {input_label(last_done)} "
                             f"returned): that call may have corrupted the process's memory "
                             f"(a buffer smaller than what it writes?)", "(not built)")
                         _record_failure(run, fail, on_failure)
@@ -309,7 +335,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                         break
                     if in_progress is None:
                         raise MeasurementError(
-                            f"the measurement worker did not answer within {limit:.0f} s "
+                            f"the measurement worker did not answer within {limit:g} s "
                             "while setting up") from None
                     index, summary = in_progress
                     # (the limit covers all of this input's calls: a multiple of the
@@ -326,6 +352,18 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                     pid = 0
                     if in_progress is None:
                         setup_failures += 1
+                        if ready and building is not None and (
+                                last_done is None or setup_failures >= _MAX_SETUP_FAILURES):
+                            # died building this input's arguments in a worker that had run
+                            # no call before (a fresh one gets the input after a worker
+                            # that had: an earlier call may have broken its memory)
+                            _record_failure(run, InputFailure(
+                                building, "crash", f"the worker died while building its "
+                                f"arguments (generate() and packing them), before any call: "
+                                f"{_describe_status(status)}", "(not built)"), on_failure)
+                            pending = pending[pending.index(building) + 1:]
+                            setup_failures = 0
+                            break
                         if not ready or setup_failures >= _MAX_SETUP_FAILURES:
                             raise MeasurementError(
                                 f"the measurement worker died while setting up: "
@@ -340,12 +378,16 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                 kind = msg[0]
                 if kind == "ready":
                     ready = True
+                elif kind == "build":
+                    building = msg[1]
                 elif kind == "start":
                     in_progress = (msg[1], msg[2])
+                    building = None
                 elif kind == "done":
                     index, result = msg[1], msg[2]
                     run.results[index] = result
                     in_progress = None
+                    building = None
                     last_done = index
                     setup_failures = 0
                     if on_result is not None:

@@ -70,7 +70,8 @@ RECOVERY_ROUNDS = 16
 #    a hoisted table base from the one lea reaching the jump
 # 10: function starts and branch targets VEX cannot decode at all are decoded by capstone
 # 11: … and conditional branches' fall-throughs
-MODEL_FORMAT = 12
+# 13: a table of function pointers may have empty slots (no code address): a tail call
+MODEL_FORMAT = 13
 
 # CFGFast options, chosen deliberately (a default CFGFast of libm takes ~40 s, this ~10 s):
 CFG_OPTIONS = dict(

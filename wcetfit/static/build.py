@@ -218,7 +218,7 @@ class Builder:
             # through a pointer, or (table-shaped but unreadable) unresolved.
             info = self.raw.indirect.get(last.address)
             own = self._own_table(addr, last, info)
-            if own is not None and own.targets and all(t in self.entries for t in own.targets):
+            if own is not None and self._pointer_table(own):
                 # A table of function entries (``return handlers[i](...)``): a tail call
                 # through a pointer table, not a switch of this function.
                 bf.tail_out.append((CALL_INDIRECT, None, None))
@@ -235,7 +235,7 @@ class Builder:
                 targets |= {t for t in info.resolved if ours(t)}
                 bf.jump_table = self._jump_table(addr, last, info)
             jt = bf.jump_table
-            if jt is not None and jt.targets and all(t in self.entries for t in jt.targets):
+            if jt is not None and self._pointer_table(jt):
                 jt = None                       # a table of function pointers, as above
             if jt is None and not (bf.jump_table is None and self._table_shaped(addr)) \
                     and (not targets or self._from_memory(addr) or bf.jump_table is not None
@@ -332,6 +332,14 @@ class Builder:
             targets, base = tuple(tabs[0][3][:n]), None
         return JumpTable(block=addr, instruction=last.address, table_address=table,
                          entry_size=esize, base=base, targets=targets)
+
+    def _pointer_table(self, table: JumpTable) -> bool:
+        """A table of function entries (``return handlers[i](...)``), where a slot may also
+        hold no code address at all: libc's vtables of stdio (__woverflow) have empty slots,
+        read relocated as 0 minus the load base, which the model then kept as a jump target
+        at -0x400000 and the model cache could not read back."""
+        code = [t for t in table.targets if self.elf.in_exec(t)]
+        return bool(code) and all(t in self.entries for t in code)
 
     def _from_memory(self, addr: int) -> bool:
         return any(jumptables.from_memory(c) for c in self._chains(addr))

@@ -18,6 +18,8 @@ Figures per target ``t``:
 
 * ``bracket.<t>.bound_over_slowest``: the bound over the slowest measured input (median of
   its repeats; training and search rows), goal <= 1.25;
+* ``bracket.<t>.bound_over_slowest_call``: the bound over the slowest single call that is
+  the function's own time (the maximum observed execution time, the lower end for calls);
 * ``bracket.<t>.bound_covers_fresh``: the bound >= every fresh call, once calls the fit's
   own repeat rule treats as preempted are left out (bench.samples._preempted; how many is
   said), goal yes;
@@ -172,6 +174,12 @@ def stored_figures(name: str, target_dir: str) -> list[dict[str, Any]]:
             point_over_slowest_predicted=round(w.bound_ticks / float(np.nanmax(
                 a.fit.predict(a.system.counts, unknown="zero"))), 3),
             reference="slowest measured input (median of repeats), search included"),
+        # the bracket's lower end for single calls: the maximum observed execution time
+        fig(f"bracket.{name}.bound_over_slowest_call",
+            round(bound / w.slowest_call["ticks"], 3) if w.slowest_call else None, "x",
+            slowest_call_ticks=round(w.slowest_call["ticks"]) if w.slowest_call else None,
+            reference="slowest single call that is the function's own time (no interrupt "
+                      "in it: the rule of the bound's cover), training and search rows"),
         # the same without what the machine's load adds (dispersion) on both sides: the
         # IPET point and margin over the slowest input's median at the run's fast end
         fig(f"bracket.{name}.model_over_slowest_at_fast_end", round(

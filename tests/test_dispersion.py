@@ -348,3 +348,29 @@ def test_the_call_farthest_above_its_input_is_named():
     d = call_dispersion(system, fit, point=60.0)
     assert d.driver["input"] == 1014 and d.driver["call_ticks"] == 938
     assert d.driver["mean_ticks"] < 938 and d.call > 5
+
+
+def test_the_slowest_own_call_is_the_bracket_s_lower_end_and_the_bound_stays_above_it():
+    """The slowest call that is the function's own time, as timed, with its input's number
+    (the maximum observed execution time): a call a cache miss slower counts (it is below
+    an interrupt's cost), one an interrupt lengthened does not, and the bound's cover keeps
+    the bound above the one that counts."""
+    from types import SimpleNamespace
+
+    from wcetfit.wcet.dispersion import call_dispersion
+
+    rng = np.random.default_rng(5)
+    n, r = 120, 10
+    pred = rng.uniform(1_000, 2_000, n)
+    ticks = np.round(pred[:, None] * (1 + np.abs(rng.normal(0, 0.003, (n, r)))))
+    ticks[30, 4] = np.median(ticks[30]) + 900        # 346 ns: a miss, the function's own
+    ticks[60, 2] = np.median(ticks[60]) + 40_000     # 15 µs: an interrupt
+    numbers = np.arange(n) + 1000
+    system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)), indices=numbers,
+                             tsc_hz=2.6e9)
+    fit = SimpleNamespace(quantum_ticks=2.0, rejected=(),
+                          predict=lambda counts, unknown="zero": pred)
+    d = call_dispersion(system, fit, point=float(pred.max()))
+    assert d.slowest_call == {"input": 1030.0, "ticks": float(ticks[30, 4])}
+    assert pred.max() * (1 + d.excess) >= ticks[30, 4]
+    assert pred.max() * (1 + d.excess) < ticks[60, 2]

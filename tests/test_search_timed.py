@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.smalltarget import build_library, write_target
 
@@ -76,13 +77,26 @@ def test_the_timed_phase_finds_a_slow_input_the_counts_cannot_tell(tmp_path):
     assert len(set(both)) == len(both) and min(both[len(first):]) > max(first)
 
 
-def test_analyze_reports_the_slow_input_the_timed_phase_found(tmp_path):
+def test_analyze_reports_the_slow_input_the_timed_phase_found(tmp_path, capsys):
     from tests.smalltarget import analyzed_root
+    from wcetfit.cli import main
 
     d = _target(tmp_path, budget=40)
     root = analyzed_root(d, tmp_path / "report.json")
     slowest = root["wcet"]["slowest_input"]
     assert slowest["found_by_search"] is True
     assert "4160" in (slowest["arguments"] or "")
+    # the bracket's lower end for single calls: the slowest call that was the function's
+    # own time, at least the slowest input's median, and the bound above it
+    call = root["wcet"]["slowest_call"]
+    assert call["ticks"] >= root["wcet"]["max_observed_ticks"]
+    assert root["wcet"]["ipet_ticks"] >= call["ticks"]
+    hz = json.loads((tmp_path / "report.json").read_text())["tsc_hz"]
+    assert call["ns"] == pytest.approx(call["ticks"] / hz * 1e9, rel=1e-6)
+    capsys.readouterr()
+    assert main(["report", str(d)]) == 0
+    out = capsys.readouterr().out.replace("\u00a0", " ")
+    assert f"Slowest single call: {call['label']}, " in out
+    assert "bound / slowest call = " in out
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["functions"][0]["name"] == "touch"

@@ -363,7 +363,7 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     p = session.target.exceedance
     d = call_dispersion(system, fit, exceedance=p, point=result.bound_ticks)
     return replace(result, dispersion=d.excess, dispersion_factors=d.to_dict(), exceedance=p,
-                   dispersion_driver=dict(d.driver))
+                   dispersion_driver=dict(d.driver), slowest_call=dict(d.slowest_call))
 
 
 def analyze_stage(session: Session, root: str, counts: Any, times: Any,

@@ -152,6 +152,11 @@ class WcetSummary:
     slowest_arguments: str | None = None
     slowest_searched: bool = False
     beyond: tuple[Any, ...] = ()
+    # the slowest call that is the function's own time (no interrupt: the rule the bound's
+    # cover uses, wcetfit.wcet.dispersion), as timed, and its input's number: the maximum
+    # observed execution time, the bracket's lower end for single calls (root only)
+    slowest_call_ticks: float | None = None
+    slowest_call_number: int | None = None
 
 
 @dataclass(frozen=True)
@@ -555,7 +560,10 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                    else np.arange(n_inputs))
         number = int(numbers[max_obs_i])
         from wcetfit.search.candidates import SEARCH_BASE
+        own_call = dict(getattr(wres, "slowest_call", {}) or {}) if wres is not None else {}
         bracket_fields = dict(
+            slowest_call_ticks=own_call.get("ticks"),
+            slowest_call_number=(int(own_call["input"]) if "input" in own_call else None),
             slowest_number=number, slowest_searched=number >= SEARCH_BASE,
             slowest_arguments=describe_input(number) if describe_input else None,
             beyond=beyond_inputs(fn, ires.block_counts, cols, counts, numbers)

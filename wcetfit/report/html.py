@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from wcetfit.model import hexaddr
-from wcetfit.report import TICKS_NOTE, FunctionReport, Report
+from wcetfit.report import TICKS_NOTE, FunctionReport, Report, input_label
 from wcetfit.report import _format as F
 from wcetfit.report.summary import fit_in_words
 from wcetfit.report.cfgsvg import (Layout, _ident, cfg_dot_source, cfg_svg,  # noqa: F401
@@ -89,6 +89,10 @@ def _wcet_table(report: Report, fr: FunctionReport) -> str:
     if fr.is_root:
         row("max observed", w.max_observed_ticks,
             f"median of the repeats of {report.input_name(w.max_observed_input)}")
+        if w.slowest_call_ticks is not None:
+            row("slowest own call", w.slowest_call_ticks,
+                f"no interrupt in it, {input_label(w.slowest_call_number)}"
+                if w.slowest_call_number is not None else "no interrupt in it")
         row("slowest single call", w.max_observed_raw_ticks, "may include preemption")
         row("max predicted", w.max_predicted_ticks,
             f"Σ count · cost + overhead, {report.input_name(w.max_predicted_input)}")

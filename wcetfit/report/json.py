@@ -27,6 +27,7 @@ Layout::
                  path_envelopes: [{blocks, header, slope, intercept, text}],
                  max_observed_ticks, max_observed_ns, max_observed_input,
                  max_observed_raw_ticks, max_observed_raw_ns,
+                 slowest_call: {number, label, ticks, ns},
                  max_predicted_ticks, max_predicted_ns, max_predicted_input,
                  closest_input, closest_distance,
                  path: [{address, count, cost_ticks, callee_ticks, ticks, ns}],
@@ -56,6 +57,10 @@ same exceedance, the three as they came together on the calls: wcetfit/wcet/marg
 ``path_envelopes`` are the observed envelopes (Σ count(blocks) ≤ intercept + slope ·
 count(header), true on every input; wcetfit/envelope.py) that the worst path touches.
 ``max_observed_ticks`` is the largest per-input median over the timed repeats.
+``slowest_call`` is the slowest single call that is the function's own time (no interrupt
+in it: within 500 ns of its input's median or kept by the repeat statistic, the rule the
+bound's ``cover`` uses), as timed, and its input: the maximum observed execution time;
+``max_observed_raw_ticks`` is the slowest call of all, interrupts included.
 ``max_observed_input``, ``max_predicted_input`` and ``closest_input`` are ``{number, label,
 row}``: the input's number and its name as the text report gives it ("search input 37"),
 and its row in the per-input arrays (wcetfit.report/2 gave the bare row).
@@ -179,6 +184,12 @@ def _function(fr: FunctionReport, hz: float | None,
         "beyond_inputs": [{"name": b.name, "kind": b.kind, "path_count": b.path_count,
                            "max_observed": b.max_observed, "input": b.input_index}
                           for b in w.beyond],
+        "slowest_call": ({"number": w.slowest_call_number,
+                          "label": input_label(w.slowest_call_number),
+                          "ticks": _f(w.slowest_call_ticks),
+                          "ns": _ns(w.slowest_call_ticks, hz)}
+                         if w.slowest_call_ticks is not None
+                         and w.slowest_call_number is not None else None),
         "max_observed_raw_ticks": _f(w.max_observed_raw_ticks),
         "max_observed_raw_ns": _ns(w.max_observed_raw_ticks, hz),
         "max_predicted_ticks": _f(w.max_predicted_ticks),

@@ -204,6 +204,15 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
               indent="  ")
         if w.slowest_arguments:
             _line(console, f"arguments {w.slowest_arguments}", indent="    ", max_lines=1)
+        if w.slowest_call_ticks is not None and w.slowest_call_number is not None:
+            # the maximum observed execution time: a real call's own time, which the WCET
+            # cannot be below (the median above is what the input typically takes)
+            ratio = (f"; bound / slowest call = {w.ipet_ticks / w.slowest_call_ticks:.2f}"
+                     .replace(" ", "\u00a0").replace(";\u00a0", "; ", 1)
+                     if w.ipet_ticks and w.slowest_call_ticks > 0 else "")
+            _line(console, f"Slowest single call: {input_label(w.slowest_call_number)}, "
+                           f"{F.both(w.slowest_call_ticks, hz)} (its own time: no interrupt "
+                           f"in it){ratio}", indent="  ")
         if w.beyond:
             _line(console, "The worst path goes beyond every input at:", indent="  ")
             for b in w.beyond[:4]:

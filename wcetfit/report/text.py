@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from wcetfit.model import hexaddr
-from wcetfit.report import TICKS_NOTE, FunctionReport, Report
+from wcetfit.report import TICKS_NOTE, FunctionReport, Report, input_label
 from wcetfit.report import _format as F
 
 
@@ -116,6 +116,11 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
         t.add_row("max observed", F.num(w.max_observed_ticks), F.num(report.ns(w.max_observed_ticks)),
                   f"median of repeats, {report.input_name(w.max_observed_input)}"
                   if w.max_observed_input is not None else "no times")
+        if w.slowest_call_ticks is not None:
+            t.add_row("  slowest own call", F.num(w.slowest_call_ticks),
+                      F.num(report.ns(w.slowest_call_ticks)),
+                      f"no interrupt in it, {input_label(w.slowest_call_number)}"
+                      if w.slowest_call_number is not None else "no interrupt in it")
         t.add_row("  slowest single call", F.num(w.max_observed_raw_ticks),
                   F.num(report.ns(w.max_observed_raw_ticks)), "may include preemption")
         t.add_row("max predicted", F.num(w.max_predicted_ticks),

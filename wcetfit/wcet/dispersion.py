@@ -33,6 +33,9 @@ class Dispersion:
     cover: float = 1.0
     # the call farthest above its input's mean (input number, call_ticks, mean_ticks)
     driver: dict = field(default_factory=dict)
+    # the slowest call that is the function's own time, as timed (input number, ticks): the
+    # maximum observed execution time, the bracket's lower end for single calls
+    slowest_call: dict = field(default_factory=dict)
 
     @property
     def excess(self) -> float:
@@ -93,7 +96,9 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     machine = float(speed.max_factor) if speed is not None and speed.followed else 1.0
     ticks = getattr(system, "ticks_at_reference", system.ticks)
     summary = summarize_repeats(ticks, quantum=fit.quantum_ticks)
-    cover = _cover(system, summary, ticks, point)
+    slowest_call = _slowest_own_call(system, summary, ticks)
+    cover = (max(1.0, slowest_call["ticks"] / float(point))
+             if slowest_call and point and point > 0 else 1.0)
     predicted = np.asarray(fit.predict(system.counts, unknown="zero"), dtype=float)
     floor = max(min_quanta * (fit.quantum_ticks or 1.0),
                 long_share * float(np.nanmax(predicted, initial=0.0)))
@@ -106,7 +111,7 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
         # two TSC steps of nothing (their relative excess is pure quantization)
         rows = np.isfinite(predicted) & (predicted >= 2 * (fit.quantum_ticks or 1))
     if not rows.any():
-        return Dispersion(machine_speed=machine, cover=cover)
+        return Dispersion(machine_speed=machine, cover=cover, slowest_call=slowest_call)
     # Two different things make a call exceed its prediction, and they extrapolate
     # differently: the model's misfit for an input (its mean over the prediction:
     # data-dependent costs; a property of the input, bounded by the worst seen, like an
@@ -131,14 +136,15 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     noise = noise[np.isfinite(noise)]
     misfit = misfit[np.isfinite(misfit)]
     if noise.size == 0 or misfit.size == 0:
-        return Dispersion(machine_speed=machine, cover=cover)
+        return Dispersion(machine_speed=machine, cover=cover, slowest_call=slowest_call)
     p = EXCEEDANCE_PER_CALL if exceedance is None else exceedance
     per_call = max(float(noise.max()), gumbel_quantile(noise, exceedance=p))
     from wcetfit.wcet.margin import joint_excess
     joint = joint_excess(system.ticks[rows], keep, predicted[rows],
                          exceedance=p, quantile=gumbel_quantile, per=per)
     return Dispersion(misfit=max(1.0, float(misfit.max())), call=max(1.0, per_call),
-                      machine_speed=machine, joint=joint, cover=cover, driver=driver)
+                      machine_speed=machine, joint=joint, cover=cover, driver=driver,
+                      slowest_call=slowest_call)
 
 
 def _driver(system: Any, rows: np.ndarray, ratios: np.ndarray, calls: np.ndarray,
@@ -165,24 +171,27 @@ def _driver(system: Any, rows: np.ndarray, ratios: np.ndarray, calls: np.ndarray
     return out
 
 
-def _cover(system: Any, summary: Any, ticks: Any, point: float | None) -> float:
-    """The slowest call that is the function's own time, over ``point``: the factor that
-    keeps the bound above every such call, whichever rows the factors above are taken
-    from.  Short calls are left out of those (a quantum is a large share of them), and
-    a call of a short input 300 ticks above its input's median is still far below an
-    interrupt's cost: libm's log1p was timed at 254 ticks against a bound of 190
-    (the input's other calls 76–78), and the report blamed an interrupt.  The calls as
-    timed, not at the reference speed: it is the measured call the bound must be above."""
-    if not point or point <= 0:
-        return 1.0
+def _slowest_own_call(system: Any, summary: Any, ticks: Any) -> dict[str, float]:
+    """The slowest call that is the function's own time (not taken for an interrupt), as
+    timed: its input's number and ticks ({} when none).  The bound is kept above it (the
+    ``cover`` floor), whichever rows the factors are taken from.  Short calls are left out
+    of those (a quantum is a large share of them), and a call of a short input 300 ticks
+    above its input's median is still far below an interrupt's cost: libm's log1p was
+    timed at 254 ticks against a bound of 190 (the input's other calls 76–78), and the
+    report blamed an interrupt.  The calls as timed, not at the reference speed: it is the
+    measured call the bound must be above."""
     raw = np.asarray(system.ticks, dtype=float)
     if raw.ndim == 1:
         raw = raw[:, None]
     own = _not_interrupted(summary, ticks, getattr(system, "tsc_hz", None))
     own = np.asarray(own, dtype=bool) & np.isfinite(raw)
     if not own.any():
-        return 1.0
-    return max(1.0, float(raw[own].max()) / float(point))
+        return {}
+    at = np.where(own, raw, -np.inf)
+    row, _ = np.unravel_index(int(np.argmax(at)), at.shape)
+    indices = getattr(system, "indices", None)
+    number = int(indices[row]) if indices is not None and len(indices) > row else int(row)
+    return {"input": float(number), "ticks": float(at[row].max())}
 
 
 # The least time an interrupt or a preemption adds to a timed call.  The repeat statistic

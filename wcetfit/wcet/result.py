@@ -219,6 +219,9 @@ class WcetResult:
     dispersion_factors: Mapping[str, float] = field(default_factory=dict)
     # the call farthest above its input's mean: input (number), call_ticks, mean_ticks
     dispersion_driver: Mapping[str, float] = field(default_factory=dict)
+    # the slowest call that is the function's own time (no interrupt), as timed: input
+    # (number), ticks; the maximum observed execution time, which the bound stays above
+    slowest_call: Mapping[str, float] = field(default_factory=dict)
     # function → blocks no input executed, left out of the worst path ([wcet] unreached =
     # "observed", the default; empty under "require"): the bound is for executions that
     # keep to the code the inputs ran

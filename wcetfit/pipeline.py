@@ -198,9 +198,11 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
     else:
         speed = flat_profile(system.ticks, "not followed: [fit] follow_speed = false")
     system = replace(system, speed=speed)
+    from wcetfit.fit.ceilings import block_ceiling_ticks
     fit = fit_function(system.counts, system.ticks, system.addresses,
                        structural_basis=system.structural_basis, tsc_hz=system.tsc_hz,
-                       speed=speed, options=options)
+                       speed=speed, options=options,
+                       ceilings=block_ceiling_ticks(functions, system.columns, system.tsc_hz))
     rows, calibration = activation_data(session, root)
     if rows:
         # per-function fits from the functions' own activations cost the blocks they

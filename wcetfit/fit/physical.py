@@ -1,5 +1,6 @@
 """Costs a machine can have: the least-squares fit held to every block ≥ 0 ticks and every
-configuration's overhead ε ≥ its floor (``FitOptions.costs = "physical"``, the default).
+configuration's overhead ε ≥ its floor (``FitOptions.costs = "physical"``, the default), and
+each block to at most what its instructions can take (wcetfit.fit.ceilings), where known.
 
 Why.  On library code that calls a dozen functions (zlib's ``uncompress``, libbz2's
 ``BZ2_bzBuffToBuffDecompress``, 300 inputs) the inputs move whole groups of block counts
@@ -93,11 +94,26 @@ def lower_bounds(fx: Any) -> np.ndarray:
     return lower
 
 
-def constrained_solve(G: np.ndarray, b: np.ndarray, lower: np.ndarray, n_blocks: int
-                      ) -> np.ndarray:
-    """argmin θᵀGθ − 2bᵀθ + ridge subject to θ ≥ lower (module docstring); ``G``/``b`` are
-    a (weighted) normal matrix and right-hand side in reduced coordinates, the first
-    ``n_blocks`` unknowns blocks (ridged), the rest ε."""
+def upper_bounds(fx: Any) -> np.ndarray:
+    """Per reduced unknown: the most its blocks can cost per execution (a class of
+    identical columns is one unknown, their sum: the sum of their ceilings), inf for a
+    block without a limit and for every ε (wcetfit.fit.ceilings; all inf without them)."""
+    upper = np.full(fx.reps.size, np.inf)
+    ceilings = getattr(fx, "ceilings", None)
+    if ceilings is None:
+        return upper
+    for j, members in enumerate(fx.classes):
+        upper[j] = float(np.sum(ceilings[fx.design.active[members]]))
+    return upper
+
+
+def constrained_solve(G: np.ndarray, b: np.ndarray, lower: np.ndarray, n_blocks: int,
+                      upper: np.ndarray | None = None) -> np.ndarray:
+    """argmin θᵀGθ − 2bᵀθ + ridge subject to lower ≤ θ ≤ upper (module docstring);
+    ``G``/``b`` are a (weighted) normal matrix and right-hand side in reduced
+    coordinates, the first ``n_blocks`` unknowns blocks (ridged), the rest ε.  The upper
+    limits are far above any cost the data support: the solution is the one without them
+    unless it passes one, and only then is the problem solved with both."""
     p = b.size
     diag = np.diag(G).copy()
     live = diag > 0
@@ -128,7 +144,14 @@ def constrained_solve(G: np.ndarray, b: np.ndarray, lower: np.ndarray, n_blocks:
         u = res.x
     # an unknown at its bound is the bound itself, not the bound scaled there and back
     # (ε one bit below its floor would be "below the floor")
-    return np.where(u > 0.0, (u + shift) / D, lower)
+    theta = np.where(u > 0.0, (u + shift) / D, lower)
+    if upper is None or not np.any(theta > upper):
+        return theta
+    # scaled: u ≤ D·upper − D·lower (inf stays inf)
+    room = np.where(np.isfinite(upper), D * upper - shift, np.inf)
+    u = lsq_linear(M, r, bounds=(np.zeros(p), np.maximum(room, 0.0)), method="bvls").x
+    theta = np.where(u > 0.0, (u + shift) / D, lower)
+    return np.minimum(theta, upper)
 
 
 def physical_fit(fx: Any, kept: np.ndarray, theta_linear: np.ndarray) -> PhysicalFit:
@@ -143,20 +166,23 @@ def physical_fit(fx: Any, kept: np.ndarray, theta_linear: np.ndarray) -> Physica
     the linear estimate, and so is its covariance (no bootstrap is run)."""
     reps = fx.reps
     lower = lower_bounds(fx)
+    upper = upper_bounds(fx)
     n_cls = fx.n_cls
     Gw = fx.Gwtot[np.ix_(reps, reps)]
     bw = fx.bwtot[reps]
-    theta = constrained_solve(Gw, bw, lower, n_cls)
+    theta = constrained_solve(Gw, bw, lower, n_cls, upper)
     fold_theta = None
     if fx.F > 1:
         fold_theta = np.zeros((fx.design.p, fx.F))
         for k in range(fx.F):
             Gk = (fx.Gwtot - fx.Gw[k])[np.ix_(reps, reps)]
             bk = (fx.bwtot - fx.bw[k])[reps]
-            fold_theta[reps, k] = constrained_solve(Gk, bk, lower, n_cls)
+            fold_theta[reps, k] = constrained_solve(Gk, bk, lower, n_cls, upper)
     tol = 1e-9 * np.maximum(np.abs(lower), 1.0)
     at_bound = np.abs(theta - lower) <= tol
-    broke = int(np.sum(theta_linear < lower - tol))
+    finite = np.isfinite(upper)
+    at_ceiling = finite & (theta >= np.where(finite, upper * (1.0 - 1e-9), np.inf))
+    broke = int(np.sum(theta_linear < lower - tol) + np.sum(theta_linear > upper))
     yy = float(np.sum((fx.w * fx.v * fx.y ** 2)[fx.w > 0]))
 
     def sse(th: np.ndarray) -> float:
@@ -165,14 +191,17 @@ def physical_fit(fx: Any, kept: np.ndarray, theta_linear: np.ndarray) -> Physica
     s_lin = sse(theta_linear)
     rise = (sse(theta) - s_lin) / s_lin if s_lin > 0 else 0.0
     if not broke or rise < NOTED_RISE:
-        return PhysicalFit(theta, None, fold_theta, 0, at_bound, None)
-    samples = [constrained_solve(Gb, bb, lower, n_cls)
+        return PhysicalFit(theta, None, fold_theta, 0, at_bound | at_ceiling, None)
+    samples = [constrained_solve(Gb, bb, lower, n_cls, upper)
                for Gb, bb in resampled_normals(fx, kept)]
     cov = (np.cov(np.array(samples), rowvar=False).reshape(reps.size, reps.size)
            if len(samples) >= 2 else np.full((reps.size, reps.size), np.inf))
     n_blocks = int(at_bound[:n_cls].sum())
     n_eps = int(at_bound[n_cls:].sum())
+    n_top = int(at_ceiling[:n_cls].sum())
     held = ", ".join(x for x in (f"{n_blocks} block cost(s) at 0" if n_blocks else "",
+                                 f"{n_top} at the most their instructions can take "
+                                 f"({_ceiling_names(fx, at_ceiling)})" if n_top else "",
                                  f"ε at its floor of {lower[n_cls]:.0f} ticks" if n_eps
                                  else "") if x)
     if s_lin > EXACT_SHARE * yy:
@@ -184,9 +213,21 @@ def physical_fit(fx: Any, kept: np.ndarray, theta_linear: np.ndarray) -> Physica
                   f"% of the timings (root mean square); unconstrained least squares "
                   f"reproduces them exactly (as many unknowns as inputs: time more inputs)")
     note = (f"unconstrained least squares gives {broke} unknown(s) values no machine has "
-            f"(a cost below 0 or ε below its floor); the costs are fitted held to physical "
+            f"(a cost below 0 or above what its instructions can take, or ε below its "
+            f"floor); the costs are fitted held to physical "
             f"values ({held or 'none held at a bound'}), {effect}")
-    return PhysicalFit(theta, cov, fold_theta, len(samples), at_bound, note)
+    return PhysicalFit(theta, cov, fold_theta, len(samples), at_bound | at_ceiling, note)
+
+
+def _ceiling_names(fx: Any, at_ceiling: np.ndarray, limit: int = 3) -> str:
+    """The blocks held at their ceiling, by address, with the ceiling in ticks."""
+    upper = upper_bounds(fx)
+    out = []
+    for j in np.flatnonzero(at_ceiling[:fx.n_cls]):
+        addrs = [fx.addrs[fx.design.active[m]] for m in fx.classes[j]]
+        out.append(f"{'+'.join(hex(a) for a in addrs)} ≤ {upper[j]:,.0f} ticks")
+    more = f", … {len(out) - limit} more" if len(out) > limit else ""
+    return ", ".join(out[:limit]) + more
 
 
 # An unconstrained residual sum of squares below this share of the timings' own sum of

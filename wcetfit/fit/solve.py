@@ -62,6 +62,7 @@ def fit_function(counts: np.ndarray, ticks: np.ndarray, block_addresses: Sequenc
                  config_ids: np.ndarray | None = None,
                  tsc_hz: float | None = None,
                  speed: Any = None,
+                 ceilings: np.ndarray | None = None,
                  options: FitOptions = FitOptions()) -> FitResult:
     """Fit per-block costs to the timings; see the module docstring.
 
@@ -71,19 +72,20 @@ def fit_function(counts: np.ndarray, ticks: np.ndarray, block_addresses: Sequenc
     [n_inputs] (default all 0); ``speed``: a :class:`wcetfit.timing.speed.SpeedProfile` of the
     ticks, whose factors are divided out of every call before anything else (the costs
     are then at the profile's reference speed; the TSC step is detected on the raw
-    ticks)."""
+    ticks); ``ceilings`` [n_blocks]: the most one execution of each block can cost, in
+    ticks (inf: no limit; wcetfit.fit.ceilings), which the physical fit holds it to."""
     from wcetfit.blasthreads import limited
 
     with limited(options.blas_threads):
         return _Fitter(counts, ticks, block_addresses, structural_basis, config_ids, tsc_hz,
-                       options, speed).run()
+                       options, speed, ceilings).run()
 
 class _Fitter:
     """The state of one fit, shared by the stages (rows, iteration, intervals, solutions,
     groups, validation), which read and extend it."""
 
     def __init__(self, counts, ticks, block_addresses, structural_basis, config_ids, tsc_hz,
-                 opts: FitOptions, speed: Any = None) -> None:
+                 opts: FitOptions, speed: Any = None, ceilings: Any = None) -> None:
         self.opts = opts
         self.warnings: list[str] = []
         counts = np.asarray(counts)
@@ -136,6 +138,12 @@ class _Fitter:
                 raise FitError(f"structural basis must be finite [dim, {nb}], got shape "
                                f"{m.shape}")
         self.basis_in = structural_basis
+        if ceilings is not None:
+            ceilings = np.asarray(ceilings, dtype=float)
+            if ceilings.shape != (nb,) or np.any(np.isnan(ceilings)) or np.any(ceilings <= 0):
+                raise FitError(f"ceilings must be positive [{nb}] (inf: no limit), got "
+                               f"shape {ceilings.shape}")
+        self.ceilings = ceilings
 
     # -- main ---------------------------------------------------------------------------------
     def run(self) -> FitResult:

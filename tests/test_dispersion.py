@@ -182,6 +182,27 @@ def test_the_report_says_which_factor_the_bound_took():
     assert "worst misfit of an input seen ×1.300" in dispersion_note(w).split(" × ")[0]
 
 
+def test_the_headline_says_what_set_the_factor():
+    """The bound's headline names what set its factor: the slowest own call it stays above
+    (with that call), the joint factor of calls as timed, or the product with each part
+    (a new user read "× 2.79 for single calls" where the inputs' misfit made ×1.97)."""
+    from types import SimpleNamespace
+
+    from wcetfit.report._format import dispersion_source
+
+    w = SimpleNamespace(dispersion=1.79, dispersion_factors={
+        "misfit": 1.965, "call": 1.343, "machine_speed": 1.056}, slowest_call_ticks=None,
+        slowest_call_number=None)
+    assert dispersion_source(w) == "for misfit ×1.97 · single calls ×1.34 · machine speed ×1.06"
+    w.dispersion_factors["joint"] = 2.0
+    assert dispersion_source(w).startswith("for single calls as timed (below misfit ×1.97")
+    w = SimpleNamespace(dispersion=8.56, dispersion_factors={
+        "misfit": 1.1, "call": 1.2, "machine_speed": 1.0, "cover": 9.56},
+        slowest_call_ticks=1034.0, slowest_call_number=265)
+    assert dispersion_source(w) == ("to stay above the slowest call that was the function's "
+                                    "own time (input 265, 1,034 ticks)")
+
+
 def test_inputs_the_fit_rejected_are_covered_by_the_dispersion():
     """A rejected outlier (here 15 % over its prediction, as zlib crc32's input 27 was
     in an end-to-end run) left the bound below its median: it was measured, so the
@@ -371,6 +392,9 @@ def test_the_slowest_own_call_is_the_bracket_s_lower_end_and_the_bound_stays_abo
     fit = SimpleNamespace(quantum_ticks=2.0, rejected=(),
                           predict=lambda counts, unknown="zero": pred)
     d = call_dispersion(system, fit, point=float(pred.max()))
-    assert d.slowest_call == {"input": 1030.0, "ticks": float(ticks[30, 4])}
+    assert d.slowest_call["input"] == 1030.0 and d.slowest_call["ticks"] == ticks[30, 4]
+    # its input's other calls, for the report's "where its other calls took …"
+    others = np.delete(ticks[30], 4)
+    assert d.slowest_call["others_max_ticks"] == others.max()
     assert pred.max() * (1 + d.excess) >= ticks[30, 4]
     assert pred.max() * (1 + d.excess) < ticks[60, 2]

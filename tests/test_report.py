@@ -678,18 +678,18 @@ def test_rests_on_lists_facts_first_site_facts_and_no_zero_callee_bound():
     root = NS(name="f", wcet=wcet, warnings=(note,))
     callees = [NS(name="h", wcet=NS(loops=(), ipet_ticks=0.04, recursion_depth=None)),
                NS(name="g", wcet=NS(loops=(), ipet_ticks=350.0, recursion_depth=None))]
-    report = NS(functions=[root, *callees], warnings=())
+    report = NS(functions=[root, *callees], warnings=(), tsc_hz=2.6e9)
     lines = _rests_on(report, root)
     assert lines[0].startswith("loop f+0x400") and "from [loops]" in lines[0]
     assert any(x.startswith("1 loop bound(s) given per call site in [loops] (h+0x60 ≤ 19")
                for x in lines)
     own = next(x for x in lines if x.startswith("callees' own bounds"))
-    assert "h —," in own and "h 0" not in own and "g 350" in own
+    assert "h —," in own and "h 0" not in own and "g 350.0 ticks (134.6 ns)" in own
     # bounded per call site, the callees' whole-call bounds are not what the bound
     # charges (zlib's compress2: deflate 192,399,126 beside a root of 138,466): not listed
     site = NS(message="f: callees bounded per call site (2 callee instance(s) ...)")
     root2 = NS(name="f", wcet=wcet, warnings=(note, site))
-    lines = _rests_on(NS(functions=[root2, *callees], warnings=()), root2)
+    lines = _rests_on(NS(functions=[root2, *callees], warnings=(), tsc_hz=2.6e9), root2)
     assert not any(x.startswith("callees' own bounds") for x in lines)
     assert "2 callee(s) have context-insensitive bounds of their own, not charged here " \
            "(--full lists them)" in lines
@@ -932,7 +932,9 @@ def test_a_single_call_above_the_bound_is_said(built):
     spike[3, 2] = 10 * np.max(times)
     rep = build_report(fns, "f", fit, counts, cols, spike, wres, TSC_HZ)
     said = [w.message for w in rep.function("f").warnings if "is above the bound" in w.message]
-    assert len(said) == 1 and f"({10 * np.max(times):,.0f} ticks)" in said[0]
+    ticks = 10 * np.max(times)
+    assert len(said) == 1 and f"call, {ticks:,.0f} ticks ({ticks / TSC_HZ * 1e9:,.0f} ns)," \
+        in said[0]
     assert not [w for w in build_report(fns, "f", fit, counts, cols, times, wres,
                                         TSC_HZ).function("f").warnings
                 if "is above the bound" in w.message]

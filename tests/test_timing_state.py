@@ -60,7 +60,7 @@ def test_comparisons():
     assert "1 of 2 timing pass(es)" in text and "7: 1 first, 0 when timed" in text
 
 
-def test_state_behind_a_handle_refuses_the_bound(library, tmp_path):
+def test_state_behind_a_handle_refuses_the_bound(library, tmp_path, capsys):
     from wcetfit.cli import main
 
     # the handle made by the library's own constructor, as a user does for a parser
@@ -84,6 +84,20 @@ def test_state_behind_a_handle_refuses_the_bound(library, tmp_path):
     said = [x for x in report["warnings"] if "state the restored arguments do not reach"
             in x["message"]]
     assert said and any("handles" in x["advice"] for x in said)
+    # the fit and the slowest input are of the other path, and said to be; no search ranks
+    # candidates by them (analyze's search step skipped it, `wcetfit search` refuses)
+    assert fn["timed_other_path"] is True
+    from wcetfit import pipeline
+    from wcetfit.search.store import load_search_rows
+    s = pipeline.open_session(str(d))
+    assert load_search_rows(s.store, "h_work", s.target.measure.seed) is None
+    capsys.readouterr()
+    assert main(["report", str(d)]) == 0
+    assert "The times below are of calls that ran another path" in capsys.readouterr().out
+    assert main(["search", str(d), "--no-wait"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no search for h_work: h_work returned another value")
+    assert "Traceback" not in err
 
     d2 = write_target(tmp_path / "once", str(library), "h_once",
                       "int h_once(const unsigned char *buf, int n);",
@@ -91,6 +105,7 @@ def test_state_behind_a_handle_refuses_the_bound(library, tmp_path):
                       "    return (ctx.ffi.new('unsigned char[]', bytes(ctx.rng.integers(0, 256, n, dtype='uint8'))), n)")
     out2 = tmp_path / "once.json"
     assert main(["analyze", str(d2), "--json", str(out2), "--no-wait"]) == 0
+    assert json.loads(out2.read_text())["functions"][0]["timed_other_path"] is False
     w2 = json.loads(out2.read_text())["functions"][0]["wcet"]
     assert w2["ipet_ticks"] is not None and w2["ipet_ticks"] >= w2["max_observed_ticks"]
 

@@ -379,7 +379,7 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
 
     system, fit = fit_stage(session, root, counts, times)
     wcet = wcet_stage(session, root, system, fit)
-    changed = _state_changed(root, times)
+    changed = state_changed(root, times)
     if changed is not None:
         # the counts and the times are of different paths: no bound from them
         from wcetfit.errors import WcetError
@@ -408,7 +408,9 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
     if changed is not None:
         from wcetfit.report import Finding
         from wcetfit.timing.state import REMEDY
-        report = replace(report, warnings=(Finding(changed, REMEDY),) + tuple(report.warnings))
+        report = replace(report, warnings=(Finding(changed, REMEDY),) + tuple(report.warnings),
+                         functions=(replace(report.functions[0], timed_other_path=True),)
+                         + tuple(report.functions[1:]))
     report = _with_failures(report, counts, times)
     report = _with_reach_verdicts(report, reached)
     if notes:
@@ -431,7 +433,7 @@ def _with_failures(report: Any, counts: Any, times: Any) -> Any:
     return replace(report, warnings=(finding,) + tuple(report.warnings))
 
 
-def _state_changed(root: str, times: Any) -> str | None:
+def state_changed(root: str, times: Any) -> str | None:
     """Why the timed calls do not repeat the counted one (wcetfit.timing.state), or None."""
     from wcetfit.numbering import input_label
     from wcetfit.timing.state import changed_text

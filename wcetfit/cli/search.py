@@ -99,7 +99,9 @@ def _summary(out: Any, root: str, rep: Any, *, kept: bool) -> None:
     out.write(f"{root}: {o.counted} candidates counted ({o.strategy}), {o.rejected} rejected "
               f"by generate(), {len(o.failures)} left out (crashed, hung or failed a check)\n")
     out.write(f"  predicted: best candidate {best:,.0f} ticks ({ticks_to_ns(best, hz):,.0f} ns)"
-              f" vs {o.start_predicted_ticks:,.0f} ticks for the slowest measured input\n")
+              f" vs {o.start_predicted_ticks:,.0f} ticks "
+              f"({ticks_to_ns(o.start_predicted_ticks, hz):,.0f} ns), the highest prediction "
+              f"among the measured inputs\n")
     tp = rep.timed_phase
     if tp is not None:
         what = ("fresh inputs" if o.strategy == "random"

@@ -14,7 +14,7 @@ Layout::
     {"schema": "wcetfit.report/3", "root": str, "tsc_hz": float|null,
      "units": {...}, "inputs": int, "repeats": int,
      "functions": [{
-        "name", "address", "root": bool,
+        "name", "address", "root": bool, "timed_other_path": bool,
         "blocks": [{address, size, instructions, count_min, count_max, count_mean,
                     estimable, cost_ticks, cost_ns, ci95_ticks: half-width|null, ci95_ns,
                     group, solution_ticks, share, executed, wcet_count, loop, call}],
@@ -23,11 +23,12 @@ Layout::
         "coverage": {blocks, executed, never_executed: [address]},
         "wcet": {ipet_ticks, ipet_ns, point_ticks, point_ns, margin_ticks, margin_ns,
                  dispersion, dispersion_ticks, dispersion_ns, exceedance_per_call,
-                 dispersion_factors: {misfit, call, machine_speed[, joint]},
+                 dispersion_factors: {misfit, call, machine_speed[, joint][, cover]},
                  path_envelopes: [{blocks, header, slope, intercept, text}],
                  max_observed_ticks, max_observed_ns, max_observed_input,
                  max_observed_raw_ticks, max_observed_raw_ns,
-                 slowest_call: {number, label, ticks, ns},
+                 slowest_call: {number, label, ticks, ns, others_min_ticks,
+                                others_max_ticks},
                  max_predicted_ticks, max_predicted_ns, max_predicted_input,
                  closest_input, closest_distance,
                  path: [{address, count, cost_ticks, callee_ticks, ticks, ns}],
@@ -51,9 +52,13 @@ end (``machine_speed``; the fit's costs are at the fast end, see the fit's
 ``machine_speed``); ``dispersion_factors`` gives the three, 1 + ``dispersion`` is their
 product, or ``joint`` where that is smaller (a timed call over its input's prediction at the
 same exceedance, the three as they came together on the calls: wcetfit/wcet/margin.py).  ``dispersion_ticks`` is what that factor adds.
-``dispersion_driver`` names the call farthest above its input's mean (``input``,
-``call_ticks`` as measured, ``mean_ticks`` at the reference speed, the input's other calls'
-``others_min_ticks``/``others_max_ticks``), or null.
+``cover`` (when above 1) is the slowest call that is the function's own time over the
+worst path's point (``slowest_call``): 1 + ``dispersion`` is never below it, and where it is
+the larger, it is what set the factor.
+``dispersion_driver`` names the call farthest above its input's mean (``input`` as a bare
+number and its ``label``, ``call_ticks`` as measured, ``mean_ticks`` at the reference speed
+(the machine's speed divided out, so it can lie below every call as timed), the input's
+other calls' ``others_min_ticks``/``others_max_ticks``, interrupted ones left out), or null.
 ``path_envelopes`` are the observed envelopes (Σ count(blocks) ≤ intercept + slope ·
 count(header), true on every input; wcetfit/envelope.py) that the worst path touches.
 ``max_observed_ticks`` is the largest per-input median over the timed repeats.
@@ -164,8 +169,9 @@ def _function(fr: FunctionReport, hz: float | None,
         "dispersion_ns": _ns(w.dispersion_ticks, hz),
         "exceedance_per_call": _f(w.exceedance),
         "dispersion_factors": {k: _f(v) for k, v in w.dispersion_factors.items()},
-        "dispersion_driver": ({k: (int(v) if k == "input" else _f(v))
-                               for k, v in w.dispersion_driver.items()}
+        "dispersion_driver": ({**{k: (int(v) if k == "input" else _f(v))
+                                  for k, v in w.dispersion_driver.items()},
+                               "label": input_label(int(w.dispersion_driver["input"]))}
                               if w.dispersion_driver else None),
         "path_envelopes": [{"blocks": [hexaddr(a) for a in e.blocks],
                             "header": hexaddr(e.header), "slope": _f(e.slope),
@@ -187,7 +193,11 @@ def _function(fr: FunctionReport, hz: float | None,
         "slowest_call": ({"number": w.slowest_call_number,
                           "label": input_label(w.slowest_call_number),
                           "ticks": _f(w.slowest_call_ticks),
-                          "ns": _ns(w.slowest_call_ticks, hz)}
+                          "ns": _ns(w.slowest_call_ticks, hz),
+                          "others_min_ticks": _f(w.slowest_call_others[0])
+                          if w.slowest_call_others else None,
+                          "others_max_ticks": _f(w.slowest_call_others[1])
+                          if w.slowest_call_others else None}
                          if w.slowest_call_ticks is not None
                          and w.slowest_call_number is not None else None),
         "max_observed_raw_ticks": _f(w.max_observed_raw_ticks),
@@ -217,6 +227,7 @@ def _function(fr: FunctionReport, hz: float | None,
     }
     out = {
         "name": fr.name, "address": hexaddr(fr.address), "root": fr.is_root,
+        "timed_other_path": fr.timed_other_path,
         "blocks": blocks,
         "groups": [{"id": _plain(g.id), "blocks": [hexaddr(a) for a in g.blocks],
                     "kind": g.kind, "combinations": list(g.combinations), "advice": g.advice,

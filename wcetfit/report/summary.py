@@ -184,6 +184,10 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
     _line(console, f"{fr.name} at {fr.address:#x}", style="bold underline")
     if w.error or w.ipet_ticks is None:
         _line(console, f"WCET bound: not computed: {w.error or 'no result'}", indent="  ")
+        if fr.timed_other_path:
+            _line(console, "The times below are of calls that ran another path than the "
+                           "counted one: the fit, the slowest input and the shares describe "
+                           "that path, not the function's work", indent="  ", style="bold")
     else:
         _line(console, f"WCET bound: {F.both(w.ipet_ticks, hz)}", indent="  ", style="bold")
         parts = [f"{F.num(w.point_ticks)} ticks on the worst-case path"]
@@ -191,7 +195,7 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
             parts.append(f"{F.num(w.margin_ticks)} ticks 95% margin")
         made = " + ".join(parts)
         if w.dispersion:
-            made = f"({made}) × {1 + w.dispersion:.2f} for single calls (call dispersion)"
+            made = f"({made}) × {1 + w.dispersion:.2f} {F.dispersion_source(w)}"
         _line(console, f"= {made}", indent="    ")
     if w.max_observed_ticks is not None:
         # (no-break spaces: the wrapped line never splits the figure from its name)
@@ -368,11 +372,12 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
         # a bound below one tick is no physical figure (a call costs at least its
         # instructions): its blocks' costs are sums the inputs did not separate from its
         # callers' (the fit's particular solution), not a WCET of 0
-        shown = ", ".join(f"{c.name} {F.num(c.wcet.ipet_ticks)}" if c.wcet.ipet_ticks >= 1
+        shown = ", ".join(f"{c.name} {F.both(c.wcet.ipet_ticks, report.tsc_hz)}"
+                          if c.wcet.ipet_ticks >= 1
                           else f"{c.name} —" for c in callees[:6])
         more = f", … {len(callees) - 6} more" if len(callees) > 6 else ""
         none = any(c.wcet.ipet_ticks < 1 for c in callees[:6])
-        out.append(f"callees' own bounds in ticks (context-insensitive: each one's worst "
+        out.append(f"callees' own bounds (context-insensitive: each one's worst "
                    f"call alone): "
                    f"{shown}{more}"
                    + ("; —: none, the inputs do not determine its blocks' costs apart from "
@@ -559,8 +564,9 @@ def _top(report: Report, *, short: bool = False) -> list[str]:
         what = (f"ε with the time of blocks the inputs do not separate from it ({tied} in "
                 f"its group, with the timed region's own overhead)" if tied else
                 "ε, the timed region's own overhead (not the function)")
-        items.append((share, f"{F.pct(share):>8}  {what}: {F.num(root.overhead_ticks)} "
-                             f"ticks per call", f"ε {F.pct(share)}"))
+        items.append((share, f"{F.pct(share):>8}  {what}: "
+                             f"{F.both(root.overhead_ticks, report.tsc_hz)} per call",
+                      f"ε {F.pct(share)}"))
     for fr in report.functions:
         for r in fr.blocks:
             if r.estimable and r.share is not None and r.cost_ticks is not None \

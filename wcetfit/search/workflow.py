@@ -57,6 +57,15 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
     from wcetfit.timing.run import resolve_method
 
     counts, times = stored_measurements(session, root)
+    from wcetfit.pipeline import state_changed
+    changed = state_changed(root, times)
+    if changed is not None:
+        # the timed calls ran another path than the counted one (expat's XML_Parse on a
+        # parser generate() made: every timed call the 66-tick error return): a model fitted
+        # on them ranks nothing, and the candidates' times would be of that path too
+        from wcetfit.errors import MeasurementError
+        from wcetfit.timing.state import REMEDY
+        raise MeasurementError(f"no search for {root}: {changed}; {REMEDY}")
     system, fit = fit_stage(session, root, counts, times)
     target = session.target
     old = load_search_rows(session.store, root, target.measure.seed)

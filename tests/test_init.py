@@ -437,6 +437,19 @@ def test_target_written_loads_and_its_loops_are_valid_keys(built, tmp_path):
     # uncommented, every entry names a loop header
     facts = parse_loop_facts({json.loads(k): 10 for k in keys}, model.functions)
     assert {a for _, a in facts} == {lp.header for lp in t.loops}
+    # named by an absolute path, the binary stays absolute: the folder can move
+    assert f'binary = "{d / "libdebug.so"}"' in text
+    # named relative to where init ran, it is written relative to the folder
+    import os
+    cwd = os.getcwd()
+    try:
+        os.chdir(d)
+        create_target(str(tmp_path / "rel"), "libdebug.so", "fir")
+    finally:
+        os.chdir(cwd)
+    rel = os.path.relpath(d / "libdebug.so", tmp_path / "rel")
+    shown = rel if not rel.startswith(os.pardir + os.sep + os.pardir) else str(d / "libdebug.so")
+    assert f'binary = "{shown}"' in (tmp_path / "rel" / "wcetfit.toml").read_text()
 
 
 @pytest.mark.parametrize("args, message", [

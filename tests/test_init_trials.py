@@ -190,6 +190,17 @@ def test_whole_range_note_spares_checksums(gcc, tmp_path):
         unsigned long upd(unsigned long crc, int factor, unsigned seed);
     """, "upd"))
     assert [n.split(":")[0] for n in text.notes] == ["factor"]
+    assert "over its whole range (-2**31..2**31 - 1)" in text.notes[0]
+
+
+def test_a_64_bit_integer_drawn_over_32_bits_is_said_so(gcc, tmp_path):
+    """zlib's compressBound(uLong sourceLen): init said "drawn over its whole range
+    (0..2**32 - 1, in 32 bits)" of a 64-bit unsigned long."""
+    _, _, text = _module(tmp_path, _decl(tmp_path, """
+        unsigned long bound(unsigned long count_of_things);
+    """, "bound"))
+    note = next(n for n in text.notes if n.startswith("count_of_things: "))
+    assert "32 of its 64 bits" in note and "whole range (" not in note
 
 
 # --- 5. a position lies within the buffers ------------------------------------------------

@@ -121,6 +121,9 @@ def create_target(directory: str, binary: str, function: str, header: str | None
 
     from wcetfit.scaffold.inputs_writer import write_inputs
 
+    # a binary named by an absolute path stays absolute in the target (a folder moved
+    # elsewhere still finds it: "../libwrap.so" written for /tmp/x/libwrap.so did not)
+    absolute = os.path.isabs(binary)
     binary = os.path.abspath(binary)
     if not os.path.isfile(binary):
         raise BinaryError(f"{binary}: no such file")
@@ -154,7 +157,7 @@ def create_target(directory: str, binary: str, function: str, header: str | None
     os.makedirs(directory, exist_ok=True)
     _write(inputs_path, inputs.text)
     _write(toml_path, toml_text(binary, directory, name, fn, decl, loops, header,
-                                recursive_functions(model)))
+                                recursive_functions(model), absolute=absolute))
     _check_inputs(directory, name)
     return CreatedTarget(directory, toml_path, inputs_path, name, fn.address, decl, loops,
                          inputs.notes)
@@ -199,9 +202,12 @@ def _toml_multiline(text: str) -> str:
 
 def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: Declaration,
               loops: tuple[LoopEntry, ...], header: str | None,
-              recursive: list[str] = ()) -> str:
+              recursive: list[str] = (), *, absolute: bool = False) -> str:
+    """``absolute``: the user named the binary by an absolute path, which the target keeps;
+    a relative one is written relative to the target's folder, unless that climbs more
+    than one level."""
     rel = os.path.relpath(binary, directory)
-    shown = rel if not rel.startswith(os.pardir + os.sep + os.pardir) else binary
+    shown = binary if absolute or rel.startswith(os.pardir + os.sep + os.pardir) else rel
     lines = [
         f"# Written by `wcetfit init` for {name}"
         f"{'' if name.lower() == hexaddr(fn.address) else f' ({hexaddr(fn.address)})'} in {binary};",

@@ -523,9 +523,12 @@ class _Writer:
                 # rejected at once), and the header rarely says the range in words
                 # init reads: init names it, printed as a `check:` line
                 lo, hi, narrowed = _int_range(ffi, t)
-                self.notes.append(f"{p.name}: {t.cname} drawn over its whole range "
-                                  f"({_pow(lo)}..{_pow(hi)}"
-                                  f"{', in 32 bits' if narrowed else ''}), a guess: narrow "
+                # a 64-bit type is drawn over its low 32 bits: said as such, not as its
+                # whole range (a new user read "unsigned long … whole range (0..2**32 - 1)")
+                over = (f"over {_pow(lo)}..{_pow(hi)}, 32 of its {8 * ffi.sizeof(t)} bits "
+                        f"(its whole range would give almost only huge values)" if narrowed
+                        else f"over its whole range ({_pow(lo)}..{_pow(hi)})")
+                self.notes.append(f"{p.name}: {t.cname} drawn {over}, a guess: narrow "
                                   f"it to the values {self.decl.function} takes (values it "
                                   "rejects make fast, dull calls)")
             return [f"    {name} = {expr}  # {comment}"]
@@ -842,8 +845,10 @@ def _pick(rng, values):
 def _among(rng, values, lo, hi, flags=()):
     """A parameter that selects a mode: one of values on half the draws, else any in
     [lo, hi]; each flag OR-ed in on a quarter of the draws."""
-    v = _pick(rng, values) if values and rng.random() < 0.5 else \
-        lo + int(rng.integers(0, hi - lo + 1, dtype=np.uint64))
+    if values and rng.random() < 0.5:
+        v = _pick(rng, values)
+    else:
+        v = lo + int(rng.integers(0, hi - lo + 1, dtype=np.uint64))
     for flag in flags:
         if rng.random() < 0.25:
             v |= flag

@@ -862,6 +862,14 @@ def test_where_the_time_goes_says_when_the_overhead_holds_always_once_blocks(bui
     assert lines and "ε with the time of blocks the inputs do not separate from it (2 in" \
         in lines[0]
     assert "not the function" not in lines[0]
+    # with the group's share known, one figure for ε and its blocks: the group's, as the
+    # Groups table gives it (libm's fmod: 6.8 % for ε beside ≈99.6 % for its group)
+    group = replace(group, share=0.9, share_estimable=False)
+    with_share = replace(report, functions=(replace(root, groups=tuple(root.groups)
+                                                    + (group,)),) + tuple(report.functions[1:]))
+    lines = [t for t in _top(with_share) if "ε" in t]
+    assert len(lines) == 1 and lines[0].lstrip().startswith("≈90")
+    assert "group overhead: ε, the timed region's own overhead, with 2 block(s)" in lines[0]
 
 
 def test_callees_blocks_no_input_ran_are_folded_after_two():
@@ -975,3 +983,35 @@ def test_fit_is_not_called_good_when_many_inputs_were_set_aside():
     assert text.startswith("fair") and "rose 42.9 %" in text
     small = dict(held, message="… sum of squares by 3.1 %")
     assert fit_in_words(fr(warnings=[small])).startswith("good")
+
+
+def test_a_group_across_functions_has_one_share_wherever_shown():
+    """A whole-call group spans the root and a callee: each function's section showed its
+    own part as the group's share (libm's fmod: group 0 at ≈0.0 % in one section, ≈89.7 %
+    in another).  The share is of all the group's blocks, the same in both sections."""
+    fns = sample()
+    rng = np.random.default_rng(5)
+    counts = simulate(rng, 120)
+    cols = [("f", b.address) for b in fns["f"].blocks] + [("g", b.address)
+                                                          for b in fns["g"].blocks]
+    times = (counts @ TRUE + 52.0)[:, None] + rng.normal(0, 3, (120, 5))
+    fit = fake_fit(fns)
+    f5, g0 = fns["f"].blocks[5].address, fns["g"].blocks[0].address
+    across = {"id": 3, "blocks": [hex(f5), hex(g0)], "kind": "observed", "combinations": []}
+    for fd in fit["functions"]:
+        fd["groups"] = list(fd["groups"]) + [across]
+        for b in fd["blocks"]:
+            if int(b["address"], 16) in (f5, g0):
+                b.update(estimable=False, cost_ticks=None, ci95_ticks=None, group=3)
+    rf = read_fit(fit)
+    costs = {name: {a: fb.solution_ticks for a, fb in ff.blocks.items()}
+             for name, ff in rf.items()}
+    wres = analyze_wcet(fns, "f", costs, counts, cols, entry_cost=52.0,
+                        cov=np.eye(13) * 0.01, cov_index=cols + ["overhead"])
+    report = build_report(fns, "f", fit, counts, cols, times, wres, TSC_HZ)
+    shares = [next(g.share for g in report.function(n).groups if g.id == 3) for n in ("f", "g")]
+    sol = np.array([TRUE[i] for i in range(len(cols))])
+    js = [cols.index(("f", f5)), cols.index(("g", g0))]
+    predicted = np.asarray(report.predicted_ticks)
+    expected = float((counts[:, js] * sol[js]).sum(axis=1).mean() / predicted.mean())
+    assert shares[0] == shares[1] == pytest.approx(expected, rel=1e-9)

@@ -408,6 +408,9 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
     def block_key(a: int) -> str:
         return loop_key(owner[a], a) if a in owner else hexaddr(a)
 
+    columns_at: dict[int, list[int]] = {}       # block address → its count columns
+    for (f, a), j in col_of.items():
+        columns_at.setdefault(a, []).append(j)
     reports = []
     for name in names:
         reports.append(_function_report(
@@ -416,7 +419,8 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
             measured, predicted, raw_max, input_numbers=input_numbers,
             describe_input=describe_input, block_key=block_key,
             raw_max_above_ns=ticks_to_ns(raw_max_excess, tsc_hz), tsc_hz=tsc_hz,
-            epsilon_share=(overhead / mean_pred if mean_pred and overhead else 0.0)))
+            epsilon_share=(overhead / mean_pred if mean_pred and overhead else 0.0),
+            columns_at=columns_at))
     return Report(root=root, tsc_hz=tsc_hz, n_inputs=n_inputs, n_repeats=n_repeats,
                   functions=tuple(reports),
                   measured_ticks=tuple(float(v) for v in at_reference),
@@ -436,7 +440,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                      describe_input: Any = None, block_key: Any = None,
                      raw_max_above_ns: float | None = None,
                      tsc_hz: float | None = None,
-                     epsilon_share: float = 0.0) -> FunctionReport:
+                     epsilon_share: float = 0.0,
+                     columns_at: Mapping[int, Sequence[int]] | None = None) -> FunctionReport:
     name = fn.name
 
     def both(ticks: float) -> str:
@@ -485,8 +490,11 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         # call group spans the root and its callees; each section showed its own part as
         # the group's share: libm fmod's group 0 was ≈0.0 % in one section and ≈89.7 % in
         # another), and of ε too for the group ε is in (its time is partly theirs)
-        members = set(g.blocks)
-        js = [j for (f, a), j in col_of.items() if a in members]
+        if columns_at is None:
+            columns_at = {}
+            for (_, a), j in col_of.items():
+                columns_at.setdefault(a, []).append(j)     # type: ignore[attr-defined]
+        js = sorted({j for a in g.blocks for j in columns_at.get(a, ())})
         share, est = None, False
         if js and n_inputs and mean_pred:
             share = float(contrib[:, js].sum(axis=1).mean() / mean_pred)

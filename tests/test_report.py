@@ -115,21 +115,32 @@ def fake_fit(fns):
     }
 
 
-@pytest.fixture(scope="module")
-def built():
+def _measured():
+    """The sample's functions, 120 simulated inputs' counts, their columns and times."""
     fns = sample()
     rng = np.random.default_rng(5)
     counts = simulate(rng, 120)
     cols = [("f", b.address) for b in fns["f"].blocks] + [("g", b.address)
                                                           for b in fns["g"].blocks]
     times = (counts @ TRUE + 52.0)[:, None] + rng.normal(0, 3, (120, 5))
-    fit = fake_fit(fns)
+    return fns, counts, cols, times
+
+
+def _analysed(fns, counts, cols, times, fit):
+    """The WCET and the report of ``fit`` (a fit document) on those measurements."""
     rf = read_fit(fit)
     costs = {name: {a: fb.solution_ticks for a, fb in ff.blocks.items()}
              for name, ff in rf.items()}
     wres = analyze_wcet(fns, "f", costs, counts, cols, entry_cost=52.0,
                         cov=np.eye(13) * 0.01, cov_index=cols + ["overhead"])
-    report = build_report(fns, "f", fit, counts, cols, times, wres, TSC_HZ)
+    return wres, build_report(fns, "f", fit, counts, cols, times, wres, TSC_HZ)
+
+
+@pytest.fixture(scope="module")
+def built():
+    fns, counts, cols, times = _measured()
+    fit = fake_fit(fns)
+    wres, report = _analysed(fns, counts, cols, times, fit)
     return fns, counts, cols, times, fit, wres, report
 
 
@@ -989,12 +1000,7 @@ def test_a_group_across_functions_has_one_share_wherever_shown():
     """A whole-call group spans the root and a callee: each function's section showed its
     own part as the group's share (libm's fmod: group 0 at ≈0.0 % in one section, ≈89.7 %
     in another).  The share is of all the group's blocks, the same in both sections."""
-    fns = sample()
-    rng = np.random.default_rng(5)
-    counts = simulate(rng, 120)
-    cols = [("f", b.address) for b in fns["f"].blocks] + [("g", b.address)
-                                                          for b in fns["g"].blocks]
-    times = (counts @ TRUE + 52.0)[:, None] + rng.normal(0, 3, (120, 5))
+    fns, counts, cols, times = _measured()
     fit = fake_fit(fns)
     f5, g0 = fns["f"].blocks[5].address, fns["g"].blocks[0].address
     across = {"id": 3, "blocks": [hex(f5), hex(g0)], "kind": "observed", "combinations": []}
@@ -1003,12 +1009,7 @@ def test_a_group_across_functions_has_one_share_wherever_shown():
         for b in fd["blocks"]:
             if int(b["address"], 16) in (f5, g0):
                 b.update(estimable=False, cost_ticks=None, ci95_ticks=None, group=3)
-    rf = read_fit(fit)
-    costs = {name: {a: fb.solution_ticks for a, fb in ff.blocks.items()}
-             for name, ff in rf.items()}
-    wres = analyze_wcet(fns, "f", costs, counts, cols, entry_cost=52.0,
-                        cov=np.eye(13) * 0.01, cov_index=cols + ["overhead"])
-    report = build_report(fns, "f", fit, counts, cols, times, wres, TSC_HZ)
+    _, report = _analysed(fns, counts, cols, times, fit)
     shares = [next(g.share for g in report.function(n).groups if g.id == 3) for n in ("f", "g")]
     sol = np.array([TRUE[i] for i in range(len(cols))])
     js = [cols.index(("f", f5)), cols.index(("g", g0))]

@@ -48,6 +48,11 @@ class NothingMeasured(MeasurementError):
     """Every input failed (crash, hang): the run measured nothing; names the first failures."""
 
 
+class TimedAnotherPath(MeasurementError):
+    """The timed calls ran another path than the counted one (their return value changed:
+    state the restored arguments do not reach); nothing ranks or bounds by those times."""
+
+
 class StoreError(WcetfitError):
     """The on-disk store is unreadable, from a future version, or mixes incompatible data."""
 

@@ -81,14 +81,16 @@ def _search(s, roots, update, wait: bool = True) -> None:  # type: ignore[no-unt
     level = fit_log.level
     fit_log.setLevel(logging.ERROR)
     try:
-        from wcetfit.pipeline import state_changed, stored_measurements
+        from wcetfit.errors import TimedAnotherPath
         for root in roots:
             if load_search_rows(s.store, root, t.measure.seed) is not None:
                 continue
-            if state_changed(root, stored_measurements(s, root)[1]) is not None:
-                continue        # no bound from these times, which the report says; no search
-            run_search(s, root, SearchOptions(budget=t.search_budget, timed=t.search_timed,
-                                              timed_budget=t.search_timed_budget),
-                       progress=lambda d, n: update("search", d, n), wait=wait)
+            try:
+                run_search(s, root, SearchOptions(budget=t.search_budget,
+                                                  timed=t.search_timed,
+                                                  timed_budget=t.search_timed_budget),
+                           progress=lambda d, n: update("search", d, n), wait=wait)
+            except TimedAnotherPath:
+                continue    # no bound from these times either: the report says why
     finally:
         fit_log.setLevel(level)

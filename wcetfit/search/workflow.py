@@ -63,9 +63,9 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
         # the timed calls ran another path than the counted one (expat's XML_Parse on a
         # parser generate() made: every timed call the 66-tick error return): a model fitted
         # on them ranks nothing, and the candidates' times would be of that path too
-        from wcetfit.errors import MeasurementError
+        from wcetfit.errors import TimedAnotherPath
         from wcetfit.timing.state import REMEDY
-        raise MeasurementError(f"no search for {root}: {changed}; {REMEDY}")
+        raise TimedAnotherPath(f"no search for {root}: {changed}; {REMEDY}")
     system, fit = fit_stage(session, root, counts, times)
     target = session.target
     old = load_search_rows(session.store, root, target.measure.seed)

@@ -48,6 +48,7 @@ def test_lzma_decoders_behind_pointers_are_bounded_per_call_site(tmp_path):
     assert all("observed" in c["note"] for c in site)
     # a bound no lower than any measured call's prediction, far below the old one
     assert w["point_ticks"] >= w["max_predicted_ticks"] * (1 - 1e-9)
-    insensitive, per_site = (float(v) for v in __import__("re").search(
-        r"\((\d+) ticks context-insensitive, (\d+) per call site\)", notes[0]).groups())
+    insensitive, per_site = (float(v.replace(",", "")) for v in __import__("re").search(
+        r"\(([\d,]+) ticks context-insensitive, ([\d,]+) ticks per call site\)",
+        notes[0]).groups())
     assert per_site < insensitive

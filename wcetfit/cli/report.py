@@ -28,7 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", metavar="FILE", help="write the report as JSON ('-' = stdout)")
+    p.add_argument("--json", metavar="FILE",
+                   help="write the report as JSON ('-' = stdout; the text report then goes "
+                        "to stderr, so that stdout is the JSON alone)")
     p.add_argument("--html", metavar="FILE", help="write the report as one HTML file")
     p.add_argument("--full", action="store_true",
                    help="print every table (worst-case path, loops, blocks, groups, fit "

@@ -64,11 +64,11 @@ def block_ceiling_ticks(functions: Mapping[str, FunctionModel],
         return out
     per_instruction = INSTRUCTION_NS * 1e-9 * float(tsc_hz)
     calling = {name: {c.block for c in fn.calls} for name, fn in functions.items()}
+    blocks = {name: {b.address: b for b in fn.blocks} for name, fn in functions.items()}
     for j, (name, address) in enumerate(columns):
-        fn = functions.get(name)
-        if fn is None or address in calling[name]:
+        if name not in functions or address in calling[name]:
             continue
-        block = next((b for b in fn.blocks if b.address == address), None)
+        block = blocks[name].get(address)
         if block is None or not block.instructions:
             continue
         if any(_unlimited(ins.mnemonic) for ins in block.instructions):

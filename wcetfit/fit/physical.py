@@ -201,7 +201,7 @@ def physical_fit(fx: Any, kept: np.ndarray, theta_linear: np.ndarray) -> Physica
     n_top = int(at_ceiling[:n_cls].sum())
     held = ", ".join(x for x in (f"{n_blocks} block cost(s) at 0" if n_blocks else "",
                                  f"{n_top} at the most their instructions can take "
-                                 f"({_ceiling_names(fx, at_ceiling)})" if n_top else "",
+                                 f"({_ceiling_names(fx, at_ceiling, upper)})" if n_top else "",
                                  f"ε at its floor of {lower[n_cls]:.0f} ticks" if n_eps
                                  else "") if x)
     if s_lin > EXACT_SHARE * yy:
@@ -219,9 +219,8 @@ def physical_fit(fx: Any, kept: np.ndarray, theta_linear: np.ndarray) -> Physica
     return PhysicalFit(theta, cov, fold_theta, len(samples), at_bound | at_ceiling, note)
 
 
-def _ceiling_names(fx: Any, at_ceiling: np.ndarray, limit: int = 3) -> str:
-    """The blocks held at their ceiling, by address, with the ceiling in ticks."""
-    upper = upper_bounds(fx)
+def _ceiling_names(fx: Any, at_ceiling: np.ndarray, upper: np.ndarray, limit: int = 3) -> str:
+    """The blocks held at their ceiling (``upper``), by address, with the ceiling in ticks."""
     out = []
     for j in np.flatnonzero(at_ceiling[:fx.n_cls]):
         addrs = [fx.addrs[fx.design.active[m]] for m in fx.classes[j]]

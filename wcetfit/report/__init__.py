@@ -31,6 +31,7 @@ from wcetfit.fit.result import KIND_OVERHEAD
 from wcetfit.model import (CALL_IMPORTED, CALL_INDIRECT, FunctionModel, hexaddr,
                            parse_addr)
 from wcetfit.report.fitread import FitBlock, FitFunction, FitGroup, _by_function, _num, read_fit
+from wcetfit.wcet.dispersion import factor_setter
 from wcetfit.wcet.relations import ObservedRowSpace
 from wcetfit.wcet.result import (SOURCE_OBSERVED, CallOutcome, LoopOutcome, PathStep,
                                  WcetResult, describe_block, loop_key)
@@ -441,7 +442,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                      raw_max_above_ns: float | None = None,
                      tsc_hz: float | None = None,
                      epsilon_share: float = 0.0,
-                     columns_at: Mapping[int, Sequence[int]] | None = None) -> FunctionReport:
+                     columns_at: Mapping[int, Sequence[int]] = {}) -> FunctionReport:
     name = fn.name
 
     def both(ticks: float) -> str:
@@ -490,10 +491,6 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         # call group spans the root and its callees; each section showed its own part as
         # the group's share: libm fmod's group 0 was ≈0.0 % in one section and ≈89.7 % in
         # another), and of ε too for the group ε is in (its time is partly theirs)
-        if columns_at is None:
-            columns_at = {}
-            for (_, a), j in col_of.items():
-                columns_at.setdefault(a, []).append(j)     # type: ignore[attr-defined]
         js = sorted({j for a in g.blocks for j in columns_at.get(a, ())})
         share, est = None, False
         if js and n_inputs and mean_pred:
@@ -730,10 +727,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             "path, an extreme size) pins down few costs"))
     drv = summary.dispersion_driver or {}
     factors = summary.dispersion_factors or {}
-    product = (factors.get("misfit", 1.0) * factors.get("call", 1.0)
-               * factors.get("machine_speed", 1.0))
-    held_above_call = factors.get("cover", 1.0) > min(product, factors.get("joint", math.inf))
-    if is_root and summary.dispersion and held_above_call \
+    setter = factor_setter(factors)
+    if is_root and summary.dispersion and setter == "cover" \
             and summary.slowest_call_ticks is not None \
             and summary.slowest_call_number is not None:
         # the factor is the slowest own call over the worst path, not the extrapolation:
@@ -758,9 +753,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         # whether it was the machine or the function
         others = (f" where its other calls took {drv['others_min_ticks']:,.0f}–"
                   f"{drv['others_max_ticks']:,.0f}" if "others_min_ticks" in drv else "")
-        joint = factors.get("joint", math.inf)
         what = (f"the bound's ×{1 + summary.dispersion:.2f} for single calls as timed rests "
-                f"on calls like this one" if joint < product else
+                f"on calls like this one" if setter == "joint" else
                 f"single calls' factor is ×{factors.get('call', 1.0):.2f} (of the bound's "
                 f"×{1 + summary.dispersion:.2f}, with the misfit and the machine's speed)")
         warns.append(Finding(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from wcetfit.report import BlockRow, input_label, ticks_to_ns
+from wcetfit.wcet.dispersion import factor_setter
 
 
 def num(v: float | None, digits: int = 1) -> str:
@@ -101,10 +102,8 @@ def dispersion_source(w) -> str:  # type: ignore[no-untyped-def]
     the misfit of the inputs' means made ×1.97 of it)."""
     f = w.dispersion_factors or {}
     misfit, call, speed = f.get("misfit", 1.0), f.get("call", 1.0), f.get("machine_speed", 1.0)
-    product = misfit * call * speed
-    joint = f.get("joint")
-    cover = f.get("cover", 1.0)
-    if cover > min(product, joint if joint is not None else math.inf):
+    setter = factor_setter(f)
+    if setter == "cover":
         ticks = getattr(w, "slowest_call_ticks", None)
         number = getattr(w, "slowest_call_number", None)
         which = (f" ({input_label(number)}, {ticks:,.0f} ticks)"
@@ -113,7 +112,7 @@ def dispersion_source(w) -> str:  # type: ignore[no-untyped-def]
     named = [f"misfit ×{misfit:.2f}", f"single calls ×{call:.2f}"]
     if speed != 1.0:
         named.append(f"machine speed ×{speed:.2f}")
-    if joint is not None and joint < product:
+    if setter == "joint":
         return f"for single calls as timed (below {' · '.join(named)})"
     return f"for {' · '.join(named)}"
 
@@ -128,21 +127,19 @@ def dispersion_note(w) -> str:  # type: ignore[no-untyped-def]
     if f.get("machine_speed", 1.0) != 1.0:
         parts.append(f"slowest sustained machine speed seen ×{f['machine_speed']:.3f} "
                      "(costs are at the timing run's fast end)")
-    product = f.get("misfit", 1.0) * f.get("call", 1.0) * f.get("machine_speed", 1.0)
-    joint = f.get("joint")
-    cover = f.get("cover", 1.0)
-    if cover > min(product, joint if joint is not None else math.inf):
+    setter = factor_setter(f)
+    if setter == "cover":
         # a measured call of the function's own time the factors did not reach (a short
         # input's call, left out of them): the bound is held above it
         return (f"+{100 * (w.dispersion or 0):.1f}% = the slowest call that is the "
                 f"function's own time (not taken for an interrupt) over the worst path, "
-                f"×{cover:.3f}: the bound is never below a measured call (the factors, "
+                f"×{f['cover']:.3f}: the bound is never below a measured call (the factors, "
                 + " × ".join(parts).split(" = ", 1)[1] + ", reach less)")
-    if joint is not None and joint < product:
+    if setter == "joint":
         # the three did not come together on any call measured: the joint factor is kept
         return (f"+{100 * (w.dispersion or 0):.1f}% = a timed call over its input's "
                 f"prediction{SHARE_OF}, passed with probability ≤ {w.exceedance:.0e} per call "
-                f"×{joint:.3f} (extreme-value fit of every call as timed, slow periods "
+                f"×{f['joint']:.3f} (extreme-value fit of every call as timed, slow periods "
                 f"included; below the product of its parts: "
                 + " × ".join(parts).split(" = ", 1)[1] + ")")
     return " × ".join(parts) + " − 1"

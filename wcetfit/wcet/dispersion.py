@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -49,6 +49,19 @@ class Dispersion:
         if self.cover > 1.0:
             d["cover"] = self.cover
         return d
+
+
+def factor_setter(factors: Mapping[str, float]) -> str:
+    """Which of the dispersion's factors (``Dispersion.to_dict``'s, as stored and reported)
+    set the bound's: "cover" (the slowest own call, above the others), "joint" (calls as
+    timed, below the product of the three) or "product" (misfit × call × machine speed).
+    The same rule as :attr:`Dispersion.excess`."""
+    product = (factors.get("misfit", 1.0) * factors.get("call", 1.0)
+               * factors.get("machine_speed", 1.0))
+    joint = factors.get("joint", math.inf)
+    if factors.get("cover", 1.0) > min(product, joint):
+        return "cover"
+    return "joint" if joint < product else "product"
 
 
 def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,

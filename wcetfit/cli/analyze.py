@@ -8,7 +8,7 @@ import logging
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from wcetfit.cli.common import add_measure_args
-    from wcetfit.cli.report import add_output_args
+    from wcetfit.cli.report import add_cache_arg, add_output_args
 
     p = subparsers.add_parser(
         "analyze", help="static model → count run → timing run → per-activation timing → "
@@ -22,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "activations ([timing] activations = \"auto\" | true | false).")
     add_measure_args(p, json=False)   # --json (the report's) comes with the output options
     add_output_args(p)
+    add_cache_arg(p)
     from wcetfit.locks import add_wait_option
     add_wait_option(p)
     p.set_defaults(func=run)
@@ -58,8 +59,19 @@ def run(args: argparse.Namespace) -> int:
             if why:
                 notes[root] = (why,)
         _search(s, roots, update, wait=not args.no_wait)
-    analyses = [analyze_stage(s, root, *stored_measurements(s, root), notes=notes.get(root, ()))
-                for root in roots]
+    from wcetfit.analysis_cache import ReportOf, cached_report
+    from wcetfit.cli.report import report_cache_extra
+
+    def analysis(root):  # type: ignore[no-untyped-def]
+        # kept for the `wcetfit report` that follows (wcetfit.analysis_cache); read back
+        # when this run measured nothing new
+        report, _ = cached_report(
+            s, root, lambda: analyze_stage(s, root, *stored_measurements(s, root),
+                                           notes=notes.get(root, ())),
+            extra=report_cache_extra(None, notes.get(root, ())), use_cache=not args.no_cache)
+        return ReportOf(root, report)
+
+    analyses = [analysis(root) for root in roots]
     emit(analyses, args, session=s)
     return 0
 

@@ -24,7 +24,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, metavar="R",
                    help="which stored timing set (default: [measure] repeats)")
     add_output_args(p)
+    add_cache_arg(p)
     p.set_defaults(func=run)
+
+
+def add_cache_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-cache", action="store_true",
+                   help="fit and bound again even when an earlier report of the same "
+                        "measurements, settings and wcetfit is cached (wcetfit.analysis_cache; "
+                        "WCETFIT_NO_CACHE=1 for every command)")
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:
@@ -44,6 +52,7 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from wcetfit.analysis_cache import ReportOf, cached_report
     from wcetfit.pipeline import (analyze_stage, open_session, stored_measurements,
                                   with_stored_repeats)
 
@@ -61,10 +70,20 @@ def run(args: argparse.Namespace) -> int:
         counts, times = stored_measurements(s, root)
         if args.inputs is not None:
             counts, times = _first_inputs(root, counts, times, args.inputs)
-        analyses.append(_flag_changed_inputs(analyze_stage(s, root, counts, times),
+        report, _ = cached_report(
+            s, root, lambda: analyze_stage(s, root, counts, times),
+            extra=report_cache_extra(args.inputs), use_cache=not args.no_cache)
+        analyses.append(_flag_changed_inputs(ReportOf(root, report),
                                              s.store.inputs_changed_note))
     emit(analyses, args, session=s)
     return 0
+
+
+def report_cache_extra(inputs: int | None, notes: tuple[str, ...] = ()) -> tuple[Any, ...]:
+    """What a command adds to an analysis beyond the store and the target (the key's
+    ``extra``, the same for ``report`` and ``analyze``): ``--inputs N`` and the measuring
+    steps' notes."""
+    return ("inputs", inputs, "notes", tuple(notes))
 
 
 def _flag_changed_inputs(analysis, note: str | None):  # type: ignore[no-untyped-def]

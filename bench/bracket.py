@@ -17,7 +17,9 @@ compressed data says; targets of bench/search.py).  Per target, in one session:
 Figures per target ``t``:
 
 * ``bracket.<t>.bound_over_slowest``: the bound over the slowest measured input (median of
-  its repeats; training and search rows), goal <= 1.25;
+  its repeats; training and search rows), goal <= 1.25; ``width`` splits it as the report
+  does (path beyond the inputs · the model at the input predicted slowest · that input
+  over the slowest · margin · dispersion);
 * ``bracket.<t>.bound_over_slowest_call``: the bound over the slowest single call that is
   the function's own time (the maximum observed execution time, the lower end for calls);
 * ``bracket.<t>.bound_covers_fresh``: the bound >= every fresh call, once calls the fit's
@@ -173,6 +175,7 @@ def stored_figures(name: str, target_dir: str) -> list[dict[str, Any]]:
             slowest_ticks=round(slowest),
             point_over_slowest_predicted=round(w.bound_ticks / float(np.nanmax(
                 a.fit.predict(a.system.counts, unknown="zero"))), 3),
+            width=_width(a),
             reference="slowest measured input (median of repeats), search included"),
         # the bracket's lower end for single calls: the maximum observed execution time
         fig(f"bracket.{name}.bound_over_slowest_call",
@@ -220,6 +223,17 @@ def run(only: list[str] | None = None, *, fresh: int = FRESH_INPUTS,
     return figs
 
 
+def _width(a) -> dict[str, float] | None:  # type: ignore[no-untyped-def]
+    """bound ÷ slowest as the report splits it (wcetfit.wcet.bracket.BracketWidth): path
+    beyond the inputs, the model at the input predicted slowest, that input against the
+    slowest, margin, dispersion."""
+    width = a.report.functions[0].wcet.width()
+    if width is None:
+        return None
+    return {k: round(getattr(width, k), 3)
+            for k in ("beyond", "model", "input", "margin", "dispersion")}
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description="issue #16's bracket figures")
     p.add_argument("targets", nargs="*")
@@ -239,3 +253,4 @@ if __name__ == "__main__":
         for f in run([t], fresh=args.fresh, train=args.train, budget=args.budget,
                      keep=args.keep):
             print(json.dumps(f, default=str), flush=True)
+

@@ -1016,3 +1016,39 @@ def test_a_group_across_functions_has_one_share_wherever_shown():
     predicted = np.asarray(report.predicted_ticks)
     expected = float((counts[:, js] * sol[js]).sum(axis=1).mean() / predicted.mean())
     assert shares[0] == shares[1] == pytest.approx(expected, rel=1e-9)
+
+
+def test_bracket_width_splits_bound_over_slowest_and_names_an_over_predicted_path(built):
+    """bound ÷ slowest input is the product of five parts the report prints, and a model
+    that over-predicts the input nearest the worst path is said (isort: its reverse-sorted
+    inputs run the path's counts exactly, predicted 36,262 ticks, measured 26,062)."""
+    from wcetfit.report import OVER_PREDICTED
+    from wcetfit.wcet.bracket import bracket_width
+
+    assert bracket_width(100.0, 80.0, None, 0.0, 50.0, 60.0) is None
+    fns, counts, cols, times, fit, wres, report = built
+    w = report.function("f").wcet
+    width = w.width()
+    assert width.total == pytest.approx(w.ipet_ticks / w.max_observed_ticks)
+    assert width.model == pytest.approx(1.0, abs=0.1)     # the model fits these inputs
+    assert not any("over-predicts" in x.message for x in report.function("f").warnings)
+    # the input predicted slowest measured at 60 % of what the fit predicts for it
+    slow = int(np.argmax(counts @ TRUE))
+    times = times.copy()
+    times[slow] = 0.6 * times[slow]
+    _, report = _analysed(fns, counts, cols, times, fit)
+    w = report.function("f").wcet
+    width = w.width()
+    assert width.model == pytest.approx(w.max_predicted_ticks / np.median(times[slow]))
+    assert width.model > OVER_PREDICTED
+    assert width.total == pytest.approx(w.ipet_ticks / w.max_observed_ticks)
+    found = [x.message for x in report.function("f").warnings if "over-predicts" in x.message]
+    assert len(found) == 1
+    assert f"input {slow}, the input predicted slowest" in found[0]
+    assert f"{width.model - 1:.0%} above its measured" in found[0] and " ns)" in found[0]
+    text = " ".join(summary.to_text(report).split())
+    assert f"Bound / slowest = {width.total:.2f}:" in text
+    assert f"predicted over measured ×{width.model:.2f}" in text
+    doc = to_json(report)["functions"][0]["wcet"]
+    assert doc["bracket_width"]["model"] == pytest.approx(width.model)
+    assert doc["max_predicted_measured_ticks"] == pytest.approx(np.median(times[slow]))

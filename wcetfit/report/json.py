@@ -30,6 +30,8 @@ Layout::
                  slowest_call: {number, label, ticks, ns, others_min_ticks,
                                 others_max_ticks},
                  max_predicted_ticks, max_predicted_ns, max_predicted_input,
+                 max_predicted_measured_ticks, max_predicted_measured_ns,
+                 bracket_width: {beyond, model, input, margin, dispersion, total},
                  closest_input, closest_distance,
                  path: [{address, count, cost_ticks, callee_ticks, ticks, ns}],
                  loops: [{header, name, per_entry, total, source, note, witness,
@@ -66,6 +68,13 @@ count(header), true on every input; wcetfit/envelope.py) that the worst path tou
 in it: within 500 ns of its input's median or kept by the repeat statistic, the rule the
 bound's ``cover`` uses), as timed, and its input: the maximum observed execution time;
 ``max_observed_raw_ticks`` is the slowest call of all, interrupts included.
+``max_predicted_measured_ticks`` is the input predicted slowest as measured (the median of
+its calls, the machine's speed divided out: what its prediction is of).
+``bracket_width`` splits bound ÷ slowest input (``total``) into the product of: the worst
+path's point over the highest prediction of an input (``beyond``), that input's prediction
+over its measured time (``model``), its measured time over the slowest input's
+(``input``), the margin ((point + margin) ÷ point) and the dispersion factor; null when a
+figure is missing (wcetfit.wcet.bracket.BracketWidth).
 ``max_observed_input``, ``max_predicted_input`` and ``closest_input`` are ``{number, label,
 row}``: the input's number and its name as the text report gives it ("search input 37"),
 and its row in the per-input arrays (wcetfit.report/2 gave the bare row).
@@ -205,6 +214,9 @@ def _function(fr: FunctionReport, hz: float | None,
         "max_predicted_ticks": _f(w.max_predicted_ticks),
         "max_predicted_ns": _ns(w.max_predicted_ticks, hz),
         "max_predicted_input": _input(report, w.max_predicted_input),
+        "max_predicted_measured_ticks": _f(w.max_predicted_measured_ticks),
+        "max_predicted_measured_ns": _ns(w.max_predicted_measured_ticks, hz),
+        "bracket_width": _width(w),
         "closest_input": _input(report, w.closest_input),
         "closest_distance": _f(w.closest_distance),
         "path": [{"address": hexaddr(p.block), "count": p.count, "cost_ticks": _f(p.cost_ticks),
@@ -244,3 +256,12 @@ def _function(fr: FunctionReport, hz: float | None,
     for k, v in fr.fit_extra.items():       # other fit fields, passed through
         out.setdefault(k, _plain(v))
     return out
+
+
+def _width(w: Any) -> dict[str, float] | None:
+    """The parts of bound ÷ slowest input (wcetfit.wcet.bracket.BracketWidth), or None."""
+    width = w.width()
+    if width is None:
+        return None
+    return {"beyond": width.beyond, "model": width.model, "input": width.input,
+            "margin": width.margin, "dispersion": width.dispersion, "total": width.total}

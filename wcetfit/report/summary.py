@@ -217,6 +217,14 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
             _line(console, f"Slowest single call: {input_label(w.slowest_call_number)}, "
                            f"{F.both(w.slowest_call_ticks, hz)} (its own time: no interrupt "
                            f"in it){ratio}", indent="  ")
+        width = w.width()
+        if width is not None:
+            name = report.input_name(w.max_predicted_input)
+            _line(console, f"Bound / slowest = {width.total:.2f}: worst path over {name}'s "
+                           f"prediction ×{width.beyond:.2f} · {name} predicted over "
+                           f"measured ×{width.model:.2f} · {name} over the slowest "
+                           f"×{width.input:.2f} · margin ×{width.margin:.2f} · single calls "
+                           f"×{width.dispersion:.2f}", indent="  ")
         if w.beyond:
             _line(console, "The worst path goes beyond every input at:", indent="  ")
             for b in w.beyond[:4]:

@@ -127,7 +127,13 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
                   F.num(report.ns(w.max_predicted_ticks)),
                   f"Σ count · cost + overhead, {report.input_name(w.max_predicted_input)}")
         if w.ipet_ticks and w.max_observed_ticks:
-            t.add_row("bound / max observed", f"{w.ipet_ticks / w.max_observed_ticks:.3f}", "", "")
+            width = w.width()
+            t.add_row("bound / max observed", f"{w.ipet_ticks / w.max_observed_ticks:.3f}", "",
+                      "" if width is None else
+                      f"= path beyond the inputs ×{width.beyond:.2f} · prediction over "
+                      f"measured at the input predicted slowest ×{width.model:.2f} · it over "
+                      f"the slowest ×{width.input:.2f} · margin ×{width.margin:.2f} · "
+                      f"single calls ×{width.dispersion:.2f}")
         if w.closest_input is not None:
             dist = ("" if w.closest_distance is None
                     else f"; counts differ from the path by {w.closest_distance:.0%}")

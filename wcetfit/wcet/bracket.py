@@ -48,3 +48,43 @@ def beyond_inputs(root: FunctionModel, path_counts: Mapping[int, int],
                               int(numbers[int(np.argmax(observed))]) if observed.size else -1))
     out.sort(key=lambda b: (b.kind != "loop", -(b.path_count - b.max_observed)))
     return tuple(out[:limit])
+
+
+@dataclass(frozen=True)
+class BracketWidth:
+    """Where the bracket's width comes from: bound ÷ slowest measured input as the product
+    of its five parts, each a ratio of figures the report prints.
+
+    The IPET point is the model's time of the worst path; the input predicted slowest is
+    the measured input nearest it in the model's eyes.  So the width splits into the path
+    going beyond every input (``beyond``: point ÷ that input's prediction), the model's
+    error there (``model``: its prediction ÷ its measured time, > 1 when the model
+    over-predicts the long paths), that input against the slowest measured one (``input``:
+    < 1 when the slowest input is another, predicted lower), the confidence margin and
+    the single-call dispersion.  Their product is exactly bound ÷ slowest."""
+
+    beyond: float
+    model: float
+    input: float
+    margin: float
+    dispersion: float
+
+    @property
+    def total(self) -> float:
+        return self.beyond * self.model * self.input * self.margin * self.dispersion
+
+
+def bracket_width(bound: float | None, point: float | None, margin: float | None,
+                  highest_prediction: float | None, its_measured: float | None,
+                  slowest: float | None) -> BracketWidth | None:
+    """The parts of bound ÷ slowest (:class:`BracketWidth`), in ticks throughout; None
+    when a figure is missing or not positive."""
+    figures = (bound, point, highest_prediction, its_measured, slowest)
+    if any(v is None or not np.isfinite(v) or v <= 0 for v in figures):
+        return None
+    m = float(margin or 0.0)
+    return BracketWidth(beyond=point / highest_prediction,
+                        model=highest_prediction / its_measured,
+                        input=its_measured / slowest,
+                        margin=(point + m) / point,
+                        dispersion=bound / (point + m))

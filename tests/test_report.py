@@ -1052,3 +1052,22 @@ def test_bracket_width_splits_bound_over_slowest_and_names_an_over_predicted_pat
     doc = to_json(report)["functions"][0]["wcet"]
     assert doc["bracket_width"]["model"] == pytest.approx(width.model)
     assert doc["max_predicted_measured_ticks"] == pytest.approx(np.median(times[slow]))
+
+
+def test_callee_without_a_bound_of_its_own_is_null_in_json_not_zero(built):
+    """A callee whose blocks the inputs did not separate from its callers' sums to 0 ticks
+    on its own; the JSON gave ``"ipet_ticks": 0.0``, which a script reads as a WCET of 0
+    (libbz2's BZ2_bzCompressInit under BZ2_bzBuffToBuffCompress)."""
+    from dataclasses import replace
+
+    *_, report = built
+    g = report.function("g")
+    assert not g.no_bound_of_its_own and to_json(report)["functions"][1]["wcet"]["ipet_ticks"]
+    merged = replace(g, wcet=replace(g.wcet, ipet_ticks=0.0))
+    assert merged.no_bound_of_its_own
+    doc = to_json(replace(report, functions=(report.functions[0], merged)))
+    w = doc["functions"][1]["wcet"]
+    assert w["ipet_ticks"] is None and w["ipet_ns"] is None and w["no_bound_of_its_own"]
+    assert doc["functions"][0]["wcet"]["no_bound_of_its_own"] is False
+    text = to_text(replace(report, functions=(report.functions[0], merged)), width=200)
+    assert "no bound of its own" in text

@@ -21,7 +21,7 @@ Layout::
         "groups": [{id, blocks, kind, combinations, advice, share, share_estimable}],
         "overhead_ticks", "overhead_ns", "validation": {...fit's...},
         "coverage": {blocks, executed, never_executed: [address]},
-        "wcet": {ipet_ticks, ipet_ns, point_ticks, point_ns, margin_ticks, margin_ns,
+        "wcet": {ipet_ticks, ipet_ns, no_bound_of_its_own, point_ticks, point_ns, margin_ticks, margin_ns,
                  dispersion, dispersion_ticks, dispersion_ns, exceedance_per_call,
                  dispersion_factors: {misfit, call, machine_speed[, joint][, cover]},
                  path_envelopes: [{blocks, header, slope, intercept, text}],
@@ -68,6 +68,8 @@ count(header), true on every input; wcetfit/envelope.py) that the worst path tou
 in it: within 500 ns of its input's median or kept by the repeat statistic, the rule the
 bound's ``cover`` uses), as timed, and its input: the maximum observed execution time;
 ``max_observed_raw_ticks`` is the slowest call of all, interrupts included.
+``ipet_ticks`` is null for a callee whose blocks the inputs did not separate from its
+callers' (``no_bound_of_its_own``: its time is counted in theirs; its own sum would read 0).
 ``max_predicted_measured_ticks`` is the input predicted slowest as measured (the median of
 its calls, the machine's speed divided out: what its prediction is of).
 ``bracket_width`` splits bound ÷ slowest input (``total``) into the product of: the worst
@@ -171,7 +173,10 @@ def _function(fr: FunctionReport, hz: float | None,
             "call": r.call,
         })
     wcet = {
-        "ipet_ticks": _f(w.ipet_ticks), "ipet_ns": _ns(w.ipet_ticks, hz),
+        # null, not 0, for a callee with no bound of its own (its time is in its callers')
+        "ipet_ticks": None if fr.no_bound_of_its_own else _f(w.ipet_ticks),
+        "ipet_ns": None if fr.no_bound_of_its_own else _ns(w.ipet_ticks, hz),
+        "no_bound_of_its_own": fr.no_bound_of_its_own,
         "point_ticks": _f(w.point_ticks), "point_ns": _ns(w.point_ticks, hz),
         "margin_ticks": _f(w.margin_ticks), "margin_ns": _ns(w.margin_ticks, hz),
         "dispersion": _f(w.dispersion), "dispersion_ticks": _f(w.dispersion_ticks),

@@ -94,10 +94,7 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
         t.add_row("IPET bound", "—", "—", _escape(f"not computed: {w.error}"))
     elif w.ipet_ticks is not None:
         note = F.bound_note(w)
-        if not fr.is_root and w.ipet_ticks < 1:
-            # a callee whose blocks the inputs did not separate from its callers' (OpenSSL's
-            # OPENSSL_cleanse under MD4, its loop run 18 times): its costs sit in theirs, so
-            # its own sum is 0, not a WCET of 0
+        if fr.no_bound_of_its_own:
             note = ("no bound of its own: the inputs do not determine its blocks' costs apart "
                     "from its callers' (its time is counted in theirs)")
         t.add_row("[bold]IPET bound[/bold]", F.num(w.ipet_ticks), F.num(report.ns(w.ipet_ticks)),

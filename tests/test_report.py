@@ -746,7 +746,49 @@ def test_never_executed_blocks_are_described_as_the_policy_treats_them(built):
     rep = build_report(fns, "f", fit, counts, cols, times, req, TSC_HZ)
     never = [w for w in rep.function("f").warnings if "never executed" in w.message]
     assert never and "leaves them out" not in never[0].message
-    assert "not in the bound" in never[0].advice
+    assert "measured costs replace the ceiling" in never[0].advice
+
+
+def test_require_costs_blocks_no_input_ran_at_their_ceiling_never_lowering_the_bound(built):
+    """[wcet] unreached = "require" costed the blocks no input ran 0 ticks: covering more
+    paths lowered the bound (libm's sin: 533.8 ticks against 544.4 under "observed").  They
+    are now costed at the most their instructions can take, and the bound says how much
+    of its point that is."""
+    from wcetfit.fit.ceilings import INSTRUCTION_NS
+    from wcetfit.wcet.analyze import FitInputs
+    from wcetfit.wcet.unreached import ceiling_costs, ceiling_note
+
+    fns, counts, cols, times, fit, wres, report = built
+    rf = read_fit(fit)
+    costs = {name: {a: (fb.solution_ticks or 0.0) for a, fb in ff.blocks.items()}
+             for name, ff in rf.items()}
+    never = fns["f"].blocks[8]                  # no input ran it: the fit has no cost
+    assert not counts[:, cols.index(("f", never.address))].any()
+    costs["f"][never.address] = 0.0
+    unknown = (("f", never.address),)
+    fi = FitInputs(costs, unknown, 52.0, None, (), 1.96)
+    priced, given, unlimited = ceiling_costs(fi, fns, TSC_HZ)
+    ceiling = (len(never.instructions) + 1) * INSTRUCTION_NS * 1e-9 * TSC_HZ
+    assert priced.costs["f"][never.address] == pytest.approx(ceiling)
+    assert given[("f", never.address)] == pytest.approx(ceiling)
+    # (the count relations every input kept would keep the error path off the worst
+    # path: on these inputs the loop's exit block ran once per call)
+    loose = dict(entry_cost=52.0, use_relations=False, observed_paths=False)
+    observed = analyze_wcet(fns, "f", fi.costs, counts, cols, **loose)
+    at_zero = analyze_wcet(fns, "f", fi.costs, counts, cols, unreached="require", **loose)
+    required = analyze_wcet(fns, "f", priced.costs, counts, cols, unreached="require",
+                            **loose)
+    runs = required.functions["f"].block_counts[never.address]
+    assert runs >= 1                              # the worst path takes the unrun block
+    assert required.bound_ticks >= observed.bound_ticks
+    assert required.bound_ticks > at_zero.bound_ticks
+    note = ceiling_note(given, unlimited, required, TSC_HZ)
+    assert f"{runs * ceiling:,.0f} ticks" in note and "(n + 1) × 500 ns" in note
+    # it calls abort (imported): the ceiling does not limit the callee's time, and says so
+    assert unlimited == ["f+0x80 (calls abort)"] and "f+0x80 (calls abort)" in note
+    assert ceiling_note(given, unlimited, observed, TSC_HZ) is None
+    with pytest.raises(Exception, match="needs the TSC rate"):
+        ceiling_costs(fi, fns, None)
 
 
 def test_fit_line_says_when_held_out_inputs_lie_outside_the_others_span(built):

@@ -342,7 +342,13 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
         left_out = (left_out_note(session, root, absent, sites),)
         functions = without_calls_to(functions, absent)
     fi = fit_inputs(fit, functions)
+    given: dict[Any, float] = {}
+    unlimited: list[str] = []
     try:
+        if session.target.unreached == "require":
+            # the blocks no input ran, costed at the most their instructions can take
+            from wcetfit.wcet.unreached import ceiling_costs
+            fi, given, unlimited = ceiling_costs(fi, functions, system.tsc_hz)
         # one BLAS thread, as in the fit: the observed span's SVD (wcetfit.wcet.analyze) then
         # comes out the same to the last bit whatever the machine's thread settings
         with limited(1):
@@ -357,6 +363,11 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     except WcetError as exc:
         log.warning("%s: no WCET bound: %s", root, exc)
         return exc
+    if given:
+        from wcetfit.wcet.unreached import ceiling_note
+        note = ceiling_note(given, unlimited, result, system.tsc_hz)
+        if note:
+            result = replace(result, warnings=(note,) + tuple(result.warnings))
     if left_out:
         # after the note on the blocks no input ran (the first warning), which it extends
         first = tuple(result.warnings[:1]) if result.unreached else ()

@@ -606,17 +606,19 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
     if never:
         used = bool(ires and any(ires.block_counts.get(a, 0) for a in never))
         # what the bound does with them follows [wcet] unreached: left out ("observed",
-        # the default: the first WCET warning says so), or costed 0 ("require")
+        # the default: the first WCET warning says so), or costed at the most their
+        # instructions can take ("require": wcetfit.wcet.unreached)
         left_out = wres is not None and wres.unreached_policy == "observed"
         warns.append(Finding(
             f"{name}: {len(never)} block(s) never executed by the inputs: "
             + ", ".join(loop_key(fn, a) for a in never[:6]) + (" ..." if len(never) > 6 else "")
-            + "; their cost is unknown"
-            + ("; the worst-case path uses some of them at 0 ticks each" if used else "")
+            + "; their cost is not measured"
+            + ("; the worst-case path runs some of them, each at the most its instructions "
+               "can take" if used else "")
             + ("; the bound leaves them out of the worst path" if left_out and not used
                else ""),
             "add inputs that reach them (error paths, rare branches)"
-            + ("" if left_out else ": until then their time is not in the bound")))
+            + ("" if left_out else ": their measured costs replace the ceiling")))
 
     # WCET summary.
     closest = closest_dist = None

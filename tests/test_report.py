@@ -1113,3 +1113,25 @@ def test_callee_without_a_bound_of_its_own_is_null_in_json_not_zero(built):
     assert doc["functions"][0]["wcet"]["no_bound_of_its_own"] is False
     text = to_text(replace(report, functions=(report.functions[0], merged)), width=200)
     assert "no bound of its own" in text
+
+
+def test_path_below_slowest_input_names_what_covers_it(built):
+    """The worst path's prediction below a measured input's median is covered by the
+    dispersion: by its misfit factor, or by the cover of the slowest own call where that
+    set the factor (libgmp's popcount under a [loops] fact most inputs broke: ×84.65 from
+    the cover, and the warning said "the misfit factor (×1.07)")."""
+    from dataclasses import replace
+
+    fns, counts, cols, times, fit, wres, _ = built
+    slow = times.copy()
+    slow[0] = 2.0 * wres.bound_ticks             # one input measured past the worst path
+    for factors, says in (({"misfit": 2.5, "call": 1.1, "machine_speed": 1.0},
+                           "the dispersion's misfit factor (×2.50)"),
+                          ({"misfit": 1.07, "call": 1.1, "machine_speed": 1.0, "cover": 3.0},
+                           "cover of the slowest call that was the function's own time "
+                           "(×3.00)")):
+        w = replace(wres, dispersion=2.0, dispersion_factors=factors)
+        report = build_report(fns, "f", fit, counts, cols, slow, w, TSC_HZ)
+        found = [x.message for x in report.function("f").warnings
+                 if "is below the slowest input's median" in x.message]
+        assert len(found) == 1 and found[0].endswith(says), found

@@ -470,3 +470,26 @@ def test_cli_search_takes_the_timing_slot(sum_target):
     fn = json.loads(res.stdout)["functions"][0]
     assert fn["timed_phase"]["timed"] == 4, fn["timed_phase"]
     assert fn["counted"] + fn["rejected"] <= 300 and len(fn["timed"]) <= 2 + 2
+
+
+def test_cli_analyze_no_wait_skips_its_search_when_the_slot_is_taken_after_timing(sum_target):
+    """--no-wait refuses to wait for the timing slot; an analyze that measured and stored
+    its times, and finds the slot taken by another run at its search step, printed one
+    error line and threw its report away (libm's cosh after 13.5 s of measuring).  It now
+    skips the search, says so, and reports what is stored."""
+    (sum_target / "inputs.py").write_text(
+        "def generate(ctx):\n    n = int(ctx.rng.integers(1, 40))\n"
+        "    return (ctx.ffi.new('int[]', list(range(n))), n)\n")
+    assert _wcetfit("time", str(sum_target), "--no-wait").returncode == 0
+    with open(sum_target / "wcetfit.toml", "a") as f:
+        f.write("[search]\nbudget = 10\ntimed = 2\ntimed_budget = 4\n")
+    p = _hold("timing", "elsewhere/other-target", 600)
+    try:
+        res = _wcetfit("analyze", str(sum_target), "--no-wait", "--json", "-")
+    finally:
+        p.kill()
+        p.wait()
+    assert res.returncode == 0, res.stderr
+    assert "search step is skipped (--no-wait)" in res.stderr
+    assert f"pid {p.pid}" in res.stderr and f"wcetfit search {sum_target}" in res.stderr
+    assert json.loads(res.stdout)["functions"][0]["wcet"]["ipet_ticks"] > 0

@@ -40,6 +40,11 @@ class MeasurementError(WcetfitError):
     """A measurement run failed as a whole (not one input: those are InputFailure records)."""
 
 
+class TimingSlotBusy(MeasurementError):
+    """Another run holds the machine's timing slot and the command was told not to wait
+    (--no-wait)."""
+
+
 class SelfCheckError(MeasurementError):
     """A self-check failed (flow conservation, differential check): a wcetfit bug."""
 

@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Callable
 
-from wcetfit.errors import MeasurementError, StoreError, WcetfitError
+from wcetfit.errors import MeasurementError, StoreError, TimingSlotBusy, WcetfitError
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +109,12 @@ class Lock:
 
 def acquire(path: str, *, what: str, target: str, wait: bool,
             error: type[WcetfitError] = StoreError,
-            on_wait: Callable[[str], None] | None = None) -> Lock:
+            on_wait: Callable[[str], None] | None = None,
+            busy: type[WcetfitError] | None = None) -> Lock:
     """Take the lock file ``path`` (created if absent).
 
     Busy: with ``wait`` log (or ``on_wait``) one message naming the holder and block until
-    it is free; without, raise ``error`` naming the holder."""
+    it is free; without, raise ``busy`` (default ``error``) naming the holder."""
     real = os.path.realpath(path)
     entry = _held.get(real)
     if entry is not None:
@@ -138,8 +139,8 @@ def acquire(path: str, *, what: str, target: str, wait: bool,
                     raise error(f"cannot lock {real}: {exc.strerror}") from None
             who = describe_holder(holder(real))
             if not wait:
-                raise error(f"{what} is in use by {who} (lock {real}); wait for it to end "
-                            "or run again without --no-wait")
+                raise (busy or error)(f"{what} is in use by {who} (lock {real}); wait for "
+                                      "it to end or run again without --no-wait")
             if not told:
                 message = f"waiting: {what} is in use by {who}"
                 (on_wait or log.warning)(message)
@@ -173,7 +174,7 @@ def timing_lock(target: str, *, wait: bool = True) -> Lock:
     """The machine-wide lock held around a timing run: two timing runs at once on one
     machine disturb each other's ticks."""
     return acquire(machine_lock_path(), what="the machine's timing slot", target=target,
-                   wait=wait, error=MeasurementError)
+                   wait=wait, error=MeasurementError, busy=TimingSlotBusy)
 
 
 def machine_load() -> dict[str, float]:

@@ -93,7 +93,7 @@ def _search(s, roots, update, wait: bool = True) -> None:  # type: ignore[no-unt
     level = fit_log.level
     fit_log.setLevel(logging.ERROR)
     try:
-        from wcetfit.errors import TimedAnotherPath
+        from wcetfit.errors import TimedAnotherPath, TimingSlotBusy
         for root in roots:
             if load_search_rows(s.store, root, t.measure.seed) is not None:
                 continue
@@ -104,5 +104,14 @@ def _search(s, roots, update, wait: bool = True) -> None:  # type: ignore[no-unt
                            progress=lambda d, n: update("search", d, n), wait=wait)
             except TimedAnotherPath:
                 continue    # no bound from these times either: the report says why
+            except TimingSlotBusy as exc:
+                # --no-wait: this run measured and stored its counts and times; another
+                # run took the slot since.  Refusing now would throw away the report of
+                # what is stored (libm's cosh: timed, then "error: ... in use by pid
+                # 24826" after 13.5 s), so the search is left for later, and said.
+                logging.getLogger(__name__).warning(
+                    "%s: the worst-case search step is skipped (--no-wait): %s; `wcetfit "
+                    "search %s` runs it later", root, exc, t.directory)
+                continue
     finally:
         fit_log.setLevel(level)

@@ -290,3 +290,10 @@ def activation_rows(extra, tsc_hz=None) -> list[tuple[str, str]]:  # type: ignor
             out.append(("blocks costed from the whole-call fit (no activation ran them)",
                         str(ch["columns_from_whole_call"])))
     return out
+
+
+# Why the slowest own call counts as the function's time: a rule, said as one (a call kept
+# by the repeat statistic, or less than an interrupt costs above its input's median:
+# wcetfit.wcet.dispersion.MIN_INTERRUPT_NS), not an observation that no interrupt came.
+OWN_CALL_RULE = ("taken as its own time (kept by the repeat statistic, or under 500 ns "
+                 "above its input's median: less than an interrupt costs)")

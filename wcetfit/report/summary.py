@@ -216,8 +216,8 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
                      .replace(" ", "\u00a0").replace(";\u00a0", "; ", 1)
                      if w.ipet_ticks and w.slowest_call_ticks > 0 else "")
             _line(console, f"Slowest single call: {input_label(w.slowest_call_number)}, "
-                           f"{F.both(w.slowest_call_ticks, hz)} (its own time: no interrupt "
-                           f"in it){ratio}", indent="  ")
+                           f"{F.both(w.slowest_call_ticks, hz)} ({F.OWN_CALL_RULE}){ratio}",
+                  indent="  ")
         width = w.width()
         if width is not None:
             name = report.input_name(w.max_predicted_input)

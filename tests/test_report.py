@@ -1135,3 +1135,19 @@ def test_path_below_slowest_input_names_what_covers_it(built):
         found = [x.message for x in report.function("f").warnings
                  if "is below the slowest input's median" in x.message]
         assert len(found) == 1 and found[0].endswith(says), found
+
+
+def test_where_the_time_goes_says_whose_worst_path_a_callee_count_is(built):
+    """A callee block's count is of the callee's own worst path, which the root's bound may
+    undercut per call site (libbz2: "×4,096 on the worst path" for a block the root's path
+    ran at most 27 times): the line says whose path it is."""
+    from dataclasses import replace
+
+    *_, report = built
+    g = report.function("g")
+    row = replace(g.blocks[0], estimable=True, share=0.5, cost_ticks=7.0, wcet_count=9)
+    g = replace(g, blocks=(row,) + tuple(g.blocks[1:]))
+    text = summary.to_text(replace(report, functions=(report.functions[0], g)), width=200)
+    line = next(x for x in text.splitlines() if "g+0x0:" in x)
+    assert line.endswith("×9 on g's own worst path"), line
+    assert "on the worst path" in next(x for x in text.splitlines() if "  f+0x10:" in x)

@@ -591,7 +591,13 @@ def _top(report: Report, *, short: bool = False) -> list[str]:
         for r in fr.blocks:
             if r.estimable and r.share is not None and r.cost_ticks is not None \
                     and r.share >= MIN_SHARE:
-                on_path = f", ×{r.wcet_count:,} on the worst path" if r.wcet_count else ""
+                # a callee's block count is of the callee's own worst path (over all its
+                # activations in a call), which the root's bound may undercut by bounding
+                # it per call site (libbz2: a block "×4,096 on the worst path" that the
+                # root's path, per call site, ran at most 27 times)
+                on_path = ("" if not r.wcet_count else
+                           f", ×{r.wcet_count:,} on the worst path" if fr.is_root else
+                           f", ×{r.wcet_count:,} on {fr.name}'s own worst path")
                 items.append((r.share, f"{F.pct(r.share):>8}  {fr.key(r.address)}: "
                                        f"{F.cost_pm(r)} ticks per execution{on_path}",
                               f"{fr.key(r.address)} {F.pct(r.share)}"))

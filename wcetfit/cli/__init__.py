@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    from wcetfit.cli import interrupt
+    interrupt.install()
     try:
         return int(args.func(args) or 0)
     except WcetfitError as exc:

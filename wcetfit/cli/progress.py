@@ -29,6 +29,10 @@ def progress_bars() -> Iterator[Callable[[str, int, int], None]]:
     tasks: dict[str, int] = {}
 
     def update(stage: str, done: int, total: int) -> None:
+        # a Ctrl-C the interpreter swallowed (one that lands in a weakref callback or a
+        # __del__ is "ignored") is raised again here, at the next input, not lost
+        from wcetfit.cli.interrupt import raise_if_interrupted
+        raise_if_interrupted()
         if stage not in tasks:
             # start counting from what the store already had: the rate is of this run
             tasks[stage] = bars.add_task(stage, total=total, completed=done)

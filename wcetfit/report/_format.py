@@ -297,3 +297,5 @@ def activation_rows(extra, tsc_hz=None) -> list[tuple[str, str]]:  # type: ignor
 # wcetfit.wcet.dispersion.MIN_INTERRUPT_NS), not an observation that no interrupt came.
 OWN_CALL_RULE = ("taken as its own time (kept by the repeat statistic, or under 500 ns "
                  "above its input's median: less than an interrupt costs)")
+# the same on the one-screen summary, where --full gives the whole rule
+OWN_CALL_SHORT = "counted as its own time, not an interrupt"

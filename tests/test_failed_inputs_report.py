@@ -68,3 +68,7 @@ budget = 0
         assert cli(["report", str(tmp_path)]) == 0
     text = buf.getvalue()
     assert "6 input(s) failed" in text, text[-3000:]
+    # and the header says that the figures are of the others
+    assert doc["failed_inputs"] == 6
+    assert "(6 more failed and are in no figure: the first warning)" in \
+        " ".join(text.splitlines()[0:2])

@@ -922,7 +922,7 @@ def test_where_the_time_goes_says_when_the_overhead_holds_always_once_blocks(bui
                                                     + (group,)),) + tuple(report.functions[1:]))
     lines = [t for t in _top(with_share) if "ε" in t]
     assert len(lines) == 1 and lines[0].lstrip().startswith("≈90")
-    assert "group overhead: ε, the timed region's own overhead, with 2 block(s)" in lines[0]
+    assert "group overhead: 2 block(s) and ε (the timed region's own overhead)" in lines[0]
 
 
 def test_callees_blocks_no_input_ran_are_folded_after_two():

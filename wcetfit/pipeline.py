@@ -438,10 +438,13 @@ def _with_failures(report: Any, counts: Any, times: Any) -> Any:
 
     from wcetfit.report.failures import failed_inputs_finding
 
+    from wcetfit.report.failures import failed_inputs
+
     finding = failed_inputs_finding(counts, times)
     if finding is None:
         return report
-    return replace(report, warnings=(finding,) + tuple(report.warnings))
+    return replace(report, warnings=(finding,) + tuple(report.warnings),
+                   failed_inputs=len(failed_inputs(counts, times)))
 
 
 def state_changed(root: str, times: Any) -> str | None:

@@ -268,6 +268,9 @@ class Report:
     warnings: tuple[Finding, ...]
     input_numbers: tuple[int, ...] = ()  # per row: the input's number (generate's, or
                                          # SEARCH_BASE + k for a searched one)
+    # inputs the count or timing run left out (crashed, hung, failed a check): none of the
+    # figures are of them (the first warning names them)
+    failed_inputs: int = 0
 
     def input_name(self, row: int | None) -> str:
         """The input of row ``row`` as the user names it (:func:`input_label`)."""

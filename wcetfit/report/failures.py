@@ -18,12 +18,18 @@ from wcetfit.report import Finding
 NAMED_FAILURES = 3
 
 
-def failed_inputs_finding(counts: Any, times: Any) -> Finding | None:
-    """One finding for the inputs the count and timing runs left out, or None."""
+def failed_inputs(counts: Any, times: Any) -> dict[int, Any]:
+    """The inputs the count and timing runs left out: input number -> its first failure."""
     failures: dict[int, Any] = {}
     for run in (counts, times):
         for f in getattr(run, "failures", ()) or ():
             failures.setdefault(int(f.index), f)
+    return failures
+
+
+def failed_inputs_finding(counts: Any, times: Any) -> Finding | None:
+    """One finding for the inputs the count and timing runs left out, or None."""
+    failures = failed_inputs(counts, times)
     if not failures:
         return None
     indices = getattr(times, "indices", None)

@@ -12,7 +12,7 @@ Schema history (bump the version on every incompatible change and add a line her
 Layout::
 
     {"schema": "wcetfit.report/3", "root": str, "tsc_hz": float|null,
-     "units": {...}, "inputs": int, "repeats": int,
+     "units": {...}, "inputs": int, "failed_inputs": int, "repeats": int,
      "functions": [{
         "name", "address", "root": bool, "timed_other_path": bool,
         "blocks": [{address, size, instructions, count_min, count_max, count_mean,
@@ -132,6 +132,7 @@ def to_json(report: Report) -> dict[str, Any]:
                   "ns": "nanoseconds = ticks / tsc_hz * 1e9 (null when tsc_hz is unknown)",
                   "share": "fraction of the mean predicted time of one root call"},
         "inputs": report.n_inputs,
+        "failed_inputs": report.failed_inputs,
         "repeats": report.n_repeats,
         "functions": [_function(fr, hz, report) for fr in report.functions],
         "warnings": [{"message": w.message, "advice": w.advice} for w in report.warnings],

@@ -1153,3 +1153,34 @@ def test_where_the_time_goes_says_whose_worst_path_a_callee_count_is(built):
     line = next(x for x in text.splitlines() if "g+0x0:" in x)
     assert line.endswith("×9 on g's own worst path"), line
     assert "on the worst path" in next(x for x in text.splitlines() if "  f+0x10:" in x)
+
+
+def test_full_lists_a_group_of_several_functions_once(built):
+    """A group of a whole-call fit spans the root and its callees; --full listed it under
+    every function holding a block of it (libcrypto's SHA512: 354 group tables, 59,766
+    lines).  It is listed under the first, and a line under the others says where."""
+    from dataclasses import replace
+
+    *_, report = built
+    f, g = report.functions
+    shared = replace(f.groups[0], blocks=tuple(f.groups[0].blocks) + (g.blocks[0].address,))
+    f2 = replace(f, groups=(shared,) + tuple(f.groups[1:]))
+    g2 = replace(g, groups=(shared,) + tuple(g.groups))
+    text = to_text(replace(report, functions=(f2, g2)), width=300)
+    combination = shared.combinations[0]
+    assert text.count(combination) == 1
+    assert f"1 of g's blocks among its {len(shared.blocks)}: listed under f" in text
+    # one function alone (--function g) lists it in full
+    alone = io_text(replace(report, functions=(f2, g2)), "g")
+    assert combination in alone
+
+
+def io_text(report, function):
+    import io
+
+    from rich.console import Console
+
+    from wcetfit.report.text import render
+    buf = io.StringIO()
+    render(report, Console(file=buf, width=300), function=function)
+    return buf.getvalue()

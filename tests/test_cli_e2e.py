@@ -135,6 +135,8 @@ def test_analyze_then_reuse_and_report(victim):
     line = one_error_line(wcetfit("report", str(victim), "--repeats", "7"))
     assert "no times stored" in line and "7 repeats" in line
     assert "stored: 3 repeats" in line and "pass --repeats 3" in line
+    # the remedy keeps the options given (it said `wcetfit time DIR`, which times 3)
+    assert f"wcetfit time {victim} --seed 1 --repeats 7`" in line
     res = wcetfit("report", str(victim), "--repeats", "3", "--json", "-")
     assert res.returncode == 0, res.stderr
     # wcetfit.toml asking for repeats none was timed with, and no --repeats: the one set

@@ -527,8 +527,11 @@ def stored_measurements(session: Session, root: str, *,
     m = session.target.measure
     counts = load_counts(session.store, root, m.seed)
     if counts is None:
+        # the remedy with the options this command was given (--seed 7 said `wcetfit
+        # count DIR`, which counts seed 1's inputs)
         raise FitError(f"{root}: no counts stored for seed {m.seed}: run `wcetfit count "
-                       f"{session.target.directory}` (or `wcetfit analyze`) first")
+                       f"{session.target.directory} --seed {m.seed}` (or `wcetfit analyze "
+                       f"--seed {m.seed}`) first")
     method, _ = resolve_method(session.target)
     times = load_times(session.store, root, m.seed, method, m.repeats)
     if times is None and not require_times:
@@ -540,7 +543,8 @@ def stored_measurements(session: Session, root: str, *,
                 f"--repeats {other[-1]}`: pass --repeats {other[-1]})" if other else "")
         raise FitError(f"{root}: no times stored for seed {m.seed}, method {method}, "
                        f"{m.repeats} repeats{hint}: run `wcetfit time "
-                       f"{session.target.directory}` (or `wcetfit analyze`) first")
+                       f"{session.target.directory} --seed {m.seed} --repeats {m.repeats}` "
+                       f"(or `wcetfit analyze` with the same options) first")
     # Inputs the worst-case search found and timed (wcetfit.search) are rows like the others,
     # and so are those symbolic execution reached (wcetfit reach).
     from wcetfit.search.store import load_search_rows, with_search_rows

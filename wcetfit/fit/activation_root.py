@@ -415,8 +415,8 @@ def _root_check(root: str, y: np.ndarray, pred_raw: np.ndarray, A: np.ndarray,
         wholly = kappa + kci < 0
         warnings.append(FitWarning(
             WARN_OVERHEAD,
-            f"{root}: the probe overhead per timed activation came out negative, {kappa:.0f} ± "
-            f"{kci:.0f} ticks" + (" (its whole interval below zero)" if wholly else
+            f"{root}: the probe overhead per timed activation came out negative, {kappa:,.0f} ± "
+            f"{kci:,.0f} ticks" + (" (its whole interval below zero)" if wholly else
                                   " (its interval reaches zero)"),
             "a probe cannot take negative time: the activation and the whole-call runs "
             "disagree (another load, another machine speed); time both again on a quiet "

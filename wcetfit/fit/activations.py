@@ -554,7 +554,7 @@ def _plausibility(fit: ActivationFit, pred_rows: np.ndarray, m: _Merged, inputs:
             WARN_NEGATIVE_COST,
             f"{fn}: {len(neg)} block cost(s) lie wholly below zero in the per-activation fit "
             f"(e.g. {column_label((neg[0].function, neg[0].address))} = "
-            f"{neg[0].cost_ticks:.0f} ± {neg[0].ci95_ticks:.0f} ticks)",
+            f"{neg[0].cost_ticks:,.0f} ± {neg[0].ci95_ticks:,.0f} ticks)",
             "the activations vary these blocks together with others: add inputs that run "
             "them alone, or split the blocks with probes",
             blocks=tuple(c.address for c in neg), estimate_ticks=neg[0].cost_ticks,
@@ -563,7 +563,7 @@ def _plausibility(fit: ActivationFit, pred_rows: np.ndarray, m: _Merged, inputs:
         if all(v > 0 for _, v in c.terms) and c.value_ticks + c.ci95_ticks < 0:
             out.append(FitWarning(
                 WARN_NEGATIVE_COST,
-                f"{fn}: the sum {c.text} = {c.value_ticks:.0f} ± {c.ci95_ticks:.0f} ticks lies "
+                f"{fn}: the sum {c.text} = {c.value_ticks:,.0f} ± {c.ci95_ticks:,.0f} ticks lies "
                 "wholly below zero in the per-activation fit",
                 "vary the inputs so that these blocks run in other proportions",
                 estimate_ticks=c.value_ticks, ci95_ticks=c.ci95_ticks))
@@ -573,8 +573,8 @@ def _plausibility(fit: ActivationFit, pred_rows: np.ndarray, m: _Merged, inputs:
             wholly = o.value_ticks + (o.ci95_ticks or 0.0) < 0
             out.append(FitWarning(
                 WARN_OVERHEAD,
-                f"{fn}: the probe overhead {o.label} came out negative, {o.value_ticks:.0f} ± "
-                f"{o.ci95_ticks:.0f} ticks" + (" (its whole interval below zero)" if wholly
+                f"{fn}: the probe overhead {o.label} came out negative, {o.value_ticks:,.0f} ± "
+                f"{o.ci95_ticks:,.0f} ticks" + (" (its whole interval below zero)" if wholly
                                                else " (its interval reaches zero)"),
                 "a probe cannot take negative time: the rows trade it against blocks; time "
                 "again on a quiet machine, and compare with the calibrated probe cost",

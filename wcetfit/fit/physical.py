@@ -202,7 +202,7 @@ def physical_fit(fx: Any, kept: np.ndarray, theta_linear: np.ndarray) -> Physica
     held = ", ".join(x for x in (f"{n_blocks} block cost(s) at 0" if n_blocks else "",
                                  f"{n_top} at the most their instructions can take "
                                  f"({_ceiling_names(fx, at_ceiling, upper)})" if n_top else "",
-                                 f"ε at its floor of {lower[n_cls]:.0f} ticks" if n_eps
+                                 f"ε at its floor of {lower[n_cls]:,.0f} ticks" if n_eps
                                  else "") if x)
     if s_lin > EXACT_SHARE * yy:
         effect = f"which raises the weighted residual sum of squares by {_percent(rise)} %"

@@ -763,8 +763,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
     if is_root and summary.ipet_ticks is not None and max_obs is not None \
             and summary.ipet_ticks < max_obs:
         warns.append(Finding(
-            f"the IPET bound ({summary.ipet_ticks:.0f} ticks) is below the slowest input's "
-            f"median ({max_obs:.0f} ticks)",
+            f"the IPET bound ({summary.ipet_ticks:,.0f} ticks) is below the slowest input's "
+            f"median ({max_obs:,.0f} ticks)",
             "block costs depend on data or cache state here: treat the bound with suspicion"))
     elif is_root and summary.point_ticks is not None and max_obs is not None \
             and summary.point_ticks + (summary.margin_ticks or 0.0) < MODEL_BELOW * max_obs:

@@ -47,7 +47,8 @@ from wcetfit.static import decode, elfinfo, ifunc
 from wcetfit.static.build import Builder, IndirectJumpInfo, RawCFG
 from wcetfit.static.cfgcache import CfgCache
 from wcetfit.static.elfinfo import ElfInfo
-from wcetfit.static.jumptables import CALLER_SAVED, _TABLE_ABS, _TABLE_REL, _bound_from, _writes
+from wcetfit.static.jumptables import (CALLER_SAVED, _TABLE_ABS, _TABLE_REL, _bound_from,
+                                      _writes, unguarded_entries)
 from wcetfit.static.symbols import SymbolIndex
 from wcetfit.static.whole import _recover_all, _warn_whole_binary, summary_of, with_fdes
 
@@ -71,7 +72,9 @@ RECOVERY_ROUNDS = 16
 # 10: function starts and branch targets VEX cannot decode at all are decoded by capstone
 # 11: … and conditional branches' fall-throughs
 # 13: a table of function pointers may have empty slots (no code address): a tail call
-MODEL_FORMAT = 13
+# 14: a table of 4-byte offsets with no bounds check, sized by where its entries stop
+#     landing in the function (wcetfit.static.descent)
+MODEL_FORMAT = 14
 
 # CFGFast options, chosen deliberately (a default CFGFast of libm takes ~40 s, this ~10 s):
 CFG_OPTIONS = dict(
@@ -151,6 +154,34 @@ def _gcc_table_resolver(project, obj):
         except Exception:  # noqa: BLE001 -- unmapped: nothing to decode
             return []
         return list(md.disasm_lite(code, addr))
+
+    def _unguarded(table: int, jump: int) -> int | None:
+        """A relative table no check guards (jumptables.unguarded_entries), within the
+        .eh_frame extent of the function holding the jump; None below two entries."""
+        delta = obj.mapped_base - obj.linked_base
+        try:
+            fdes = elfinfo.read_elf(obj.binary).fdes
+        except Exception:  # noqa: BLE001 -- no extents: no table
+            return None
+        extent = next(((lo + delta, lo + delta + size) for lo, size in fdes
+                       if lo + delta <= jump < lo + delta + size), None)
+        if extent is None:
+            return None
+        lo, hi = extent
+
+        def read(a: int, size: int) -> bytes:
+            return project.loader.memory.load(a, size)
+
+        try:
+            code = read(lo, hi - lo)
+        except Exception:  # noqa: BLE001 -- unmapped
+            return None
+        n = unguarded_entries(table, lo, hi, read, code)
+        if n < 2:
+            return None
+        log.info("jump at %#x: table %#x has no bounds check; %d entries land in its "
+                 "function", jump - delta, table - delta, n)
+        return n
 
     class GccJumpTable(IndirectJumpResolver):
         def __init__(self):
@@ -287,6 +318,8 @@ def _gcc_table_resolver(project, obj):
             if bounds and None not in bounds:
                 m_ = max(bounds)   # type: ignore[type-var]
                 n = m_ if n is None else min(n, m_)
+            if n is None and esize == 4:
+                n = _unguarded(table, last[0])
             if n is None:
                 return False, []
             try:

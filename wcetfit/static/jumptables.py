@@ -497,3 +497,36 @@ def word_relocations(path: str) -> dict[int, int]:
                     if shndx != 0:                                   # defined here
                         out[off] = value + addend
     return out
+
+
+def unguarded_entries(table: int, lo: int, hi: int, read, code: bytes) -> int:
+    """How many entries of a table of 4-byte offsets (relative to ``table``) that no
+    bounds check guards belong to it: those, from the first, whose targets are the start
+    of an instruction of the function spanning [``lo``, ``hi``) (``code``: its bytes,
+    swept linearly; ``read(address, size)``: the table's bytes).
+
+    gcc omits the check where it takes the index to be in range (glibc's
+    ``__kernel_standard``, libm's SVID error handler, switches on its ``type`` argument
+    straight away: every libm wrapper whose input reaches a domain error -- atanh of
+    |x| > 1, cosh overflowing -- ran into "an unresolved indirect jump" and had no bound).
+    What follows the table (another function's table, constants) is relative to nothing
+    here: its offsets from this table land outside the function or inside an instruction.
+    A table read short shows as the count run's failure on the input that indexes past
+    it, never as a wrong count."""
+    import capstone
+
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    starts = {a for a, *_ in md.disasm_lite(code, lo)}
+    n = 0
+    while n < _MAX_TABLE:
+        try:
+            raw = read(table + 4 * n, 4)
+        except Exception:  # noqa: BLE001 -- past the mapped or file bytes: the end
+            break
+        if len(raw) < 4:
+            break
+        t = table + int.from_bytes(raw, "little", signed=True)
+        if not (lo <= t < hi) or t not in starts:
+            break
+        n += 1
+    return n

@@ -441,7 +441,7 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
         for k, v in vec.items():
             counts_root[k] = counts_root.get(k, 0.0) + v
         warnings.append(
-            f"{name}: all its activations bounded at once ({agg.bound_ticks:.0f} ticks, added "
+            f"{name}: all its activations bounded at once ({agg.bound_ticks:,.0f} ticks, added "
             f"once): at most {int(activation_bounds[name])} per call of {root}, no loop or "
             f"block more often in total than on any input (observed); charged per call it "
             f"would count its loops' totals once per call")

@@ -71,13 +71,14 @@ def block_ceiling_ticks(functions: Mapping[str, FunctionModel],
         block = blocks[name].get(address)
         if block is None or not block.instructions:
             continue
-        if any(_unlimited(ins.mnemonic) for ins in block.instructions):
+        if any(of_no_fixed_time(ins.mnemonic) for ins in block.instructions):
             continue
         out[j] = (len(block.instructions) + 1) * per_instruction
     return out
 
 
-def _unlimited(mnemonic: str) -> bool:
+def of_no_fixed_time(mnemonic: str) -> bool:
+    """An instruction whose time has no fixed limit (:data:`UNLIMITED`), or a call."""
     first = mnemonic.split()[0].lower() if mnemonic else ""
     # calls of every form, and jumps out of the function are call sites (checked apart)
     return first in UNLIMITED or first.startswith("call")

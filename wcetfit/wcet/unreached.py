@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from wcetfit.errors import WcetError
-from wcetfit.fit.ceilings import INSTRUCTION_NS, _unlimited
+from wcetfit.fit.ceilings import INSTRUCTION_NS, of_no_fixed_time
 from wcetfit.model import CALL_INTERNAL, FunctionModel
 from wcetfit.wcet.result import loop_key
 
@@ -54,7 +54,7 @@ def ceiling_costs(fi: Any, functions: Mapping[str, FunctionModel],
         given[(name, address)] = cost
         calls = [c for c in fn.calls if c.block == address and c.kind != CALL_INTERNAL]
         odd = sorted({i.mnemonic.split()[0] for i in block.instructions
-                      if _unlimited(i.mnemonic) and not i.mnemonic.startswith("call")})
+                      if of_no_fixed_time(i.mnemonic) and not i.mnemonic.startswith("call")})
         why = ([f"calls {c.target_name or 'through a pointer'}" for c in calls[:2]]
                + ([f"holds {', '.join(odd[:3])}"] if odd else []))
         if why:

@@ -511,8 +511,9 @@ def unguarded_entries(table: int, lo: int, hi: int, read, code: bytes) -> int:
     |x| > 1, cosh overflowing -- ran into "an unresolved indirect jump" and had no bound).
     What follows the table (another function's table, constants) is relative to nothing
     here: its offsets from this table land outside the function or inside an instruction.
-    A table read short shows as the count run's failure on the input that indexes past
-    it, never as a wrong count."""
+    An input that indexes past a table read short sends the instrumented copy past its
+    copy of the table (wcetfit.count.relocate copies n entries): that input fails in the
+    count run (a crash or a failed flow or differential check) and is reported."""
     import capstone
 
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from smalltarget import build_library
 from test_store import SUM_C, SUM_INPUTS, SUM_TOML
 from wcetfit import analysis_cache, pipeline
 from wcetfit.cli import main
@@ -29,9 +30,7 @@ from wcetfit.cli import main
 def measured(tmp_path_factory):
     """A small target measured once (analyze in a child, as a user runs it)."""
     d = tmp_path_factory.mktemp("cached")
-    (d / "sum.c").write_text(SUM_C)
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(d / "libsum.so"),
-                    str(d / "sum.c")], check=True)
+    build_library(d, SUM_C, "sum", opt="-O2")
     (d / "wcetfit.toml").write_text(SUM_TOML.replace("inputs = 12", "inputs = 40"))
     (d / "inputs.py").write_text(SUM_INPUTS)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path),

@@ -21,6 +21,7 @@ import sys
 
 import pytest
 
+from smalltarget import build_library
 from wcetfit.static import binary, elfinfo
 from wcetfit.static.cfgcache import CfgCache
 
@@ -57,9 +58,7 @@ int second(int k, int x) {
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
     d = tmp_path_factory.mktemp("unguarded")
-    (d / "ung.c").write_text(C)
-    subprocess.run(["gcc", "-O2", "-fPIC", "-shared", "-o", str(d / "libung.so"),
-                    str(d / "ung.c")], check=True)
+    build_library(d, C, "ung", opt="-O2")
     return d
 
 

@@ -1184,3 +1184,21 @@ def io_text(report, function):
     buf = io.StringIO()
     render(report, Console(file=buf, width=300), function=function)
     return buf.getvalue()
+
+
+def test_heldout_error_advice_of_a_single_path_is_not_to_split(built):
+    """Where every input ran the same counts, the held-out error is the calls' own spread:
+    "split blocks or add inputs" was the advice to libz's zlibCompileFlags (one block)."""
+    fns, counts, cols, times, fit, wres, _ = built
+    f = json.loads(json.dumps(fit))
+    f["validation"].update({"median_rel_error": 0.05, "p95_rel_error": 0.2})
+
+    def advice(c):
+        report = build_report(fns, "f", f, c, cols, times, wres, TSC_HZ)
+        return [w.advice for w in report.function("f").warnings
+                if "held-out" in w.message and "goal" in w.message]
+
+    varied = advice(counts)
+    assert len(varied) == 2 and "split blocks" in varied[0]
+    same = advice(np.repeat(counts[:1], len(counts), axis=0))
+    assert len(same) == 2 and all("the calls' own spread" in a for a in same)

@@ -138,7 +138,7 @@ def test_describe_args():
     # a NULL pointer says so; a pointer is its type (it read "void * (8 bytes)" for
     # NULL and every pointer alike: the pointer's own size)
     s = tg.describe_args(ffi, (ffi.NULL, ffi.cast("char *", 0), ffi.new("int *")))
-    assert s == "(NULL void *, NULL char *, int *)"
+    assert s == "(NULL, NULL char *, int *)"
 
 
 def test_prototype_name_one_rule_for_count_and_time():

@@ -429,7 +429,9 @@ def describe_args(ffi: Any, args: tuple, limit: int = 6) -> str:
             continue
         text = ctype.cname
         if ctype.kind == "pointer" and a == ffi.NULL:
-            parts.append(f"NULL {ctype.cname}")
+            # ffi.NULL is a void *, whatever the parameter's type (an XML_Parser, an
+            # mp_srcptr read "NULL void *"): its type is said only when it was cast to one
+            parts.append("NULL" if ctype.cname == "void *" else f"NULL {ctype.cname}")
             continue
         # (a pointer is named by its type alone: cffi's sizeof of one is the pointer's
         # own 8 bytes, not its target's, and reading the target could fault) -- except a

@@ -215,3 +215,14 @@ def test_png_sig_cmp_start_is_within_the_buffer(tmp_path):
     assert all(0 <= start <= n <= ffi.sizeof(sig) for sig, start, n in args)
     assert sum(start <= 7 for _, start, _ in args) >= 0.3 * N   # small ones often
     assert any(n.startswith("start: ") for n in text.notes)
+
+
+def test_an_array_typedef_parameter_takes_its_types_length(tmp_path):
+    """libuuid's ``uuid_unparse(const uuid_t uu, char *out)``: ``uuid_t`` is ``unsigned
+    char[16]``, which decays to a pointer in the prototype; uu was sized UNSIZED_LEN with
+    "no length parameter found".  Its length is in its type: 16, and no check line."""
+    mod, ffi, text = _header("/usr/include/uuid/uuid.h", "uuid_unparse", tmp_path)
+    args = _inputs(mod, ffi, "uuid_unparse", n=50)
+    assert all(ffi.sizeof(uu) == 16 for uu, _ in args)
+    assert "its size is in its type" in _line(text.text, "uu")
+    assert not any(n.startswith("uu: ") for n in text.notes)

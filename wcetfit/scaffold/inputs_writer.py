@@ -617,6 +617,11 @@ class _Writer:
             how = (f"its capacity is *{self.params[c].name}" if c in inout else
                    f"sized from {self.params[c].name}" if n == names[c] else
                    f"sized from {self.params[c].name}, a count of bits: {n} elements")
+        elif _typedef_length(ffi, p.spelling) is not None:
+            # an array typedef decays to a pointer, its length kept in the name
+            # (libuuid's uuid_t, unsigned char[16]: sized UNSIZED_LEN, "no length found")
+            n = str(_typedef_length(ffi, p.spelling))
+            how = f"{p.spelling.strip()} is an array of {n}: its size is in its type"
         else:
             n = "UNSIZED_LEN"
             how = (f"no length parameter: UNSIZED_LEN elements is a guess: set it to the size "
@@ -919,3 +924,16 @@ def generate(ctx):
     rng, ffi = ctx.rng, ctx.ffi
 {body}
 '''
+
+
+def _typedef_length(ffi, spelling: str) -> int | None:
+    """The length of the array type a parameter is spelt as (``uuid_t``: 16), or None."""
+    name = " ".join(w for w in spelling.replace("*", " * ").split()
+                    if w not in ("const", "volatile", "restrict", "__restrict"))
+    if not name or "*" in name:
+        return None
+    try:
+        t = ffi.typeof(name)
+    except Exception:  # noqa: BLE001 -- not a type cffi knows by that name
+        return None
+    return int(t.length) if t.kind == "array" and t.length else None

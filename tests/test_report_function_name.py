@@ -103,3 +103,8 @@ def test_report_function_takes_an_alias_the_model_does_not_prefer(tmp_path, monk
                   "float(ctx.rng.uniform(-100.0, 100.0)))")
     first = _function_report(d, "remainder", shown)
     assert first.startswith("--function remainder:") and shown in first, first
+    # the one-screen summary says so beside the heading (it named drem alone)
+    res = _wcetfit("report", str(d))
+    assert res.returncode == 0, res.stderr
+    assert f"{shown} at " in res.stdout
+    assert "(wcetfit.toml's remainder: the same function)" in res.stdout

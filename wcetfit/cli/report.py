@@ -206,7 +206,7 @@ def emit(analyses: Sequence[Any], args: argparse.Namespace, *, session: Any = No
         for r in reports:
             text.render(r, console, max_blocks=args.max_blocks)
     elif name is None:
-        summary.render(reports, console)
+        summary.render(reports, console, asked={v: k for k, v in names.items()})
     elif name in known:
         r = next(r for r in reports if any(f.name == name for f in r.functions))
         text.render(r, console, max_blocks=args.max_blocks, function=name)

@@ -38,12 +38,20 @@ TOP_ITEMS = 3          # blocks or groups that matter most
 MAX_LOOPS = 4
 WARNINGS_ONE_ROOT = 12
 WARNINGS_MANY_ROOTS = 2
+# ... and at most this many lines of warnings for one root, so that the summary stays one
+# screen (adpcm with ten warnings ran to 62 lines; the rest is one --function away)
+WARNING_LINES = 30
 MIN_SHARE = 0.005      # a block or group below this share is not among the few that matter
 COMPACT_FROM = 5       # this many roots or more: each in about six lines
 
 
-def render(reports: Sequence[Report], console: Console) -> None:
-    """Write the summary of every measured root to ``console``."""
+def render(reports: Sequence[Report], console: Console,
+           asked: dict[str, str] | None = None) -> None:
+    """Write the summary of every measured root to ``console``.  ``asked``: the report's
+    name of a root -> the name wcetfit.toml gives it, where they differ (libm's
+    ``remainder`` is reported as ``drem``, its alias at the same address; an IFUNC as the
+    implementation its resolver selects): said beside the root's heading."""
+    asked = dict(asked or {})
     reports = list(reports)
     if not reports:
         return
@@ -71,7 +79,8 @@ def render(reports: Sequence[Report], console: Console) -> None:
         if len(reports) >= COMPACT_FROM:
             _root_compact(r, console, skip=set(common))
         else:
-            _root(r, console, skip=set(common), max_warn=max_warn)
+            _root(r, console, skip=set(common), max_warn=max_warn,
+                  asked=asked.get(r.functions[0].name) if r.functions else None)
     if common:
         _line(console, "")
         _line(console, f"For all {len(reports)} functions:", style="bold")
@@ -183,12 +192,14 @@ def _by_priority(warns: Sequence[Finding]) -> list[Finding]:
     return sorted(warns, key=rank)
 
 
-def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None:
+def _root(report: Report, console: Console, *, skip: set, max_warn: int,
+          asked: str | None = None) -> None:
     fr = report.functions[0]
     w = fr.wcet
     hz = report.tsc_hz
     _line(console, "")
-    _line(console, f"{fr.name} at {fr.address:#x}", style="bold underline")
+    also = f" (wcetfit.toml's {asked}: the same function)" if asked else ""
+    _line(console, f"{fr.name} at {fr.address:#x}{also}", style="bold underline")
     if w.error or w.ipet_ticks is None:
         _line(console, f"WCET bound: not computed: {w.error or 'no result'}", indent="  ")
         if fr.timed_other_path:
@@ -263,9 +274,10 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int) -> None
          and not x.message.startswith("no WCET bound")])), fr.name)
     if warns:
         _line(console, f"Warnings ({len(warns)}):", indent="  ", style="bold")
-        _warnings(console, warns, max_warn, indent="    ")
-        if len(warns) > max_warn:
-            _line(console, f"… {len(warns) - max_warn} more: wcetfit report --function "
+        shown = _warnings(console, warns, max_warn, indent="    ",
+                          lines=WARNING_LINES if max_warn == WARNINGS_ONE_ROOT else None)
+        if len(warns) > shown:
+            _line(console, f"… {len(warns) - shown} more: wcetfit report --function "
                            f"{fr.name}", indent="    ", style="dim")
 
 
@@ -335,11 +347,31 @@ def _folded_unexecuted(warns: list[Finding], root: str) -> list[Finding]:
     return _in_one(warns, [x for x, _ in rest], folded)
 
 
-def _warnings(console: Console, warns: Sequence[Finding], limit: int, indent: str) -> None:
+def _warnings(console: Console, warns: Sequence[Finding], limit: int, indent: str,
+              lines: int | None = None) -> int:
+    """Print the first ``limit`` warnings, and only as many as fit in ``lines`` wrapped
+    lines (at least one); return how many were printed."""
+    used = shown = 0
     for x in warns[:limit]:
+        need = _wrapped(console, f"⚠ {x.message}", indent) + (
+            _wrapped(console, f"→ {x.advice}", indent + "  ") if x.advice else 0)
+        if lines is not None and shown and used + need > lines:
+            break
         _line(console, f"⚠ {x.message}", indent=indent, style="yellow")
         if x.advice:
             _line(console, f"→ {x.advice}", indent=indent + "  ")
+        used += need
+        shown += 1
+    return shown
+
+
+def _wrapped(console: Console, text: str, indent: str) -> int:
+    """How many lines :func:`_line` makes of ``text``."""
+    hang = 2 if text.startswith(("- ", "⚠ ", "→ ")) else 0
+    width = max(40, (console.width or 100) - 1)
+    return max(1, len(textwrap.wrap(text, width=width, initial_indent=indent,
+                                    subsequent_indent=indent + " " * hang,
+                                    break_on_hyphens=False)))
 
 
 def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> list[str]:

@@ -1202,3 +1202,23 @@ def test_heldout_error_advice_of_a_single_path_is_not_to_split(built):
     assert len(varied) == 2 and "split blocks" in varied[0]
     same = advice(np.repeat(counts[:1], len(counts), axis=0))
     assert len(same) == 2 and all("the calls' own spread" in a for a in same)
+
+
+def test_many_long_warnings_stay_within_the_screen(built):
+    """Twelve warnings of four lines each ran the summary past one screen (adpcm: 62
+    lines); those that do not fit in the warnings' lines are one --function away."""
+    from dataclasses import replace
+
+    from wcetfit.report import Finding
+
+    *_, report = built
+    f = report.functions[0]
+    long = tuple(Finding(f"warning {i}: " + "a long explanation " * 20, "a remedy " * 12)
+                 for i in range(12))
+    text = summary.to_text(replace(report, functions=(replace(f, warnings=long),)
+                                   + tuple(report.functions[1:])))
+    lines = text.splitlines()
+    assert len(lines) <= 60, len(lines)
+    shown = sum(1 for ln in lines if "⚠ warning " in ln)
+    assert 1 <= shown < 12
+    assert any("more: wcetfit report --function f" in ln for ln in lines)

@@ -129,3 +129,48 @@ def test_libm_error_handler_table_ends_where_its_entries_leave_the_function(tmp_
     entries = _entries(path, jt.table_address, n + 1)
     assert n >= 2 and all(t in starts for t in entries[:n])
     assert entries[n] not in starts      # the next word is no entry of this table
+
+
+def _libm():
+    path = "/lib/x86_64-linux-gnu/libm.so.6"
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is absent")
+    return path
+
+
+def test_the_handler_is_modelled_alike_whoever_calls_it(tmp_path):
+    """acos's wrapper tail-calls the handler after a "cmp; ja" of its own, which was read
+    as the table's guard: 2 entries as acos's callee, 251 as atanh's.  Every target
+    sharing the model cache then had the other's model ("stored counts do not match its
+    static model").  A guard is never read in another function's code now."""
+    path = _libm()
+
+    def handler(root):
+        model = binary.load_model(path, [root], with_callees=True,
+                                  use_cache=CfgCache(str(tmp_path / root), enabled=True))
+        fn = next((f for f in model.functions.values()
+                   if f.jump_tables and f.jump_tables[0].entry_size == 4
+                   and any(c.target == f.address for g in model.functions.values()
+                           for c in g.calls)), None)
+        if fn is None:
+            pytest.skip(f"this libm's {root} reaches no handler with a table of offsets")
+        return fn.address, len(fn.blocks), fn.jump_tables[0].targets
+
+    assert handler("acos") == handler("atanh") == handler("cosh")
+
+
+def test_a_whole_binary_listing_keeps_the_models_targets_were_counted_with(tmp_path):
+    """`wcetfit cfg libm` (the whole binary: more function entries known, so some
+    functions cut elsewhere) overwrote the per-function models in the shared cache, and
+    every libm target measured before could no longer be reported."""
+    path = _libm()
+    cache = CfgCache(str(tmp_path / "cache"), enabled=True)
+    binary.load_model(path, ["acos"], with_callees=True, use_cache=cache)
+    d = cache.directory(elfinfo.read_elf(path, with_fdes=False).sha256, binary.cache_options())
+    before = {p.name: p.read_bytes() for p in (tmp_path / "cache").rglob("fn/*.json")}
+    assert before
+    binary.load_model(path, use_cache=cache)               # the whole binary
+    after = {p.name: p.read_bytes() for p in (tmp_path / "cache").rglob("fn/*.json")}
+    assert all(after[name] == data for name, data in before.items())
+    assert len(after) > len(before)                        # the others are cached too
+    assert os.path.isdir(d)

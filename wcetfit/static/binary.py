@@ -74,7 +74,8 @@ RECOVERY_ROUNDS = 16
 # 13: a table of function pointers may have empty slots (no code address): a tail call
 # 14: a table of 4-byte offsets with no bounds check, sized by where its entries stop
 #     landing in the function (wcetfit.static.descent)
-MODEL_FORMAT = 14
+# 15: ... in every recovery alike (a guard is never read in another function's code)
+MODEL_FORMAT = 15
 
 # CFGFast options, chosen deliberately (a default CFGFast of libm takes ~40 s, this ~10 s):
 CFG_OPTIONS = dict(

@@ -122,12 +122,20 @@ class CfgCache:
             log.warning("ignoring corrupt cache entry for %s in %s: %s", hexaddr(address), d, exc)
             return None
 
-    def put_function(self, d: str, fn: FunctionModel, callees: Iterable[int]) -> None:
+    def put_function(self, d: str, fn: FunctionModel, callees: Iterable[int], *,
+                     replace: bool = True) -> None:
+        """Keep one function's model.  ``replace=False`` keeps an entry already there: a
+        whole-binary recovery knows more function entries than a per-function one and may
+        cut a function elsewhere (libm's sub_6da60: 52 blocks against 61), and a target's
+        stored counts were taken with the model the cache gave it ("stored counts do not
+        match its static model" on every target of libm after `wcetfit cfg libm`)."""
         if not self.enabled:
             return
+        path = os.path.join(d, "fn", f"{fn.address:x}.json")
+        if not replace and os.path.exists(path):
+            return
         try:
-            _atomic_write_json(os.path.join(d, "fn", f"{fn.address:x}.json"),
-                               encode_function(fn, callees))
+            _atomic_write_json(path, encode_function(fn, callees))
         except OSError as exc:
             self._write_failed(d, exc)
 

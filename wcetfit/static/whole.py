@@ -157,7 +157,7 @@ def _whole_worker(path: str, starts: list[int], levels: dict[str, int], cache_ro
     t1 = time.perf_counter()
     out = []
     for fn, callees in built:
-        cache.put_function(cdir, fn, callees)
+        cache.put_function(cdir, fn, callees, replace=False)
         out.append((summary_of(fn), fn.warnings, fn.unresolved_jumps,
                     encode_function(fn, callees) if return_models else None))
     log.info("models of %d functions in %.2f s, cached in %.2f s (this process: %.2f s of CPU "
@@ -212,7 +212,7 @@ def _recover_all(elf: ElfInfo, index: SymbolIndex, cache: CfgCache, cdir: str,
     else:
         raw = descent.recover(elf.path, starts, elf, index)
         for fn, callees in _build_all(elf.path, elf, index, raw, None):
-            cache.put_function(cdir, fn, callees)
+            cache.put_function(cdir, fn, callees, replace=False)
             summaries[fn.address] = summary_of(fn)
             models[fn.address] = fn
             if fn.warnings:

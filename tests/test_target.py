@@ -67,6 +67,8 @@ def test_wcet_observed_paths_off(tmp_path):
     (GOOD.replace('seed = 7', 'sed = 7'), "\\[measure\\]: unknown key 'sed'"),
     (GOOD.replace('binary = "lib.so"', ''), "missing required key 'binary'"),
     (GOOD.replace('"lib.so"', '"nope.so"'), "nope.so does not exist"),
+    # a directory: every measuring command ended in a traceback (IsADirectoryError)
+    (GOOD.replace('"lib.so"', '"/lib"'), "'binary': /lib is a directory, not a binary"),
     (GOOD.replace('["f"]', '[]'), "'functions' is empty"),
     (GOOD.replace('["f"]', '"f"'), "'functions': expected a list"),
     (GOOD.replace('seed = 7', 'seed = 7\nmethod = "fast"'), "'method' must be one of"),

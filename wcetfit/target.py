@@ -192,6 +192,10 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         raise TargetError(f"{path}: 'binary': {binary} does not exist"
                           + (" (run `make setup` to build the samples)" if "samples" in binary
                              else ""))
+    if os.path.isdir(binary):
+        # (every measuring command ended in a traceback: IsADirectoryError, hashing it)
+        raise TargetError(f"{path}: 'binary': {binary} is a directory, not a binary: name "
+                          "the library file (e.g. /lib/x86_64-linux-gnu/libz.so.1)")
 
     functions = raw["functions"]
     if not functions:

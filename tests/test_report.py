@@ -1222,3 +1222,20 @@ def test_many_long_warnings_stay_within_the_screen(built):
     shown = sum(1 for ln in lines if "⚠ warning " in ln)
     assert 1 <= shown < 12
     assert any("more: wcetfit report --function f" in ln for ln in lines)
+
+
+def test_a_block_beyond_every_input_that_no_input_ran_names_no_input(built):
+    """"1.0× per call on the worst path, at most 0.0× in an input (input 0)" named an input
+    for a block no input ran ([wcet] unreached = "require")."""
+    from dataclasses import replace
+
+    from wcetfit.wcet.bracket import Beyond
+
+    *_, report = built
+    f = report.functions[0]
+    beyond = (Beyond("f+0x80", "block", 1, 0, 0), Beyond("f+0x10", "loop", 1200, 40, 7))
+    text = summary.to_text(replace(report, functions=(replace(f, wcet=replace(
+        f.wcet, beyond=beyond)),) + tuple(report.functions[1:])), width=200)
+    assert "- block f+0x80: 1× per call on the worst path, no input ran it" in text
+    assert "- loop f+0x10: 1,200× per call on the worst path, at most 40× in an input " \
+           "(input 7)" in text

@@ -250,9 +250,12 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
         if w.beyond:
             _line(console, "The worst path goes beyond every input at:", indent="  ")
             for b in w.beyond[:4]:
-                _line(console, f"- {b.kind} {b.name}: {F.num(b.path_count)}× per call on the "
-                               f"worst path, at most {F.num(b.max_observed)}× in an input "
-                               f"({input_label(b.input_index)})", indent="    ", max_lines=1)
+                # (a block no input ran was "at most 0.0× in an input (input 0)")
+                seen = (f"at most {b.max_observed:,}× in an input "
+                        f"({input_label(b.input_index)})" if b.max_observed else
+                        "no input ran it")
+                _line(console, f"- {b.kind} {b.name}: {b.path_count:,}× per call on the "
+                               f"worst path, {seen}", indent="    ", max_lines=1)
             if len(w.beyond) > 4:
                 _line(console, f"- … and {len(w.beyond) - 4} more (--full)", indent="    ")
     rests = _rests_on(report, fr)

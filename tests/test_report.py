@@ -1131,7 +1131,9 @@ def test_path_below_slowest_input_names_what_covers_it(built):
                            "the dispersion's misfit factor (×2.50)"),
                           ({"misfit": 1.07, "call": 1.1, "machine_speed": 1.0, "cover": 3.0},
                            "cover of the slowest call that was the function's own time "
-                           "(×3.00)")):
+                           "(×3.00)"),
+                          ({"misfit": 2.5, "call": 1.1, "machine_speed": 1.0, "joint": 2.2},
+                           "factor for single calls as timed, misfit included (×2.20)")):
         w = replace(wres, dispersion=2.0, dispersion_factors=factors)
         report = build_report(fns, "f", fit, counts, cols, slow, w, TSC_HZ)
         found = [x.message for x in report.function("f").warnings

@@ -777,8 +777,11 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         # (libgmp's popcount under a [loops] fact most inputs broke: ×84.65 from the
         # cover, where this said "the misfit factor (×1.07)"), or the misfit in it
         setter = factor_setter(factors) if factors else "product"
+        # (cosh: "the misfit factor (×1.23)" where the joint factor, ×2.35, was applied)
         how = ("the dispersion's cover of the slowest call that was the function's own "
                f"time (×{factors['cover']:.2f})" if setter == "cover" else
+               "the dispersion's factor for single calls as timed, misfit included "
+               f"(×{factors['joint']:.2f})" if setter == "joint" else
                "the dispersion's misfit factor"
                + (f" (×{factors['misfit']:.2f})" if factors.get("misfit") else ""))
         warns.append(Finding(

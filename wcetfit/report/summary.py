@@ -242,11 +242,12 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
             # is the headline's already (--full and the JSON always give all five)
             # (the model's part is at the input predicted slowest: the warning on an
             # over-predicted path, and --full, say it in words)
+            x = F.factor
             _line(console, f"Bound / slowest {width.total:.2f} = beyond inputs "
-                           f"×{width.beyond:.2f} · model ×{width.model:.2f} at "
+                           f"×{x(width.beyond)} · model ×{x(width.model)} at "
                            f"{report.input_name(w.max_predicted_input)} · it / slowest "
-                           f"×{width.input:.2f} · margin ×{width.margin:.2f} · calls "
-                           f"×{width.dispersion:.2f}", indent="  ")
+                           f"×{x(width.input)} · margin ×{x(width.margin)} · calls "
+                           f"×{x(width.dispersion)}", indent="  ")
         if w.beyond:
             _line(console, "The worst path goes beyond every input at:", indent="  ")
             for b in w.beyond[:4]:

@@ -1241,3 +1241,21 @@ def test_a_block_beyond_every_input_that_no_input_ran_names_no_input(built):
     assert "- block f+0x80: 1× per call on the worst path, no input ran it" in text
     assert "- loop f+0x10: 1,200× per call on the worst path, at most 40× in an input " \
            "(input 7)" in text
+
+
+def test_a_bound_that_measured_inputs_break_says_so_under_the_headline(built):
+    """libgmp's popcount with [loops] at 10 iterations: 467 of 501 inputs broke the fact,
+    and the headline read as a bound for every call; the warning was the only word."""
+    from dataclasses import replace
+
+    from wcetfit.report import Finding
+
+    *_, report = built
+    f = report.functions[0]
+    note = Finding("f: 467 of the 501 measured inputs break the constraints the bound keeps "
+                   "to (input 500 breaks loop f+0x10: ≤ 10 back edges per entry (fact)): …")
+    text = " ".join(summary.to_text(replace(report, functions=(replace(
+        f, warnings=(note,) + tuple(f.warnings)),) + tuple(report.functions[1:]))).split())
+    assert "Only for calls that keep the bound's constraints: 467 of the 501 measured " \
+           "inputs break them" in text
+    assert "Only for calls" not in summary.to_text(report)

@@ -436,9 +436,7 @@ def _with_failures(report: Any, counts: Any, times: Any) -> Any:
     root's warnings, first: a report over the inputs that ran says nothing of the others."""
     from dataclasses import replace
 
-    from wcetfit.report.failures import failed_inputs_finding
-
-    from wcetfit.report.failures import failed_inputs
+    from wcetfit.report.failures import failed_inputs, failed_inputs_finding
 
     finding = failed_inputs_finding(counts, times)
     if finding is None:

@@ -206,8 +206,9 @@ def _over_predicted_path(name: str, w: "WcetSummary", input_numbers: Any,
         f"(machine speed divided out): one cost per block over-predicts the long paths, and "
         f"the bound, made of the worst path's prediction, is that much above what the path "
         f"was measured to take",
-        "the bound stays safe; its costs vary with the data (branch outcomes, the lengths of "
-        "inner-loop runs), which block counts do not see")
+        "the bound stays safe, and loose by that much; the usual cause is costs that vary "
+        "with data the block counts do not see (branch outcomes, the lengths of inner-loop "
+        "runs)")
 
 
 @dataclass(frozen=True)

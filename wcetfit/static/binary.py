@@ -48,7 +48,7 @@ from wcetfit.static.build import Builder, IndirectJumpInfo, RawCFG
 from wcetfit.static.cfgcache import CfgCache
 from wcetfit.static.elfinfo import ElfInfo
 from wcetfit.static.jumptables import (CALLER_SAVED, _TABLE_ABS, _TABLE_REL, _bound_from,
-                                      _writes, unguarded_entries)
+                                      _writes, unguarded_table_size)
 from wcetfit.static.symbols import SymbolIndex
 from wcetfit.static.whole import _recover_all, _warn_whole_binary, summary_of, with_fdes
 
@@ -157,31 +157,18 @@ def _gcc_table_resolver(project, obj):
         return list(md.disasm_lite(code, addr))
 
     def _unguarded(table: int, jump: int) -> int | None:
-        """A relative table no check guards (jumptables.unguarded_entries), within the
-        .eh_frame extent of the function holding the jump; None below two entries."""
+        """A 4-byte offset table no check guards (jumptables.unguarded_table_size), in
+        angr's mapped addresses."""
         delta = obj.mapped_base - obj.linked_base
         try:
             fdes = elfinfo.read_elf(obj.binary).fdes
         except Exception:  # noqa: BLE001 -- no extents: no table
             return None
-        extent = next(((lo + delta, lo + delta + size) for lo, size in fdes
-                       if lo + delta <= jump < lo + delta + size), None)
-        if extent is None:
-            return None
-        lo, hi = extent
-
-        def read(a: int, size: int) -> bytes:
-            return project.loader.memory.load(a, size)
-
-        try:
-            code = read(lo, hi - lo)
-        except Exception:  # noqa: BLE001 -- unmapped
-            return None
-        n = unguarded_entries(table, lo, hi, read, code)
-        if n < 2:
-            return None
-        log.info("jump at %#x: table %#x has no bounds check; %d entries land in its "
-                 "function", jump - delta, table - delta, n)
+        n = unguarded_table_size(table, jump, fdes,
+                                 lambda a, size: project.loader.memory.load(a, size), delta)
+        if n is not None:
+            log.info("jump at %#x: table %#x has no bounds check; %d entries are "
+                     "instructions of its function", jump - delta, table - delta, n)
         return n
 
     class GccJumpTable(IndirectJumpResolver):

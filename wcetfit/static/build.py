@@ -344,19 +344,8 @@ class Builder:
                          entry_size=esize, base=base, targets=targets)
 
     def _unguarded(self, table: int, jump: int) -> int | None:
-        """The entries of a 4-byte offset table no check guards, within the .eh_frame
-        extent of the function holding the jump; None below two."""
-        extent = next(((lo, lo + size) for lo, size in self.elf.fdes
-                       if lo <= jump < lo + size), None)
-        if extent is None:
-            return None
-        lo, hi = extent
-        try:
-            code = self.elf.read(lo, hi - lo)
-        except BinaryError:
-            return None
-        n = jumptables.unguarded_entries(table, lo, hi, self.elf.read, code)
-        return n if n >= 2 else None
+        """A 4-byte offset table no check guards (jumptables.unguarded_table_size)."""
+        return jumptables.unguarded_table_size(table, jump, self.elf.fdes, self.elf.read)
 
     def _pointer_table(self, table: JumpTable) -> bool:
         """A table of function entries (``return handlers[i](...)``), where a slot may also

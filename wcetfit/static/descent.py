@@ -534,27 +534,9 @@ class _Descent:
         return sorted(set(targets))
 
     def _unguarded_extent(self, table: int, s: int, blocks) -> int | None:
-        """The entries of a table of 4-byte offsets that no bounds check guards, within
-        the function holding the jump (its .eh_frame extent): jumptables.unguarded_entries;
-        None when fewer than two.  Said in the block's note: the size is read from the
-        entries, not from a check."""
+        """A 4-byte offset table no check guards (jumptables.unguarded_table_size)."""
         jump = self._insns(s, blocks)[-1][0]
-        extent = next(((lo, lo + size) for lo, size in self.elf.fdes
-                       if lo <= jump < lo + size), None)
-        if extent is None:
-            return None
-        lo, hi = extent
-        try:
-            code = self.elf.read(lo, hi - lo)
-        except BinaryError:
-            return None
-        n = jumptables.unguarded_entries(table, lo, hi, self.elf.read, code)
-        if n < 2:
-            return None
-        self.notes[s] = (f"jump table at {hexaddr(table)} has no bounds check: its {n} "
-                         f"entries are those whose targets land in the function "
-                         f"({hexaddr(lo)}–{hexaddr(hi)})")
-        return n
+        return jumptables.unguarded_table_size(table, jump, self.elf.fdes, self.elf.read)
 
     def _relocated(self, table: int, n: int) -> list[int] | None:
         """The values the loader writes into the ``n`` 8-byte words at ``table``

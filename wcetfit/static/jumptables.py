@@ -531,3 +531,21 @@ def unguarded_entries(table: int, lo: int, hi: int, read, code: bytes) -> int:
             break
         n += 1
     return n
+
+
+def unguarded_table_size(table: int, jump: int, fdes, read, delta: int = 0) -> int | None:
+    """The size of a 4-byte offset table at ``table`` that no check guards, read by
+    :func:`unguarded_entries` within the ``.eh_frame`` extent (``fdes``: (start, size)
+    at link time, shifted by ``delta`` to ``read``'s addresses) of the function holding the
+    jump at ``jump``; None without an extent or below two entries."""
+    extent = next(((lo + delta, lo + delta + size) for lo, size in fdes
+                   if lo + delta <= jump < lo + delta + size), None)
+    if extent is None:
+        return None
+    lo, hi = extent
+    try:
+        code = read(lo, hi - lo)
+    except Exception:  # noqa: BLE001 -- unmapped or outside the file: no table
+        return None
+    n = unguarded_entries(table, lo, hi, read, code)
+    return n if n >= 2 else None

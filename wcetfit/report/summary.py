@@ -105,11 +105,8 @@ def _line(console: Console, text: str, *, style: str = "", indent: str = "",
     """One item, wrapped to the console's width; wrapped lines keep the indent and hang
     under the text of a "- ", "⚠ " or "→ " bullet.  ``max_lines``: cut with "…" (the
     compact view of many functions; --function shows the whole text)."""
-    hang = 2 if text.startswith(("- ", "⚠ ", "→ ")) else 0
     width = max(40, (console.width or 100) - 1)
-    lines = textwrap.wrap(text, width=width, initial_indent=indent,
-                          subsequent_indent=indent + " " * hang, break_on_hyphens=False) \
-        or [""]
+    lines = _wrap(console, text, indent) or [""]
     if max_lines is not None and len(lines) > max_lines:
         lines = lines[:max_lines]
         lines[-1] = lines[-1][:width - 1].rstrip() + "…"
@@ -167,7 +164,8 @@ def _root_compact(report: Report, console: Console, *, skip: set) -> None:
 
 # Which warnings a short view shows first: those that say the bound may be wrong.
 _PRIORITY = ("changed since the measurements", "failed and are left out",
-             "break the constraints the bound keeps to", "below the slowest", "is above the bound",
+             "break the constraints the bound keeps to", "below the slowest",
+             "is above the bound",
              "× the worst path's predicted time", "could not be bounded per call site",
              "ran the same blocks the same number of times",
              "bounded by what the inputs reached", "worst-case path uses", "never produced",
@@ -381,11 +379,16 @@ def _warnings(console: Console, warns: Sequence[Finding], limit: int, indent: st
 
 def _wrapped(console: Console, text: str, indent: str) -> int:
     """How many lines :func:`_line` makes of ``text``."""
+    return max(1, len(_wrap(console, text, indent)))
+
+
+def _wrap(console: Console, text: str, indent: str) -> list[str]:
+    """``text`` wrapped to the console's width; wrapped lines keep the indent and hang
+    under the text of a "- ", "⚠ " or "→ " bullet."""
     hang = 2 if text.startswith(("- ", "⚠ ", "→ ")) else 0
     width = max(40, (console.width or 100) - 1)
-    return max(1, len(textwrap.wrap(text, width=width, initial_indent=indent,
-                                    subsequent_indent=indent + " " * hang,
-                                    break_on_hyphens=False)))
+    return textwrap.wrap(text, width=width, initial_indent=indent,
+                         subsequent_indent=indent + " " * hang, break_on_hyphens=False)
 
 
 def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> list[str]:

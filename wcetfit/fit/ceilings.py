@@ -62,7 +62,6 @@ def block_ceiling_ticks(functions: Mapping[str, FunctionModel],
     out = np.full(len(columns), math.inf)
     if not tsc_hz or tsc_hz <= 0:
         return out
-    per_instruction = INSTRUCTION_NS * 1e-9 * float(tsc_hz)
     calling = {name: {c.block for c in fn.calls} for name, fn in functions.items()}
     blocks = {name: {b.address: b for b in fn.blocks} for name, fn in functions.items()}
     for j, (name, address) in enumerate(columns):
@@ -73,8 +72,14 @@ def block_ceiling_ticks(functions: Mapping[str, FunctionModel],
             continue
         if any(of_no_fixed_time(ins.mnemonic) for ins in block.instructions):
             continue
-        out[j] = (len(block.instructions) + 1) * per_instruction
+        out[j] = instruction_ceiling_ticks(block, tsc_hz)
     return out
+
+
+def instruction_ceiling_ticks(block, tsc_hz: float) -> float:  # type: ignore[no-untyped-def]
+    """The most ``block``'s instructions and its fetch can take per execution, in TSC
+    ticks: (n + 1) × :data:`INSTRUCTION_NS`."""
+    return (len(block.instructions) + 1) * INSTRUCTION_NS * 1e-9 * float(tsc_hz)
 
 
 def of_no_fixed_time(mnemonic: str) -> bool:

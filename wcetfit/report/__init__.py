@@ -173,6 +173,12 @@ class WcetSummary:
                              self.max_observed_ticks)
 
 
+def _ticks_and_ns(ticks: float, tsc_hz: float | None) -> str:
+    """'1,234 ticks (475 ns)': every figure of a warning with its unit and its time."""
+    ns = ticks_to_ns(ticks, tsc_hz)
+    return f"{ticks:,.0f} ticks" + (f" ({ns:,.0f} ns)" if ns is not None else "")
+
+
 # The model's prediction of the input predicted slowest over its measured time above which
 # the report says the bound rests on an over-prediction (isort: its reverse-sorted inputs,
 # which run the worst path's counts exactly, predicted 36,262 ticks and measured 26,200:
@@ -196,13 +202,10 @@ def _over_predicted_path(name: str, w: "WcetSummary", input_numbers: Any,
              f" (its counts {w.closest_distance:.0%} from the worst path's)"
              if w.closest_distance is not None else "")
 
-    def both(t: float) -> str:
-        ns = ticks_to_ns(t, hz)
-        return f"{t:,.0f} ticks" + (f" ({ns:,.0f} ns)" if ns is not None else "")
-
     return Finding(
         f"{name}: the model predicts {input_label(number)}, the input predicted slowest"
-        f"{exact}, at {both(pred)}, {pred / meas - 1:.0%} above its measured {both(meas)} "
+        f"{exact}, at {_ticks_and_ns(pred, hz)}, {pred / meas - 1:.0%} above its measured "
+        f"{_ticks_and_ns(meas, hz)} "
         f"(machine speed divided out): one cost per block over-predicts the long paths, and "
         f"the bound, made of the worst path's prediction, is that much above what the path "
         f"was measured to take",
@@ -508,9 +511,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
     name = fn.name
 
     def both(ticks: float) -> str:
-        """'1,234 ticks (475 ns)': every figure of a warning with its unit and its time."""
-        ns = ticks_to_ns(ticks, tsc_hz)
-        return f"{ticks:,.0f} ticks" + (f" ({ns:,.0f} ns)" if ns is not None else "")
+        return _ticks_and_ns(ticks, tsc_hz)
 
     warns: list[Finding] = []
     ires = wres.functions.get(name) if wres is not None else None

@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from wcetfit.errors import WcetError
-from wcetfit.fit.ceilings import INSTRUCTION_NS, of_no_fixed_time
+from wcetfit.fit.ceilings import INSTRUCTION_NS, instruction_ceiling_ticks, of_no_fixed_time
 from wcetfit.model import CALL_INTERNAL, FunctionModel
 from wcetfit.wcet.result import loop_key
 
@@ -40,7 +40,6 @@ def ceiling_costs(fi: Any, functions: Mapping[str, FunctionModel],
         raise WcetError("[wcet] unreached = \"require\" costs the blocks no input ran at the "
                         "most their instructions can take, a time: it needs the TSC rate, "
                         "which these measurements do not record")
-    per_instruction = INSTRUCTION_NS * 1e-9 * float(tsc_hz)
     costs = {name: dict(c) for name, c in fi.costs.items()}
     given: dict[tuple[str, int], float] = {}
     unlimited: list[str] = []
@@ -49,7 +48,7 @@ def ceiling_costs(fi: Any, functions: Mapping[str, FunctionModel],
         block = next((b for b in fn.blocks if b.address == address), None) if fn else None
         if block is None:
             continue
-        cost = (len(block.instructions) + 1) * per_instruction
+        cost = instruction_ceiling_ticks(block, tsc_hz)
         costs[name][address] = cost
         given[(name, address)] = cost
         calls = [c for c in fn.calls if c.block == address and c.kind != CALL_INTERNAL]

@@ -398,3 +398,91 @@ def test_the_slowest_own_call_is_the_bracket_s_lower_end_and_the_bound_stays_abo
     assert d.slowest_call["others_max_ticks"] == others.max()
     assert pred.max() * (1 + d.excess) >= ticks[30, 4]
     assert pred.max() * (1 + d.excess) < ticks[60, 2]
+
+
+def _near_and_far(n_near: int, far_measured: float = 1.6, seed: int = 12):
+    """Inputs near a worst path of 30,000 ticks that the model fits within 2 %, and
+    inputs predicted at half of it that ran ``far_measured``× their prediction (fir_filter:
+    the 13–16-tap inner loops, 1.6× the model, beside 32-tap filters within 2 %)."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    n_far, r = 60, 8
+    pred = np.concatenate([rng.uniform(24_000, 30_000, n_near),
+                           rng.uniform(13_000, 16_000, n_far)])
+    per_input = np.concatenate([rng.uniform(0.99, 1.02, n_near),
+                                np.full(n_far, far_measured)])
+    ticks = np.round(pred[:, None] * per_input[:, None]
+                     * (1 + np.abs(rng.normal(0, 0.002, (pred.size, r)))))
+    system = SimpleNamespace(ticks=ticks, counts=np.zeros((pred.size, 1)),
+                             indices=np.arange(pred.size) + 500, tsc_hz=2.6e9)
+    fit = SimpleNamespace(quantum_ticks=2.0, rejected=(),
+                          predict=lambda counts, unknown="zero": pred)
+    return system, fit, pred, n_near
+
+
+def test_the_misfit_is_the_inputs_near_the_worst_path_and_the_others_are_said():
+    from wcetfit.wcet.dispersion import NEAR_SHARE, call_dispersion
+
+    system, fit, pred, n_near = _near_and_far(40)
+    point = 30_000.0
+    near = call_dispersion(system, fit, point=point)
+    every = call_dispersion(system, fit, point=point, misfit_scope="all")
+    assert every.misfit == pytest.approx(1.6, abs=0.01) and every.scope is None
+    assert near.misfit < 1.03                    # the near inputs' own misfit, not 1.6
+    sc = near.scope
+    assert sc.near_inputs == n_near and sc.near_share == NEAR_SHARE
+    assert sc.far_inputs == 60 and sc.far_misfit == pytest.approx(1.6, abs=0.01)
+    assert sc.far_input >= 500 + n_near          # named by its input number
+    assert sc.far_ticks > sc.far_predicted_ticks * 1.55
+    assert near.misfit == pytest.approx(sc.near_misfit)
+    # every measured input stays below the bound either way
+    means = np.median(system.ticks, axis=1)
+    assert point * (1 + near.excess) >= means.max()
+    assert near.excess < every.excess
+
+
+def test_too_few_inputs_near_the_worst_path_keep_every_input_s_misfit():
+    from wcetfit.wcet.dispersion import MIN_NEAR_INPUTS, call_dispersion
+
+    system, fit, _, _ = _near_and_far(MIN_NEAR_INPUTS - 1)
+    d = call_dispersion(system, fit, point=30_000.0)
+    assert d.scope is None and d.misfit == pytest.approx(1.6, abs=0.01)
+
+
+def test_an_input_measured_above_the_worst_path_counts_wherever_it_was_predicted():
+    """The model's worst path is then not the worst: its misfit counts (in ticks, as a
+    short input's does), whatever the near inputs show."""
+    from wcetfit.wcet.dispersion import call_dispersion
+
+    system, fit, pred, n_near = _near_and_far(40, far_measured=2.4)
+    point = 30_000.0
+    d = call_dispersion(system, fit, point=point)
+    means = np.median(system.ticks, axis=1)
+    assert means[n_near:].min() > point          # 2.4 × 13–16 k
+    assert d.misfit > 1.1 and d.scope is None
+    assert point * (1 + d.excess) >= means.max()
+
+
+def test_the_report_says_what_the_near_misfit_assumes_and_the_bound_without_it():
+    from types import SimpleNamespace
+
+    from wcetfit.report._format import dispersion_note, misfit_scope_note
+    from wcetfit.wcet.dispersion import MisfitScope
+
+    sc = MisfitScope(near_inputs=98, near_share=0.75, near_misfit=1.021, far_inputs=47,
+                     far_misfit=1.568, far_input=497, far_ticks=22_410.0,
+                     far_predicted_ticks=14_292.0)
+    w = SimpleNamespace(dispersion=1.021 * 1.2 - 1, exceedance=1e-6, point_ticks=27_000.0,
+                        margin_ticks=100.0, misfit_scope=sc.to_dict(),
+                        dispersion_factors={"misfit": 1.021, "call": 1.2,
+                                            "machine_speed": 1.0})
+    note = misfit_scope_note(w, 2.6e9)
+    assert "98 inputs predicted within 25% of it" in note and "×1.021" in note
+    assert "47 inputs" in note and "×1.57" in note and "input 497" in note
+    assert "22,410 ticks against 14,292 predicted" in note
+    # the bound without the assumption: (point + margin) × 1.568 × 1.2
+    assert f"{27_100 * 1.568 * 1.2:,.0f} ticks" in note
+    assert "[wcet] misfit = \"all\"" in note
+    assert "the 98 inputs near the worst path ×1.021" in dispersion_note(w)
+    assert misfit_scope_note(SimpleNamespace(misfit_scope={}), 2.6e9) is None

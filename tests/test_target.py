@@ -55,6 +55,12 @@ def test_wcet_exceedance(tmp_path):
     assert t.observed_paths is True
 
 
+def test_wcet_misfit_scope(tmp_path):
+    assert tg.load_target(make(tmp_path)).misfit == "near"
+    t = tg.load_target(make(tmp_path, GOOD + "[wcet]\nmisfit = \"all\"\n"))
+    assert t.misfit == "all"
+
+
 def test_wcet_observed_paths_off(tmp_path):
     t = tg.load_target(make(tmp_path, GOOD + "[wcet]\nobserved_paths = false\n"))
     assert t.observed_paths is False
@@ -80,6 +86,7 @@ def test_wcet_observed_paths_off(tmp_path):
     (GOOD + "[wcet]\nexceedance = \"1e-6\"\n", "\\[wcet\\] 'exceedance': expected a number"),
     (GOOD + "[wcet]\nexcedance = 1e-6\n", "unknown key 'excedance' \\(did you mean 'exceedance'"),
     (GOOD + "[wcet]\nobserved_paths = \"no\"\n", "'observed_paths': expected true or false"),
+    (GOOD + "[wcet]\nmisfit = \"some\"\n", "\\[wcet\\] 'misfit' is \"near\" .* or \"all\""),
     (GOOD + "[fit]\nfollow_speed = 1\n", "\\[fit\\] 'follow_speed': expected true or false"),
     (GOOD + "[fit]\nfollow = true\n", "unknown key 'follow' \\(did you mean 'follow_speed'"),
 ])

@@ -374,9 +374,11 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
         result = replace(result, warnings=first + left_out
                          + tuple(result.warnings[len(first):]))
     p = session.target.exceedance
-    d = call_dispersion(system, fit, exceedance=p, point=result.bound_ticks)
+    d = call_dispersion(system, fit, exceedance=p, point=result.bound_ticks,
+                        misfit_scope=session.target.misfit)
     return replace(result, dispersion=d.excess, dispersion_factors=d.to_dict(), exceedance=p,
-                   dispersion_driver=dict(d.driver), slowest_call=dict(d.slowest_call))
+                   dispersion_driver=dict(d.driver), slowest_call=dict(d.slowest_call),
+                   misfit_scope=d.scope.to_dict() if d.scope else {})
 
 
 def analyze_stage(session: Session, root: str, counts: Any, times: Any,

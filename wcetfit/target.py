@@ -67,6 +67,11 @@ class Target:
     # [wcet] unreached: blocks no input reached are left out of the worst path ("observed",
     # listed among the bound's warnings), or must be bounded like the rest ("require")
     unreached: str = "observed"
+    # [wcet] misfit: the model's error at the worst path is taken from the inputs near it
+    # ("near": predicted within a quarter of it, when 20 or more are; inputs predicted and
+    # measured below it are left out, and said), or from every input ("all"); see
+    # wcetfit.wcet.dispersion.MisfitScope
+    misfit: str = "near"
     # [fit] follow_speed: divide the machine's speed over the timing run out of the calls
     # before fitting (wcetfit.timing.speed); off, the fit takes the calls as measured
     follow_speed: bool = True
@@ -103,8 +108,9 @@ _TOP_KEYS: dict[str, tuple[type, ...]] = {
 }
 _REQUIRED = ("binary", "functions", "prototype", "inputs")
 _WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int), "observed_paths": (bool,),
-                                           "unreached": (str,)}
+                                           "unreached": (str,), "misfit": (str,)}
 UNREACHED_POLICIES = ("observed", "require")
+MISFIT_SCOPES = ("near", "all")
 _FIT_KEYS: dict[str, tuple[type, ...]] = {"follow_speed": (bool,), "costs": (str,)}
 FIT_COSTS = ("physical", "linear")
 _SEARCH_KEYS: dict[str, tuple[type, ...]] = {"budget": (int,), "timed": (int,),
@@ -279,6 +285,11 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         raise TargetError(f"{path}: [wcet] 'unreached' is \"observed\" (blocks no input "
                           f"reached are left out of the bound, and listed) or \"require\" "
                           f"(they need bounds too), found {unreached!r}")
+    misfit = wcet.get("misfit", "near")
+    if misfit not in MISFIT_SCOPES:
+        raise TargetError(f"{path}: [wcet] 'misfit' is \"near\" (the model's error at the "
+                          f"worst path from the inputs near it) or \"all\" (from every "
+                          f"input), found {misfit!r}")
     fit = raw.get("fit", {})
     for key, value in fit.items():
         if key not in _FIT_KEYS:
@@ -318,7 +329,7 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
                   follow_speed=bool(fit.get("follow_speed", True)),
                   fit_costs=str(fit.get("costs", "physical")),
                   observed_paths=bool(wcet.get("observed_paths", True)),
-                  unreached=unreached, search_budget=int(search.get("budget", 300)),
+                  unreached=unreached, misfit=misfit, search_budget=int(search.get("budget", 300)),
                   search_timed=int(search.get("timed", 10)),
                   search_timed_budget=int(search.get("timed_budget", 60)), flow=dict(flow),
                   activations=activations)

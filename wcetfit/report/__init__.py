@@ -163,6 +163,9 @@ class WcetSummary:
     # the input predicted slowest (max_predicted_input) as measured: the median of its
     # calls with the machine's speed divided out, what its prediction is of (root only)
     max_predicted_measured_ticks: float | None = None
+    # the misfit factor taken from the inputs near the worst path, and how much more the
+    # others missed (wcetfit.wcet.dispersion.MisfitScope.to_dict; empty: every input's)
+    misfit_scope: Mapping[str, float] = field(default_factory=dict)
 
     def width(self) -> Any:
         """Where bound ÷ slowest input comes from (wcetfit.wcet.bracket.BracketWidth), or
@@ -669,6 +672,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         dispersion_factors=dict(wres.dispersion_factors) if (ires and is_root) else {},
         dispersion_driver=dict(getattr(wres, "dispersion_driver", {}) or {})
         if (ires and is_root) else {},
+        misfit_scope=dict(getattr(wres, "misfit_scope", {}) or {}) if (ires and is_root) else {},
         envelopes=tuple(wres.envelopes) if (ires and is_root) else (),
         relations=tuple(getattr(wres, "relations", ())) if (ires and is_root) else (),
         # the root's point is the whole bound's: callees bounded over all their

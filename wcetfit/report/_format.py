@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from wcetfit.report import BlockRow, input_label, ticks_to_ns
-from wcetfit.wcet.dispersion import factor_setter
+from wcetfit.wcet.dispersion import excess_of, factor_setter
 
 
 def num(v: float | None, digits: int = 1) -> str:
@@ -117,11 +117,41 @@ def dispersion_source(w) -> str:  # type: ignore[no-untyped-def]
     return f"for {' · '.join(named)}"
 
 
+def misfit_scope_note(w, tsc_hz: float | None, *, short: bool = False) -> str | None:  # type: ignore[no-untyped-def]
+    """What the bound assumes when its misfit factor is the inputs' near the worst path
+    (wcetfit.wcet.dispersion.MisfitScope): how much more the others missed, which input,
+    and the bound without the assumption; None when every input's misfit was taken."""
+    sc = getattr(w, "misfit_scope", None) or {}
+    if not sc:
+        return None
+    near = int(sc["near_inputs"])
+    share = 1.0 - float(sc["near_share"])
+    if short:
+        return (f"misfit ×{sc['near_misfit']:.2f} of the {near} inputs near the worst path "
+                f"(others up to ×{sc['far_misfit']:.2f}; observed)")
+    f = dict(w.dispersion_factors or {})
+    alternative = None
+    if w.point_ticks is not None:
+        f["misfit"] = float(sc["far_misfit"])
+        alternative = (w.point_ticks + (w.margin_ticks or 0.0)) * (1.0 + excess_of(f))
+    return (f"the model's error at the worst path as the {near} inputs predicted within "
+            f"{100 * share:.0f}% of it showed: misfit ×{sc['near_misfit']:.3f}; "
+            f"{int(sc['far_inputs'])} inputs predicted and measured below it missed more, "
+            f"up to ×{sc['far_misfit']:.2f} ({input_label(int(sc['far_input']))}: "
+            f"{sc['far_ticks']:,.0f} ticks against {sc['far_predicted_ticks']:,.0f} "
+            f"predicted), costs the block counts do not see on their paths, taken not to "
+            f"reach the worst path (observed, not proven; [wcet] misfit = \"all\" takes them"
+            + (f": a bound of {both(alternative, tsc_hz)}" if alternative else "") + ")")
+
+
 def dispersion_note(w) -> str:  # type: ignore[no-untyped-def]
     """The call dispersion's factors, each with where it comes from."""
     f = w.dispersion_factors or {}
+    sc = getattr(w, "misfit_scope", None) or {}
+    whose = (f"the {int(sc['near_inputs'])} inputs near the worst path" if sc
+             else "an input seen")
     parts = [f"+{100 * (w.dispersion or 0):.1f}% = "
-             f"worst misfit of an input seen ×{f.get('misfit', 1.0):.3f}{SHARE_OF}",
+             f"worst misfit of {whose} ×{f.get('misfit', 1.0):.3f}{SHARE_OF}",
              f"call-to-call excess passed with probability ≤ {w.exceedance:.0e} per call "
              f"×{f.get('call', 1.0):.3f} (extreme-value fit; [wcet] exceedance)"]
     if f.get("machine_speed", 1.0) != 1.0:

@@ -24,6 +24,8 @@ Layout::
         "wcet": {ipet_ticks, ipet_ns, no_bound_of_its_own, point_ticks, point_ns, margin_ticks, margin_ns,
                  dispersion, dispersion_ticks, dispersion_ns, exceedance_per_call,
                  dispersion_factors: {misfit, call, machine_speed[, joint][, cover]},
+                 misfit_scope: {near_inputs, near_share, near_misfit, far_inputs,
+                                far_misfit, far_input, far_ticks, far_predicted_ticks} | null,
                  path_envelopes: [{blocks, header, slope, intercept, text}],
                  max_observed_ticks, max_observed_ns, max_observed_input,
                  max_observed_raw_ticks, max_observed_raw_ns,
@@ -57,6 +59,12 @@ same exceedance, the three as they came together on the calls: wcetfit/wcet/marg
 ``cover`` (when above 1) is the slowest call that is the function's own time over the
 worst path's point (``slowest_call``): 1 + ``dispersion`` is never below it, and where it is
 the larger, it is what set the factor.
+``misfit_scope`` (``[wcet] misfit = "near"``, the default, and only when it changed the
+factor): ``misfit`` is the worst of the ``near_inputs`` inputs predicted at least
+``near_share`` of the worst path (and of any measured above it); ``far_inputs`` others,
+predicted and measured below the worst path, missed more, up to ``far_misfit`` (input
+``far_input``, ``far_ticks`` mean against ``far_predicted_ticks``), which the bound takes
+not to reach the worst path; null when every input's misfit was taken.
 ``dispersion_driver`` names the call farthest above its input's mean (``input`` as a bare
 number and its ``label``, ``call_ticks`` as measured, ``mean_ticks`` at the reference speed
 (the machine's speed divided out, so it can lie below every call as timed), the input's
@@ -184,6 +192,9 @@ def _function(fr: FunctionReport, hz: float | None,
         "dispersion_ns": _ns(w.dispersion_ticks, hz),
         "exceedance_per_call": _f(w.exceedance),
         "dispersion_factors": {k: _f(v) for k, v in w.dispersion_factors.items()},
+        "misfit_scope": ({k: (int(v) if k in ("near_inputs", "far_inputs", "far_input")
+                              else _f(v)) for k, v in w.misfit_scope.items()}
+                         if w.misfit_scope else None),
         "dispersion_driver": ({**{k: (int(v) if k == "input" else _f(v))
                                   for k, v in w.dispersion_driver.items()},
                                "label": input_label(int(w.dispersion_driver["input"]))}

@@ -419,6 +419,9 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
     if w.relations:
         out.append(f"{len(w.relations)} count relation(s) every input kept (observed, "
                    f"not proven)")
+    scope = F.misfit_scope_note(w, report.tsc_hz, short=short)
+    if scope:
+        out.append(scope)
     # (wcetfit.wcet.analyze's note on the [loops] facts of single call sites)
     site = [x.message for x in (*report.warnings, *fr.warnings)
             if "loop bound(s) given per call site in [loops]" in x.message]

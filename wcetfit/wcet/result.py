@@ -222,6 +222,9 @@ class WcetResult:
     # the slowest call that is the function's own time (no interrupt), as timed: input
     # (number), ticks; the maximum observed execution time, which the bound stays above
     slowest_call: Mapping[str, float] = field(default_factory=dict)
+    # the misfit factor taken from the inputs near the worst path, and how much more the
+    # others missed (wcetfit.wcet.dispersion.MisfitScope.to_dict); empty when every input's
+    misfit_scope: Mapping[str, float] = field(default_factory=dict)
     # function → blocks no input executed, left out of the worst path ([wcet] unreached =
     # "observed", the default; empty under "require"): the bound is for executions that
     # keep to the code the inputs ran

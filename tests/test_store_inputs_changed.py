@@ -233,3 +233,28 @@ def test_cli_edited_inputs_refused_reported_with_warning_fresh_measures(edited_s
     for i in range(6):
         assert new_counts[i] == old_counts[2 * i], i
     assert any(new_counts[i] != old_counts[i] for i in range(1, 12))
+
+
+@pytest.mark.parametrize("broken, said", [
+    # generate() raises on input 3 (a typo on one branch)
+    ("def generate(ctx):\n    if ctx.index == 3:\n        return undefined_name\n"
+     "    return (ctx.ffi.new(\"int[]\", 1), 1)\n", "input 3: generate() raised"),
+    # returns one argument where sum takes two
+    ("def generate(ctx):\n    return (ctx.ffi.new(\"int[]\", 1),)\n",
+     "generate() returned 1 argument"),
+])
+def test_fresh_with_a_broken_generate_keeps_what_was_measured(edited_sum_target, broken,
+                                                              said):
+    """--fresh discards the store, for good: a generate() that does not work must be
+    refused first (one error line, exit 2), the measurements still there."""
+    d = edited_sum_target
+    res = _wcetfit("analyze", str(d))
+    assert res.returncode == 0, res.stderr
+    store = d / ".wcetfit"
+    before = _files(store)
+    (d / "inputs.py").write_text(broken)
+    res = _wcetfit("analyze", str(d), "--fresh")
+    assert res.returncode == 2, res.stderr
+    errors = _errors(res)
+    assert len(errors) == 1 and said in errors[0], res.stderr
+    assert _files(store) == before

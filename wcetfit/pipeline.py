@@ -64,6 +64,13 @@ def open_session(target_dir: str, *, fresh: bool = False, inputs_changed: str = 
     from wcetfit.store import InputsFingerprint, StoreIdentity
 
     target = load_target(target_dir, **overrides)
+    if fresh:
+        # --fresh discards the store for good: the functions and generate() must work
+        # first, or a typo in inputs.py costs every measurement the user had
+        from wcetfit.inputs_check import check_generate
+        model = binary.load_model(target.binary, list(target.functions), with_callees=True,
+                                  indirect={})
+        check_generate(target)
     # Not measurements.open_store: the store must know what generates the inputs, or
     # measurements of an edited generate() are mixed with (or reported as) the old ones.
     store = Store(target.store_dir,
@@ -72,8 +79,9 @@ def open_session(target_dir: str, *, fresh: bool = False, inputs_changed: str = 
                   inputs=InputsFingerprint.of(target.inputs_module, target.directory),
                   inputs_changed=inputs_changed)
     indirect = observed_indirect(store, target)
-    model = binary.load_model(target.binary, list(target.functions), with_callees=True,
-                              indirect=indirect)
+    if not fresh:       # (after --fresh the store holds no indirect targets yet)
+        model = binary.load_model(target.binary, list(target.functions), with_callees=True,
+                                  indirect=indirect)
     roots = {name: model.function(name).address for name in target.functions}
     return Session(target, model, store, roots, indirect)
 

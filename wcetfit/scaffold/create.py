@@ -171,18 +171,13 @@ def _write(path: str, text: str) -> None:
 
 
 def _check_inputs(directory: str, function: str) -> None:
-    """generate() of the new target makes arguments the harness takes (inputs 0..9)."""
-    from wcetfit.measurements import prototype_name
-    from wcetfit.target import generate_input, load_inputs_module, load_target
-    from wcetfit.timing.thunk import build_harness
+    """generate() of the new target makes arguments the harness takes."""
+    from wcetfit.inputs_check import check_generate
+    from wcetfit.target import load_target
 
     target = load_target(directory)
-    harness = build_harness(target.prototype, target.cdef)
-    generate = load_inputs_module(target)
-    proto = prototype_name(harness, function)
     try:
-        for i in range(CHECKED_INPUTS):
-            harness.pack(proto, generate_input(generate, target, harness.ffi, function, i))
+        check_generate(target, CHECKED_INPUTS)
     except WcetfitError as exc:
         raise TargetError(f"the inputs.py written for {function} does not work ({exc}); "
                           f"this is a wcetfit bug: edit {target.inputs_module}") from None

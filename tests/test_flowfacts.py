@@ -134,6 +134,7 @@ def test_loop_relations_and_flow_facts_bound_sibling_loops(observed_paths, flow,
 
 def test_a_flow_fact_an_input_breaks_is_said():
     from wcetfit.wcet.analyze import analyze_wcet
+    from wcetfit.wcet.result import BrokenInputs
 
     fn, counts, columns, costs = _two_loops()
     res = analyze_wcet({"f": fn}, "f", costs, counts, columns, use_relations=False,
@@ -146,6 +147,8 @@ def test_a_flow_fact_an_input_breaks_is_said():
     n = int((lengths > 4000).sum())
     assert n >= 1 and f"{n} of the {len(counts)} measured inputs break" in notes[0]
     assert "[flow]" in notes[0]
+    # the same count, as data for the report's headline
+    assert res.functions["f"].broken_inputs == BrokenInputs(n, len(counts), len(counts))
 
 
 # --- nested loops whose inner count grows with the outer one (isort) ---------------------

@@ -1248,14 +1248,25 @@ def test_a_bound_that_measured_inputs_break_says_so_under_the_headline(built):
     and the headline read as a bound for every call; the warning was the only word."""
     from dataclasses import replace
 
-    from wcetfit.report import Finding
+    from wcetfit.wcet.result import BrokenInputs
 
     *_, report = built
     f = report.functions[0]
-    note = Finding("f: 467 of the 501 measured inputs break the constraints the bound keeps "
-                   "to (input 500 breaks loop f+0x10: ≤ 10 back edges per entry (fact)): …")
-    text = " ".join(summary.to_text(replace(report, functions=(replace(
-        f, warnings=(note,) + tuple(f.warnings)),) + tuple(report.functions[1:]))).split())
+
+    def headline(broken):
+        return " ".join(summary.to_text(replace(report, functions=(replace(
+            f, wcet=replace(f.wcet, broken_inputs=broken)),)
+            + tuple(report.functions[1:]))).split())
+
     assert "Only for calls that keep the bound's constraints: 467 of the 501 measured " \
-           "inputs break them" in text
+           "inputs break them" in headline(BrokenInputs(467, 501, 501))
+    # not every input checked within the time allowed
+    assert "Only for calls that keep the bound's constraints: at least 90 of the 120 " \
+           "measured inputs checked (of 501) break them" in headline(BrokenInputs(90, 120, 501))
     assert "Only for calls" not in summary.to_text(report)
+    # and in the JSON, as numbers
+    doc = to_json(replace(report, functions=(replace(f, wcet=replace(
+        f.wcet, broken_inputs=BrokenInputs(467, 501, 501))),) + tuple(report.functions[1:])))
+    assert doc["functions"][0]["wcet"]["broken_inputs"] == {"broken": 467, "checked": 501,
+                                                           "total": 501}
+    assert to_json(report)["functions"][0]["wcet"]["broken_inputs"] is None

@@ -166,6 +166,10 @@ class WcetSummary:
     # the misfit factor taken from the inputs near the worst path, and how much more the
     # others missed (wcetfit.wcet.dispersion.MisfitScope.to_dict; empty: every input's)
     misfit_scope: Mapping[str, float] = field(default_factory=dict)
+    # measured inputs that break the constraints the bound keeps to (a [loops] or [flow]
+    # fact they contradict; wcetfit.wcet.result.BrokenInputs): the bound is only for the
+    # calls that keep them (root only)
+    broken_inputs: Any = None
 
     def width(self) -> Any:
         """Where bound ÷ slowest input comes from (wcetfit.wcet.bracket.BracketWidth), or
@@ -673,6 +677,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         dispersion_driver=dict(getattr(wres, "dispersion_driver", {}) or {})
         if (ires and is_root) else {},
         misfit_scope=dict(getattr(wres, "misfit_scope", {}) or {}) if (ires and is_root) else {},
+        broken_inputs=ires.broken_inputs if (ires and is_root) else None,
         envelopes=tuple(wres.envelopes) if (ires and is_root) else (),
         relations=tuple(getattr(wres, "relations", ())) if (ires and is_root) else (),
         # the root's point is the whole bound's: callees bounded over all their

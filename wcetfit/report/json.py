@@ -26,6 +26,7 @@ Layout::
                  dispersion_factors: {misfit, call, machine_speed[, joint][, cover]},
                  misfit_scope: {near_inputs, near_share, near_misfit, far_inputs,
                                 far_misfit, far_input, far_ticks, far_predicted_ticks} | null,
+                 broken_inputs: {broken, checked, total} | null,
                  path_envelopes: [{blocks, header, slope, intercept, text}],
                  max_observed_ticks, max_observed_ns, max_observed_input,
                  max_observed_raw_ticks, max_observed_raw_ns,
@@ -65,6 +66,10 @@ factor): ``misfit`` is the worst of the ``near_inputs`` inputs predicted at leas
 predicted and measured below the worst path, missed more, up to ``far_misfit`` (input
 ``far_input``, ``far_ticks`` mean against ``far_predicted_ticks``), which the bound takes
 not to reach the worst path; null when every input's misfit was taken.
+``broken_inputs``: measured inputs that break the constraints the bound keeps to (a
+``[loops]`` or ``[flow]`` fact they contradict): ``broken`` of the ``checked`` (all
+``total`` inputs unless the count ran out of time); the bound is only for calls that keep
+them; null when none does.
 ``dispersion_driver`` names the call farthest above its input's mean (``input`` as a bare
 number and its ``label``, ``call_ticks`` as measured, ``mean_ticks`` at the reference speed
 (the machine's speed divided out, so it can lie below every call as timed), the input's
@@ -195,6 +200,10 @@ def _function(fr: FunctionReport, hz: float | None,
         "misfit_scope": ({k: (int(v) if k in ("near_inputs", "far_inputs", "far_input")
                               else _f(v)) for k, v in w.misfit_scope.items()}
                          if w.misfit_scope else None),
+        "broken_inputs": ({"broken": w.broken_inputs.broken,
+                           "checked": w.broken_inputs.checked,
+                           "total": w.broken_inputs.total}
+                          if w.broken_inputs is not None else None),
         "dispersion_driver": ({**{k: (int(v) if k == "input" else _f(v))
                                   for k, v in w.dispersion_driver.items()},
                                "label": input_label(int(w.dispersion_driver["input"]))}

@@ -213,15 +213,11 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
         if w.dispersion:
             made = f"({made}) × {1 + w.dispersion:.2f} {F.dispersion_source(w)}"
         _line(console, f"= {made}", indent="    ")
-        broken = next((re.search(r"((?:at least )?[\d,]+ of the [\d,]+ measured inputs"
-                                 r"(?: checked)?)", x.message)
-                       for x in fr.warnings
-                       if "break the constraints the bound keeps to" in x.message), None)
-        if broken:
+        if w.broken_inputs is not None:
             # a user's fact the measurements contradict: the headline must not read as a
             # bound for every call (libgmp's popcount, [loops] at 10: 467 of 501 broke it)
             _line(console, f"Only for calls that keep the bound's constraints: "
-                           f"{broken.group(1)} break them (a [loops] or [flow] fact they "
+                           f"{w.broken_inputs.text} break them (a [loops] or [flow] fact they "
                            f"contradict; see the warnings)", indent="    ", style="bold")
     if w.max_observed_ticks is not None:
         # (no-break spaces: the wrapped line never splits the figure from its name)

@@ -425,7 +425,8 @@ def _per_call_site(result: WcetResult, functions: Mapping[str, FunctionModel], r
                     if e.intercept + e.slope * n.get(e.header, 0)
                     - sum(n.get(a, 0) for a in e.blocks) < 1.0)
     fns[root] = replace(ctx.root, warnings=result.functions[root].warnings,
-                        binding_envelopes=binding)
+                        binding_envelopes=binding,
+                        broken_inputs=result.functions[root].broken_inputs)
     log.info("%s: per-call-site bound %.0f < context-insensitive %.0f ticks", root,
              ctx.bound_ticks, result.bound_ticks)
     return replace(result, bound_ticks=ctx.bound_ticks, margin_ticks=margin, functions=fns,

@@ -35,9 +35,9 @@ from wcetfit.model import CALL_IMPORTED, CALL_INDIRECT, CALL_INTERNAL, FunctionM
 from wcetfit.wcet.flow import SINK, SOURCE, Flow, cycle_outside_loops, irreducible_blocks
 from wcetfit.wcet.margin import path_margin
 from wcetfit.wcet.solve import Problem, Row, input_violations, solve, unbounded_cycle
-from wcetfit.wcet.result import (Z95, CallOutcome, CountRelation, InfeasibleError, IpetResult,
-                                 LoopBound, LoopOutcome, PathStep, UnboundedLoopError,
-                                 as_loop_bound, describe_block, loop_key)
+from wcetfit.wcet.result import (Z95, BrokenInputs, CallOutcome, CountRelation,
+                                 InfeasibleError, IpetResult, LoopBound, LoopOutcome, PathStep,
+                                 UnboundedLoopError, as_loop_bound, describe_block, loop_key)
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ BROKEN_COUNT_SECONDS = 3.0
 
 
 def _broken_note(fn: FunctionModel, problem: Problem, flow: Flow, X: np.ndarray,
-                 broken: list[str]) -> str:
+                 broken: list[str]) -> tuple[str, BrokenInputs]:
     """One warning for the measured inputs the constraints exclude: how many of them (all
     the inputs checked, within :data:`BROKEN_COUNT_SECONDS`), and what the first of them
     breaks.  The worst path is then one of the calls that keep the constraints; those
@@ -67,13 +67,13 @@ def _broken_note(fn: FunctionModel, problem: Problem, flow: Flow, X: np.ndarray,
             continue
         checked += 1
         n_broken += bool(bad)
-    n_broken = max(n_broken, len(broken))
-    of = (f"{n_broken:,} of the {len(X):,} measured inputs" if checked == len(X) else
-          f"at least {n_broken:,} of the {checked:,} measured inputs checked (of {len(X):,})")
-    return (f"{fn.name}: {of} break the constraints the bound keeps to ({broken[0]}): the "
-            f"worst path is one of the calls that keep them, and those inputs' calls are not "
-            f"among its paths; a [loops] or [flow] fact they contradict is wrong for the "
-            f"inputs generate() makes (raise it, or keep generate() within it)")
+    counted = BrokenInputs(broken=max(n_broken, len(broken)),
+                           checked=checked if checked < len(X) else len(X), total=len(X))
+    return (f"{fn.name}: {counted.text} break the constraints the bound keeps to "
+            f"({broken[0]}): the worst path is one of the calls that keep them, and those "
+            f"inputs' calls are not among its paths; a [loops] or [flow] fact they "
+            f"contradict is wrong for the inputs generate() makes (raise it, or keep "
+            f"generate() within it)"), counted
 
 
 def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
@@ -356,8 +356,10 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
                                 f"failure [{tried}]")
             raise InfeasibleError(_infeasible_reason(fn, flow, reach, forbidden))
         raise WcetError(f"{fn.name}: the IPET solver failed: {sol.message} [{tried}]")
+    broken_inputs = None
     if broken:
-        warnings.append(_broken_note(fn, problem, flow, X, broken))
+        note, broken_inputs = _broken_note(fn, problem, flow, X, broken)
+        warnings.append(note)
     if len(sol.attempts) > 1:
         warnings.append(f"{fn.name}: the IPET solver's first answer was rejected by the check "
                         f"and the problem solved again ({'; '.join(sol.attempts)})")
@@ -437,7 +439,7 @@ def ipet(fn: FunctionModel, block_costs: Mapping[int, float],
                       entry_cost_ticks=float(entry_cost), block_counts=counts,
                       edge_flows=edge_flows, exit_flows=exit_flows, path=path,
                       loops=tuple(loops_out), calls=calls_out, warnings=tuple(warnings),
-                      binding_envelopes=binding_env)
+                      binding_envelopes=binding_env, broken_inputs=broken_inputs)
 
 
 def _infeasible_reason(fn: FunctionModel, flow: Flow, reach: set[int],

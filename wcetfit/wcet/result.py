@@ -157,6 +157,24 @@ class CallOutcome:
 
 
 @dataclass(frozen=True)
+class BrokenInputs:
+    """Measured inputs that break the constraints a bound keeps to (a user's fact they
+    contradict): the worst path is one of the calls that keep them."""
+
+    broken: int
+    checked: int               # inputs checked within the time allowed
+    total: int                 # measured inputs
+
+    @property
+    def text(self) -> str:
+        """"467 of the 501 measured inputs", or "at least …" when not all were checked."""
+        if self.checked >= self.total:
+            return f"{self.broken:,} of the {self.total:,} measured inputs"
+        return (f"at least {self.broken:,} of the {self.checked:,} measured inputs checked "
+                f"(of {self.total:,})")
+
+
+@dataclass(frozen=True)
 class IpetResult:
     """The worst case of one function (callees' WCETs included at their call blocks).
 
@@ -178,6 +196,7 @@ class IpetResult:
     calls: tuple[CallOutcome, ...]
     warnings: tuple[str, ...] = ()
     binding_envelopes: tuple[Any, ...] = ()  # observed envelopes tight on the path
+    broken_inputs: BrokenInputs | None = None  # measured inputs breaking its constraints
 
     @property
     def upper_ticks(self) -> float:

@@ -95,6 +95,19 @@ def test_bad_target_files(tmp_path, toml, message):
         tg.load_target(make(tmp_path, toml))
 
 
+def test_a_file_that_is_no_target_file_says_what_was_expected(tmp_path):
+    """`wcetfit report lib.so` (a file where the target's folder goes): the TOML parser's
+    complaint alone did not say that a folder holding wcetfit.toml was wanted."""
+    other = tmp_path / "notes.txt"
+    other.write_text("some notes\n")
+    with pytest.raises(TargetError, match="not valid TOML: .*is this a wcetfit.toml\\? "
+                                          "TARGET_DIR is the folder that holds one"):
+        tg.load_target(str(other))
+    with pytest.raises(TargetError) as exc:         # the target's own file: no such hint
+        tg.load_target(make(tmp_path, "binary = \n"))
+    assert "not valid TOML" in str(exc.value) and "is this" not in str(exc.value)
+
+
 def test_missing_target_file(tmp_path):
     with pytest.raises(TargetError, match="no wcetfit.toml"):
         tg.load_target(str(tmp_path))

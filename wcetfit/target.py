@@ -175,7 +175,11 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         with open(path, "rb") as f:
             raw = tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
-        raise TargetError(f"{path}: {exc}") from None
+        # a file given in place of the target's folder that is no TOML at all (a binary, a
+        # source file) gets the parser's complaint and what was expected instead
+        given = ("" if os.path.basename(path) == TARGET_FILE else
+                 f" (is this a {TARGET_FILE}? TARGET_DIR is the folder that holds one)")
+        raise TargetError(f"{path}: not valid TOML: {exc}{given}") from None
     except UnicodeDecodeError as exc:
         raise TargetError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except RecursionError:

@@ -215,3 +215,26 @@ def test_an_overhead_quantity_that_subtracts_costs_has_no_floor():
     assert w.code == WARN_OVERHEAD and "shortest call used measured 400 ticks" in w.message
     at_floor = Overhead(0, 49.0 * (1 - 1e-15), 3.0, ((0x10, 1.0),), "ε + …")
     assert _overheads(fx, [at_floor]) == []
+
+
+def test_held_out_inputs_outside_by_the_noise_are_told_apart_from_unspanned_ones():
+    """The calls sample: a direction 3e-5 of the largest, dropped by the noise tolerance,
+    made 516 of 520 held-out inputs "outside the span" and the report advised more varied
+    inputs, while every one lay in the inputs' span.  The validation counts those apart;
+    a block only one input runs is outside for real when that input is held out."""
+    from wcetfit.fit.result import FitOptions
+
+    counts, costs, ticks, rng = factor_timings(7)
+    res = fit_function(counts, ticks, addrs_for(counts.shape[1]), options=FitOptions(folds=5))
+    v = res.validation
+    assert any("too weakly" in w for w in res.warnings)
+    assert v.outside_space >= 0.9 * v.heldout_inputs
+    assert v.outside_space_weak >= 0.9 * v.outside_space      # the noise, not the span
+    # one more block, run by input 17 alone: held out, nothing else spans it
+    only = np.zeros((counts.shape[0], 1), dtype=counts.dtype)
+    only[17] = 3
+    wide = np.hstack([counts, only])
+    more = ticks + 40.0 * only                               # its cost: 40 ticks a run
+    res2 = fit_function(wide, more, addrs_for(wide.shape[1]), options=FitOptions(folds=5))
+    v2 = res2.validation
+    assert v2.outside_space - v2.outside_space_weak >= 1

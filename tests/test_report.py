@@ -800,15 +800,22 @@ def test_fit_line_says_when_held_out_inputs_lie_outside_the_others_span(built):
 
     fns, counts, cols, times, fit, wres, _ = built
 
-    def line(outside):
+    def line(outside, weak=0):
         f = json.loads(json.dumps(fit))
-        f["validation"].update({"outside_space": outside, "heldout_inputs": 110})
+        f["validation"].update({"outside_space": outside, "outside_space_weak": weak,
+                                "heldout_inputs": 110})
         return fit_in_words(build_report(fns, "f", f, counts, cols, times, wres,
                                          TSC_HZ).function("f"))
 
     assert "110 of 110 held-out inputs ran block counts the other inputs do not span" \
         in line(110)
     assert "do not span" not in line(0)
+    # outside only by directions too weak for the noise (calls: 516 of 520): not "do not
+    # span", and not "more varied inputs" alone
+    noise = line(110, weak=108)
+    assert "do not span" not in noise
+    assert "108 of 110 held-out inputs ran count combinations the other inputs vary too " \
+           "little for the timing noise" in noise and "quieter timing" in noise
 
 
 def test_one_path_for_every_input_is_said(built):

@@ -170,6 +170,9 @@ class Validation:
     # predicts the rows it was fitted on kinds of, apart from the rejected ones
     median_rel_error_kept: float = float("nan")
     p95_rel_error_kept: float = float("nan")
+    # of outside_space, the inputs outside only in directions the training inputs span too
+    # weakly for the timing noise (estimated as unknown; -1: not computed)
+    outside_space_weak: int = 0
 
 
 # Codes of FitWarning (wcetfit.fit.checks).
@@ -391,6 +394,7 @@ class FitResult:
             "heldout_calls": v.heldout_calls,
             "median_rel_error": num(v.median_rel_error), "p95_rel_error": num(v.p95_rel_error),
             "r2": num(v.r2), "r2_calls": num(v.r2_calls), "outside_space": v.outside_space,
+            "outside_space_weak": v.outside_space_weak,
             "discarded_calls": v.discarded_calls,
             "median_rel_error_inputs": num(v.median_rel_error_inputs),
             "p95_rel_error_inputs": num(v.p95_rel_error_inputs),

@@ -97,12 +97,13 @@ def heldout_validation(fx: Any, resid_all: np.ndarray) -> Validation:
     tv, pv = T[clean], P[clean]
     ss_tot_c = float(np.sum((tv - np.mean(tv)) ** 2)) if tv.size else 0.0
     r2c = 1.0 - float(np.sum((tv - pv) ** 2)) / ss_tot_c if ss_tot_c > 0 else float("nan")
+    outside = outside_count(fx, cand)
     top = np.argsort(-rel_in)[:o.worst]
     worst = tuple(WorstInput(int(cand[i]), float(y[i]), float(pred[i]), float(rel_in[i]),
                              bool(fx.rejected_rows[cand[i]])) for i in top)
     return Validation(fx.F, int(cand.size), int(clean.sum()), q(rel_calls, 50),
                       q(rel_calls, 95), r2, r2c, worst,
-                      outside_space=outside_count(fx, cand),
+                      outside_space=outside[0], outside_space_weak=outside[1],
                       discarded_calls=int((valid & ~clean).sum()),
                       median_rel_error_inputs=q(rel_in, 50),
                       p95_rel_error_inputs=q(rel_in, 95),
@@ -110,16 +111,21 @@ def heldout_validation(fx: Any, resid_all: np.ndarray) -> Validation:
                       p95_rel_error_kept=q(kept_calls, 95))
 
 
-def outside_count(fx: Any, cand: np.ndarray) -> int:
-    """Held-out inputs whose count vector is not in their training folds' row space
-    (their prediction depends on the choice of solution); -1 when not computed (one
+def outside_count(fx: Any, cand: np.ndarray) -> tuple[int, int]:
+    """Held-out inputs whose count vector is not in their training folds' row space (their
+    prediction depends on the choice of solution), and how many of those are outside only
+    because a direction the training inputs do span is too weak for the timing noise (the
+    rank tolerance's noise term, wcetfit.fit.estimability: treated as not estimable, but
+    more varied inputs are not what it lacks).  (-1, -1) when not computed (one
     eigendecomposition per fold: skipped for more than 400 unknowns)."""
     d = fx.design
     if fx.reps.size > 400:
-        return -1
+        return -1, -1
     G = fx.Gtot
     tau = max(fx.an.sigma_tol / max(fx.an.sigma_max, 1e-300), 1e-8)
-    count = 0
+    # the numerical part of the tolerance alone (estimability.analyze's τ_num)
+    tau_num = min(tau, max(float(np.sqrt(100.0 * fx.reps.size * np.finfo(float).eps)), 1e-8))
+    count = weak = 0
     for k in range(fx.F):
         rows = cand[d.fold[cand] == k]
         if rows.size == 0:
@@ -129,14 +135,18 @@ def outside_count(fx: Any, cand: np.ndarray) -> int:
         good = diag > 0
         X = d.rows(rows)[:, fx.reps]
         out = (X[:, ~good] != 0).any(axis=1)
+        unspanned = out.copy()
         if good.any():
             dd = 1.0 / np.sqrt(diag[good])
             gs = Gt[np.ix_(good, good)] * dd[:, None] * dd[None, :]
             lam, V = np.linalg.eigh(gs)
-            V0 = V[:, lam <= max(float(lam[-1]), 0.0) * tau ** 2]
-            if V0.shape[1]:
-                Xs = X[:, good] * dd[None, :]     # coefficient vector, in scaled coords
-                nrm = np.linalg.norm(Xs, axis=1)
-                out |= np.linalg.norm(Xs @ V0, axis=1) > 1e-6 * np.maximum(nrm, 1e-300)
+            top = max(float(lam[-1]), 0.0)
+            Xs = X[:, good] * dd[None, :]     # coefficient vector, in scaled coords
+            nrm = np.maximum(np.linalg.norm(Xs, axis=1), 1e-300)
+            for t, into in ((tau, out), (tau_num, unspanned)):
+                V0 = V[:, lam <= top * t ** 2]
+                if V0.shape[1]:
+                    into |= np.linalg.norm(Xs @ V0, axis=1) > 1e-6 * nrm
         count += int(out.sum())
-    return count
+        weak += int((out & ~unspanned).sum())
+    return count, weak

@@ -197,7 +197,8 @@ VALIDATION_LABELS = {
     "p95_rel_error": "held-out calls: 95th-percentile relative error",
     "r2": "held-out inputs: R² of their median times",
     "r2_calls": "held-out calls: R²",
-    "outside_space": "held-out inputs whose counts the other inputs do not span",
+    "outside_space": "held-out inputs whose counts the other inputs do not determine",
+    "outside_space_weak": "… of them in directions spanned too weakly for the noise",
     "discarded_calls": "calls set aside as interrupted",
     "median_rel_error_inputs": "held-out inputs: median relative error",
     "p95_rel_error_inputs": "held-out inputs: 95th-percentile relative error",
@@ -213,7 +214,7 @@ def validation_rows(v) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
         if val is None or isinstance(val, bool) or not isinstance(val, (int, float, str)):
             continue
         label = VALIDATION_LABELS.get(k, k.replace("_", " "))
-        if k == "outside_space" and val == -1:
+        if k.startswith("outside_space") and val == -1:
             out.append((label, "not computed (too many unknowns)"))
         elif "rel_error" in k and isinstance(val, (int, float)):
             out.append((label, f"{num(100 * float(val), 2)} %"))

@@ -370,3 +370,49 @@ def test_a_per_site_bound_below_a_measured_call_is_refused_and_said(monkeypatch)
     assert res.bound_ticks == pytest.approx(old.bound_ticks)
     said = [w for w in res.warnings if "could not be bounded per call site" in w]
     assert len(said) == 1 and "(10 ticks) is below a measured input's" in said[0]
+
+
+def test_a_versioned_symbol_names_a_loop_and_a_call_site():
+    """libm's remquo calls __fmod_finite@GLIBC_2.15, and the report asks for a [loops] fact
+    by that name: the key was refused as a malformed call-site fact ("@"), and the
+    unversioned spelling was refused with a suggestion of the versioned one."""
+    from dataclasses import replace
+
+    from wcetfit.errors import TargetError
+    from wcetfit.wcet.loops import parse_loop_facts, parse_site_loop_facts
+
+    f, g, h = two_sites()
+    name = "h@GLIBC_2.15"
+    h = replace(h, name=name)
+    g = replace(g, calls=tuple(replace(c, target_name=name) for c in g.calls))
+    fns = {"f": f, "g": g, name: h}
+    assert parse_loop_facts({f"{name}+0x10": 5}, fns)[(name, 0x6010)].per_entry == 5
+    assert parse_site_loop_facts({f"{name}+0x10": 5}, fns) == {}
+    for key in (f"{name}+0x10 @ g+0x20", f"{name}+0x10@g+0x20"):
+        got = parse_site_loop_facts({key: 2}, fns)
+        assert list(got) == [(name, 0x6010)], key
+        assert list(got[(name, 0x6010)]) == [("g", 0x5020)]
+        assert parse_loop_facts({key: 2}, fns) == {}       # a site's fact, not the loop's
+    with pytest.raises(TargetError, match="no function 'h' among the analysed ones"):
+        parse_loop_facts({"h+0x10": 5}, fns)
+
+
+@pytest.mark.parametrize("use_relations, observed_paths", [(False, False), (True, True)])
+def test_a_callees_loop_fact_beyond_the_inputs_governs_its_loop_at_every_site(
+        use_relations, observed_paths):
+    """libm's remquo with __fmod_finite's loop given 2,097 iterations (the inputs ran
+    2,039): the per-call-site bound stayed where the inputs went (the loop's blocks kept
+    their most executions per call of the root, their observed relations and envelopes,
+    and the observed span), while the report said the bound rested on the fact.  Here h's
+    loop ran at most 50 times per entry; given 80, each of the worst path's 13 calls of h
+    runs 30 iterations more (its header and body: 1 + 10 ticks each)."""
+    fns, cols, C, costs = setup()
+
+    def bound(h_fact):
+        res = analyze_wcet(fns, "f", costs, C, cols,
+                           loop_facts=dict(SITE_FACTS, **{"h+0x10": h_fact}),
+                           use_relations=use_relations, observed_paths=observed_paths)
+        assert any("per call site" in w for w in res.warnings), res.warnings
+        return res.bound_ticks
+
+    assert bound(80) == pytest.approx(bound(50) + 13 * 30 * (1 + 10))

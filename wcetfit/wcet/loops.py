@@ -176,7 +176,7 @@ def parse_loop_facts(spec: Mapping[str, Any], functions: Mapping[str, FunctionMo
     out: dict[tuple[str, int], LoopBound] = {}
     origin: dict[tuple[str, int], str] = {}
     for key, value in spec.items():
-        if SITE_SEPARATOR in str(key):
+        if site_parts(str(key), functions) is not None:
             continue                    # a call site's fact: parse_site_loop_facts
         where = f"[loops] '{key}'"
         bound = _fact_value(where, value, key)
@@ -192,6 +192,45 @@ def parse_loop_facts(spec: Mapping[str, Any], functions: Mapping[str, FunctionMo
 
 # A [loops] key with a call site: "LOOP @ SITE"
 SITE_SEPARATOR = "@"
+
+
+def site_parts(text: str, functions: Mapping[str, FunctionModel]) -> tuple[str, str] | None:
+    """A [loops] key's loop and call site ("h+0x24 @ f+0x61"), or None for a key without a
+    site.  An "@" inside a symbol's name is no separator: a versioned symbol
+    (``__fmod_finite@GLIBC_2.15+0xeb``, as the report names its loops) is the name of an
+    analysed function, and the key was refused as a malformed call-site fact."""
+    if SITE_SEPARATOR not in text:
+        return None
+
+    def names_function(part: str) -> bool:
+        """``part`` is "function+OFFSET" (or -OFFSET) of an analysed function."""
+        t = part.strip().strip('"')
+        for sep in ("+", "-"):
+            if sep in t and not t.startswith(sep):
+                name, _, off = t.rpartition(sep)
+                return name.strip() in functions and _is_address(off)
+        return t in functions
+
+    if names_function(text):
+        return None
+    # the separator is the "@" whose two sides name functions (or addresses), the spaced
+    # one first ("h@GLIBC_2.2.5+0x10 @ f+0x61")
+    cuts = [i for i in range(len(text)) if text.startswith(SITE_SEPARATOR, i)]
+    cuts.sort(key=lambda i: not (text[i - 1:i] == " " or text[i + 1:i + 2] == " "))
+    for i in cuts:
+        loop, site = text[:i], text[i + 1:]
+        if all(names_function(p) or _is_address(p) for p in (loop, site)):
+            return loop, site
+    loop, _, site = text.partition(SITE_SEPARATOR)
+    return loop, site
+
+
+def _is_address(part: str) -> bool:
+    try:
+        _parse_int(part.strip().strip('"'))
+    except ValueError:
+        return False
+    return True
 
 # (function of the loop, its header) → (calling function, calling block) → bound
 SiteFacts = dict[tuple[str, int], dict[tuple[str, int], LoopBound]]
@@ -218,11 +257,13 @@ def parse_site_loop_facts(spec: Mapping[str, Any], functions: Mapping[str, Funct
     by_addr = entry_names(functions)
     for key, value in spec.items():
         text = str(key)
-        if SITE_SEPARATOR not in text:
+        parts = site_parts(text, functions)
+        if parts is None:
             continue
         where = f"[loops] '{key}'"
-        loop_text, _, site_text = text.partition(SITE_SEPARATOR)
-        if not loop_text.strip() or not site_text.strip() or SITE_SEPARATOR in site_text:
+        loop_text, site_text = parts
+        if not loop_text.strip() or not site_text.strip() or (
+                SITE_SEPARATOR in site_text and site_parts(site_text, functions) is not None):
             raise TargetError(f"{where}: write a call site's fact as \"LOOP @ SITE\", e.g. "
                               f"\"h+0x24 @ f+0x61\" (the loop's header, then the call)")
         bound = _fact_value(where, value, key)

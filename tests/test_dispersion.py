@@ -486,3 +486,20 @@ def test_the_report_says_what_the_near_misfit_assumes_and_the_bound_without_it()
     assert "[wcet] misfit = \"all\"" in note
     assert "the 98 inputs near the worst path ×1.021" in dispersion_note(w)
     assert misfit_scope_note(SimpleNamespace(misfit_scope={}), 2.6e9) is None
+
+
+def test_nothing_is_said_to_rest_on_the_near_misfit_when_the_bound_is_the_same():
+    """png_sig_cmp: the report offered "[wcet] misfit = "all" takes them: a bound of 267.5
+    ticks", the bound it had printed; the factor was set either way by what calls showed
+    as timed (the joint factor, the cover), not by the misfit."""
+    from wcetfit.wcet.dispersion import call_dispersion
+
+    system, fit, pred, n_near = _near_and_far(40, far_measured=1.2)
+    # one call of a near input at twice the worst path (below what an interrupt costs
+    # here): the calls as timed set the factor, whichever misfit is taken
+    system.ticks[0, 0] = 30_000.0 * 2.0
+    system.tsc_hz = 1e12                        # 30,000 ticks are 30 ns here
+    d = call_dispersion(system, fit, point=30_000.0)
+    assert d.cover >= 1.9 and d.scope is None
+    assert d.excess == call_dispersion(system, fit, point=30_000.0,
+                                       misfit_scope="all").excess

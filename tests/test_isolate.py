@@ -10,6 +10,13 @@ from wcetfit.errors import InputsError, MeasurementError
 from wcetfit.isolate import run_isolated
 
 
+@pytest.fixture(autouse=True)
+def _new_session():
+    """Each test is a session of its own: failures said in another are said again."""
+    from wcetfit.isolate import forget_said_failures
+    forget_said_failures()
+
+
 class ToyWorker:
     """Crashes on input 3 (SIGSEGV), aborts on 5, hangs on 7, squares the rest."""
 
@@ -166,3 +173,27 @@ def test_many_failures_are_a_few_warnings_and_one_sum(caplog):
     assert len(each) == LOGGED_FAILURES
     summed = [m for m in warnings if m.startswith(f"{15 - LOGGED_FAILURES} more input(s) failed")]
     assert len(summed) == 1 and "crash ×10" in summed[0]
+
+
+def test_a_failure_is_said_once_per_session(caplog):
+    """The count run, its rounds following indirect calls and the search meet the same
+    crashing inputs: a new user read each crash three times, with two different "N more
+    input(s) failed".  Said once per session; a new session says them again."""
+    import logging
+
+    from wcetfit.isolate import LOGGED_FAILURES, forget_said_failures
+
+    def warnings():
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    with caplog.at_level(logging.WARNING, logger="wcetfit.isolate"):
+        first = run_isolated(AbortingWorker, range(30), timeout=5.0)
+        said = warnings()
+        caplog.clear()
+        again = run_isolated(AbortingWorker, range(30), timeout=5.0)
+        assert len(again.failures) == len(first.failures) == 15    # still kept, each run
+        assert warnings() == []
+        forget_said_failures()
+        run_isolated(AbortingWorker, range(30), timeout=5.0)
+        assert len([m for m in warnings() if "crash: SIGABRT" in m]) == LOGGED_FAILURES
+    assert len(said) == LOGGED_FAILURES + 1

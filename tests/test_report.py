@@ -828,6 +828,11 @@ def test_one_path_for_every_input_is_said(built):
     rep = build_report(fns, "f", fit, same, cols, times, wres, TSC_HZ)
     said = [w for w in rep.function("f").warnings if "ran the same blocks" in w.message]
     assert said and f"all {len(counts)} inputs" in said[0].message and "NULL" in said[0].advice
+    # and under the headline, where the bound is read (it was second among the warnings)
+    ran = int((same[0, [c[0] == "f" for c in cols]] > 0).sum())
+    headline = " ".join(summary.to_text(rep).split())
+    assert f"Only for the one path every input ran ({ran} of " in headline
+    assert "Only for the one path" not in summary.to_text(report)
 
 
 def test_a_callees_block_in_the_roots_groups_is_named_within_the_callee(built):

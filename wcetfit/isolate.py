@@ -420,8 +420,10 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
 
 
 def _sum_up_failures(run: IsolatedRun) -> None:
-    """One warning for the failures not logged one by one (:data:`LOGGED_FAILURES`)."""
-    rest = run.failures[LOGGED_FAILURES:]
+    """One warning for the failures not logged one by one (:data:`LOGGED_FAILURES`), but
+    those an earlier run of the same session summed up already."""
+    rest = [f for f in run.failures[LOGGED_FAILURES:] if f.describe() not in _SUMMED]
+    _SUMMED.update(f.describe() for f in rest)
     if not rest:
         return
     kinds = Counter(f.kind for f in rest)
@@ -472,10 +474,28 @@ def _kill_group(pid: int) -> None:
 LOGGED_FAILURES = 5
 
 
+# The failures already said in this session (wcetfit.pipeline.open_session starts one):
+# the count run, its rounds that follow indirect calls and the search each meet the same
+# crashing inputs, and a new user read "input 0 (NULL, 3094, 0): crash: SIGSEGV" three
+# times, with two different "N more input(s) failed" beside it.
+_WARNED: set[str] = set()
+_SUMMED: set[str] = set()
+
+
+def forget_said_failures() -> None:
+    """A new session: its failures are said again."""
+    _WARNED.clear()
+    _SUMMED.clear()
+
+
 def _record_failure(run: IsolatedRun, failure: InputFailure,
                     on_failure: Callable[[InputFailure], None] | None) -> None:
-    (log.warning if len(run.failures) < LOGGED_FAILURES else log.info)(
-        "%s", failure.describe())
+    text = failure.describe()
+    said = text in _WARNED or text in _SUMMED
+    (log.warning if len(run.failures) < LOGGED_FAILURES and not said else log.info)(
+        "%s", text)
+    if len(run.failures) < LOGGED_FAILURES:
+        _WARNED.add(text)
     run.failures.append(failure)
     if on_failure is not None:
         on_failure(failure)

@@ -64,6 +64,8 @@ def open_session(target_dir: str, *, fresh: bool = False, inputs_changed: str = 
     from wcetfit.store import InputsFingerprint, StoreIdentity
 
     target = load_target(target_dir, **overrides)
+    from wcetfit.isolate import forget_said_failures
+    forget_said_failures()
     if fresh:
         # --fresh discards the store for good: the functions and generate() must work
         # first, or a typo in inputs.py costs every measurement the user had

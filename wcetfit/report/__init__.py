@@ -244,6 +244,9 @@ class FunctionReport:
     # the timed calls returned another value than the counted call (wcetfit.timing.state):
     # the times, and the fit and slowest input made of them, are of another path
     timed_other_path: bool = False
+    # every input ran the same blocks the same number of times, in a function with
+    # branches: the bound is that one path's (root only)
+    inputs_one_path: bool = False
 
     @property
     def no_bound_of_its_own(self) -> bool:
@@ -603,7 +606,9 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         warns.append(Finding(
             f"{name}: it has one path ({n:,} block execution{'s' if n != 1 else ''}, no "
             f"branch): every input runs it, and the bound is its time", ""))
-    elif is_root and n_inputs >= 2 and len(np.unique(counts, axis=0)) == 1:
+    inputs_one_path = (is_root and n_inputs >= 2 and branches
+                       and len(np.unique(counts, axis=0)) == 1)
+    if inputs_one_path:
         # every input took one path: the bound is that path's time, whatever else the
         # function can do (expat's XML_Parse with the parser init left NULL returns at
         # its first check on every input)
@@ -927,7 +932,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         groups=tuple(groups), overhead_ticks=overhead, validation=val, never_executed=never,
         wcet=summary, warnings=tuple(warns), edges=tuple(dict.fromkeys(fn.edges)),
         back_edges=back, entry=fn.entry, exits=tuple(fn.exits),
-        fit_extra=dict(ff.extra) if ff else {})
+        fit_extra=dict(ff.extra) if ff else {}, inputs_one_path=inputs_one_path)
 
 
 __all__ = ["BlockRow", "FitBlock", "FitFunction", "FitGroup", "FunctionReport", "GroupRow",

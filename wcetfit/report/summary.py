@@ -164,10 +164,10 @@ def _root_compact(report: Report, console: Console, *, skip: set) -> None:
 
 # Which warnings a short view shows first: those that say the bound may be wrong.
 _PRIORITY = ("changed since the measurements", "failed and are left out",
-             "break the constraints the bound keeps to", "below the slowest",
+             "break the constraints the bound keeps to",
+             "ran the same blocks the same number of times", "below the slowest",
              "is above the bound",
              "× the worst path's predicted time", "could not be bounded per call site",
-             "ran the same blocks the same number of times",
              "bounded by what the inputs reached", "worst-case path uses", "never produced",
              "indirect call", "imported")
 
@@ -219,6 +219,13 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
             _line(console, f"Only for calls that keep the bound's constraints: "
                            f"{w.broken_inputs.text} break them (a [loops] or [flow] fact they "
                            f"contradict; see the warnings)", indent="    ", style="bold")
+        if fr.inputs_one_path:
+            # (expat's XML_Parse with init's NULL parser: every input returned at the first
+            # check, and the headline read as the function's bound)
+            ran = sum(1 for b in fr.blocks if b.executed)
+            _line(console, f"Only for the one path every input ran ({ran} of "
+                           f"{len(fr.blocks)} blocks): vary the inputs (see the warnings)",
+                  indent="    ", style="bold")
     if w.max_observed_ticks is not None:
         # (no-break spaces: the wrapped line never splits the figure from its name)
         ratio = (f"; bound / slowest = {w.ipet_ticks / w.max_observed_ticks:.2f}"

@@ -1282,3 +1282,30 @@ def test_a_bound_that_measured_inputs_break_says_so_under_the_headline(built):
     assert doc["functions"][0]["wcet"]["broken_inputs"] == {"broken": 467, "checked": 501,
                                                            "total": 501}
     assert to_json(report)["functions"][0]["wcet"]["broken_inputs"] is None
+
+
+def test_a_stack_protector_failure_is_not_an_input_to_add(built):
+    """libpng's png_sig_cmp: its block calling __stack_chk_fail was listed among the blocks
+    never executed with "add inputs that reach them (error paths, rare branches)", which
+    asks for a corrupted stack.  It is a failure exit, said apart, with nothing to add."""
+    from dataclasses import replace as dc_replace
+
+    from wcetfit.model import CALL_IMPORTED, CallSite
+
+    fns, counts, cols, times, fit, wres, _ = built
+    f = fns["f"]
+    dead = f.blocks[8].address                       # the one block no input ran (abort)
+    guard = CallSite(dead, dead + 4, CALL_IMPORTED, None, "__stack_chk_fail@GLIBC_2.4")
+    fns2 = dict(fns, f=dc_replace(f, calls=tuple(c for c in f.calls if c.block != dead)
+                                  + (guard,)))
+    rep = build_report(fns2, "f", fit, counts, cols, times, wres, TSC_HZ)
+    msgs = [w for w in rep.function("f").warnings]
+    exits = [w for w in msgs if "failure exits" in w.message]
+    assert len(exits) == 1 and "calls __stack_chk_fail" in exits[0].message
+    assert not exits[0].advice
+    assert not any("never executed by the inputs" in w.message for w in msgs)
+    # calling abort, the block is one to reach (an argument can lead there)
+    plain = [w for w in build_report(fns, "f", fit, counts, cols, times, wres,
+                                     TSC_HZ).function("f").warnings
+             if "never executed by the inputs" in w.message]
+    assert plain and "add inputs that reach them" in plain[0].advice

@@ -620,15 +620,32 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             "comments) often stops the function at its first check"))
 
     never = tuple(r.address for r in rows if r.count_max == 0)
-    if never:
-        used = bool(ires and any(ires.block_counts.get(a, 0) for a in never))
+    failing = _failure_exits(fn, never)
+    if failing:
+        # a call of the stack protector's or an assertion's failure: no correct call
+        # reaches it, and "add inputs that reach them" asked for a corrupted stack
+        # (libpng's png_sig_cmp+0x87, a call of __stack_chk_fail)
+        warns.append(Finding(
+            f"{name}: {len(failing)} block(s) never executed are failure exits ("
+            + ", ".join(f"{loop_key(fn, a)} calls {t}" for a, t in list(failing.items())[:3])
+            + (" …" if len(failing) > 3 else "")
+            + "): only a corrupted stack or buffer reaches them"
+            + ("; the bound leaves them out" if wres is None
+               or wres.unreached_policy == "observed" else ""), ""))
+        never_other = tuple(a for a in never if a not in failing)
+    else:
+        never_other = never
+    if never_other:
+        never_shown = never_other
+        used = bool(ires and any(ires.block_counts.get(a, 0) for a in never_shown))
         # what the bound does with them follows [wcet] unreached: left out ("observed",
         # the default: the first WCET warning says so), or costed at the most their
         # instructions can take ("require": wcetfit.wcet.unreached)
         left_out = wres is not None and wres.unreached_policy == "observed"
         warns.append(Finding(
-            f"{name}: {len(never)} block(s) never executed by the inputs: "
-            + ", ".join(loop_key(fn, a) for a in never[:6]) + (" ..." if len(never) > 6 else "")
+            f"{name}: {len(never_shown)} block(s) never executed by the inputs: "
+            + ", ".join(loop_key(fn, a) for a in never_shown[:6])
+            + (" ..." if len(never_shown) > 6 else "")
             + "; their cost is not measured"
             + ("; the worst-case path runs some of them, each at the most its instructions "
                "can take" if used else "")
@@ -933,6 +950,25 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         wcet=summary, warnings=tuple(warns), edges=tuple(dict.fromkeys(fn.edges)),
         back_edges=back, entry=fn.entry, exits=tuple(fn.exits),
         fit_extra=dict(ff.extra) if ff else {}, inputs_one_path=inputs_one_path)
+
+
+# Functions whose call ends a failed run: the stack protector's and fortify's checks.  A
+# block that calls one is reached only when memory is already corrupted.  (abort and
+# assertions stay among the blocks to reach: an argument can lead there.)
+FAILURE_CALLS = frozenset({"__stack_chk_fail", "__stack_chk_fail_local", "__fortify_fail",
+                           "__chk_fail"})
+
+
+def _failure_exits(fn: FunctionModel, blocks: Sequence[int]) -> dict[int, str]:
+    """Of ``blocks``, those that call a failure function (:data:`FAILURE_CALLS`), with
+    its name."""
+    wanted = set(blocks)
+    out: dict[int, str] = {}
+    for cs in fn.calls:
+        name = (cs.target_name or "").split("@", 1)[0]
+        if cs.block in wanted and name in FAILURE_CALLS:
+            out[cs.block] = name
+    return out
 
 
 __all__ = ["BlockRow", "FitBlock", "FitFunction", "FitGroup", "FunctionReport", "GroupRow",

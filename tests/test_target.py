@@ -61,6 +61,18 @@ def test_wcet_misfit_scope(tmp_path):
     assert t.misfit == "all"
 
 
+def test_recursion_depth_and_activations(tmp_path):
+    t = tg.load_target(make(tmp_path, GOOD + "[recursion]\n\"f\" = 4\n"
+                                             "\"g\" = { depth = 10, activations = 257 }\n"))
+    assert t.recursion == {"f": 4, "g": 10} and t.recursion_activations == {"g": 257}
+    for bad, said in (("{ activations = 3 }", "a recursion fact is a depth D or a table"),
+                      ("{ depth = 2, calls = 3 }", "a recursion fact is a depth D or a table"),
+                      ("{ depth = 2, activations = 0 }", "activations must be >= 1"),
+                      ("0", "a recursion depth must be >= 1")):
+        with pytest.raises(TargetError, match=said):
+            tg.load_target(make(tmp_path, GOOD + f"[recursion]\n\"g\" = {bad}\n"))
+
+
 def test_wcet_observed_paths_off(tmp_path):
     t = tg.load_target(make(tmp_path, GOOD + "[wcet]\nobserved_paths = false\n"))
     assert t.observed_paths is False

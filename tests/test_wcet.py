@@ -711,6 +711,39 @@ def test_recursion_with_a_loop_bounded_by_observed_totals_over_all_activations()
     assert fall.bound_ticks == wcet_bound(fns, "m", costs, bounds, {"t": 8}).bound_ticks
 
 
+def test_a_recursion_bounded_level_by_level_says_so_and_a_fact_on_its_activations_bounds_it():
+    """The calls sample: tree_sum's left-child call sits in gcc's loop over the right
+    child; with its observed activations released (its calls run in a loop a [loops]
+    fact takes beyond the inputs), 9 calls per level over 10 levels made a bound of
+    2.4e10 ticks, 442,000× the slowest input, and nothing said why.  The warning names
+    the way out, and [recursion]'s activations is that bound."""
+    from wcetfit.wcet.analyze import analyze_wcet
+
+    t = make_fn("t", 0x7000, 6, [(0, 1), (1, 2), (2, 1), (1, 3), (3, 4), (4, 5), (0, 5)],
+                [5], loops=[(1, (1, 2), [(2, 1)], [(0, 1)], None, 1)],
+                calls=[(2, CALL_INTERNAL, 0x7000, "t")])        # the call inside the loop
+    m = make_fn("m", 0x1000, 2, [(0, 1)], [1], calls=[(0, CALL_INTERNAL, 0x7000, "t")])
+    fns = {"m": m, "t": t}
+    costs = {"m": costs_of(m, [0, 0]), "t": costs_of(t, [1, 1, 10, 1, 1, 1])}
+    bounds = {"t": {addr(t, 1): 3}}
+    per_level = wcet_bound(fns, "m", costs, bounds, {"t": 6})
+    said = [w for w in per_level.warnings if "bounded level by level" in w]
+    assert said and '[recursion] "t" = { depth = 6, activations = A }' in said[0]
+    with_fact = wcet_bound(fns, "m", costs, bounds, {"t": 6}, activation_bounds={"t": 9},
+                           activation_facts=frozenset({"t"}))
+    assert with_fact.bound_ticks < per_level.bound_ticks
+    assert any("at most 9 per call of m (from [recursion])" in w for w in with_fact.warnings)
+    assert not any("bounded level by level" in w for w in with_fact.warnings)
+    # through the pipeline's entry: the fact stands even where a [loops] fact beyond the
+    # inputs released t's observed activations
+    cols = [(f.name, b.address) for f in (m, t) for b in f.blocks]
+    # per call of m: t once without its loop; t twice (one loop pass calling t again)
+    rows = np.array([[1, 1, 1, 0, 0, 0, 0, 1], [1, 1, 2, 2, 1, 1, 1, 2]])
+    res = analyze_wcet(fns, "m", costs, rows, cols, loop_facts={"t+0x10": 3},
+                       recursion={"t": 6}, recursion_activations={"t": 9})
+    assert res.bound_ticks == pytest.approx(with_fact.bound_ticks)
+
+
 # --- observed path envelopes -------------------------------------------------------------------
 
 def test_upper_line_lies_above_every_point_and_is_tightest_at_the_longest_input():

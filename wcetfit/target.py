@@ -63,6 +63,10 @@ class Target:
     # "fn+0xOFF"/"0xADDR" -> back-edge traversals per entry, or {max = N, total = T}
     loops: Mapping[str, Any] = field(default_factory=dict)
     recursion: Mapping[str, int] = field(default_factory=dict)   # function -> max depth
+    # [recursion] "f" = {depth = D, activations = A}: most activations of f per call of the
+    # analysed function (a recursion bounded per level alone multiplies: a loop of 9
+    # recursive calls over 10 levels allows 9^10)
+    recursion_activations: Mapping[str, int] = field(default_factory=dict)
     # [wcet] exceedance: the probability per call with which a single undisturbed call may
     # exceed the bound's call-dispersion factor (see wcetfit.wcet.dispersion.call_dispersion)
     exceedance: float = 1e-6
@@ -271,11 +275,29 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         _check_type(where, value, (int, dict))
         if value < 0:
             raise TargetError(f"{where}: a loop bound must be >= 0")
-    recursion = raw.get("recursion", {})
-    for key, value in recursion.items():
-        _check_type(f"{path}: [recursion] {_q(key)}", value, (int,))
-        if value < 1:
-            raise TargetError(f"{path}: [recursion] {_q(key)}: a recursion depth must be >= 1")
+    recursion: dict[str, int] = {}
+    recursion_activations: dict[str, int] = {}
+    for key, value in raw.get("recursion", {}).items():
+        where = f"{path}: [recursion] {_q(key)}"
+        _check_type(where, value, (int, dict))
+        if isinstance(value, dict):
+            extra = set(value) - {"depth", "activations"}
+            if extra or "depth" not in value:
+                raise TargetError(f"{where}: a recursion fact is a depth D or a table "
+                                  f"{{depth = D, activations = A}} (A: most activations per "
+                                  f"call of the analysed function)")
+            for k in ("depth", "activations"):
+                if k in value:
+                    _check_type(f"{where} {k}", value[k], (int,))
+                    if value[k] < 1:
+                        raise TargetError(f"{where}: {k} must be >= 1")
+            recursion[key] = int(value["depth"])
+            if "activations" in value:
+                recursion_activations[key] = int(value["activations"])
+        else:
+            if value < 1:
+                raise TargetError(f"{where}: a recursion depth must be >= 1")
+            recursion[key] = int(value)
 
     wcet = raw.get("wcet", {})
     for key, value in wcet.items():
@@ -334,7 +356,8 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
     return Target(directory=directory, path=path, binary=os.path.abspath(binary),
                   functions=tuple(functions), prototype=raw["prototype"],
                   cdef=raw.get("cdef", ""), inputs_module=inputs_module, measure=measure,
-                  loops=dict(loops), recursion=dict(recursion), exceedance=exceedance,
+                  loops=dict(loops), recursion=dict(recursion),
+                  recursion_activations=recursion_activations, exceedance=exceedance,
                   follow_speed=bool(fit.get("follow_speed", True)),
                   fit_costs=str(fit.get("costs", "physical")),
                   observed_paths=bool(wcet.get("observed_paths", True)),

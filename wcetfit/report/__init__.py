@@ -744,6 +744,9 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                                                    lo.bound.per_entry is None else ""),
                     f"if inputs can iterate more, add \"{lo.name}\" = N under [loops] in "
                     f"wcetfit.toml"))
+        # indirect call sites that went to the same targets, said once with every site
+        # (libbz2's BZ2_bzCompressEnd: four warnings "→ sub_bb10", one per site)
+        indirect: dict[tuple[Any, ...], list[Any]] = {}
         for co in ires.calls:
             # (an imported call off the worst path, e.g. __stack_chk_fail in a block no
             # input ran, changes nothing in the bound: no warning)
@@ -756,18 +759,14 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             elif co.kind == CALL_INDIRECT and _observed_site(fn, co.instruction):
                 site = _observed_site(fn, co.instruction)
                 inside = [t for t in site.observed if t.address is not None]
-                warns.append(Finding(
-                    f"{name}: indirect {'tail ' if site.tail else ''}call at "
-                    f"{hexaddr(co.instruction)} ({loop_key(fn, co.block)}) \u2192 "
-                    + ", ".join(t.describe() for t in site.observed)
-                    + (("; the callees in this binary are in the bound, each call site "
+                how = (("; the callees in this binary are in the bound, each call site "
                         "with its own instances of them" if "per call site" in co.note else
                         "; the largest WCET of the callees in this binary is in the bound")
-                       if inside and co.callee_wcet_ticks is not None else "")
+                       if inside and co.callee_wcet_ticks is not None else "") \
                     + ("; the time of those outside the binary stays in the calling block, "
-                       "not in the bound" if len(inside) < len(site.observed) else ""),
-                    "the targets are those the inputs made it call (observed): pass inputs "
-                    "that reach every function it can call"))
+                       "not in the bound" if len(inside) < len(site.observed) else "")
+                key = (site.tail, tuple(t.describe() for t in site.observed), how)
+                indirect.setdefault(key, []).append(co)
             elif co.kind == CALL_INDIRECT and co.count > 0:
                 # (off the worst path, e.g. CRYPTO_free's call of a custom allocator no
                 # input set, an unknown callee changes nothing in the bound: no warning)
@@ -775,6 +774,14 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                     f"{name}: indirect call at {loop_key(fn, co.block)}: the callee is unknown "
                     f"and its time is not in the bound", "analyse the possible callees "
                                                          "separately and add their WCET"))
+        for (tail, targets, how), sites in indirect.items():
+            at = ", ".join(f"{hexaddr(co.instruction)} ({loop_key(fn, co.block)})"
+                           for co in sites[:4]) + (" …" if len(sites) > 4 else "")
+            warns.append(Finding(
+                f"{name}: indirect {'tail ' if tail else ''}call"
+                f"{'s' if len(sites) > 1 else ''} at {at} \u2192 " + ", ".join(targets) + how,
+                "the targets are those the inputs made it call (observed): pass inputs "
+                "that reach every function it can call"))
         if ires.status != "optimal":
             warns.append(Finding(f"{name}: {ires.status}", "the bound is HiGHS's proven "
                                                             "upper bound, not a path"))

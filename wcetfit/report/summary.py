@@ -165,7 +165,8 @@ def _root_compact(report: Report, console: Console, *, skip: set) -> None:
 # Which warnings a short view shows first: those that say the bound may be wrong.
 _PRIORITY = ("changed since the measurements", "failed and are left out",
              "break the constraints the bound keeps to",
-             "ran the same blocks the same number of times", "below the slowest",
+             "ran the same blocks the same number of times", "bounded level by level",
+             "below the slowest",
              "is above the bound",
              "× the worst path's predicted time", "could not be bounded per call site",
              "bounded by what the inputs reached", "worst-case path uses", "never produced",

@@ -89,6 +89,7 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                  counts: np.ndarray, columns: Sequence[tuple[str, int]], *,
                  loop_facts: Mapping[str, Any] = {},
                  recursion: Mapping[str, int] = {},
+                 recursion_activations: Mapping[str, int] = {},
                  entry_cost: float = 0.0,
                  cov: np.ndarray | None = None,
                  cov_index: Sequence[tuple[str, int] | str] | None = None,
@@ -102,6 +103,8 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
     where given, then :func:`wcet_bound`.  ``recursion`` is the target's [recursion].
     ``observed_paths``: also keep the root's loops within the path envelopes the inputs
     showed (:mod:`wcetfit.wcet.envelope`; the target's ``[wcet] observed_paths``).
+    ``recursion_activations``: the target's [recursion] activations (most activations of
+    a recursive function per call of the root), in place of the observed figure.
     ``flow_facts``: the target's ``[flow]`` (:mod:`wcetfit.wcet.flowfacts`), constraints on
     the root's block counts per call.
     ``unreached``: the target's ``[wcet] unreached``: "observed" leaves the blocks no input
@@ -139,7 +142,13 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
         if general is None and not _every_site(functions, names, name, sites):
             continue        # a site without a fact has no bound: the bound asks for one
         uniform[name][header] = loosest(general, sites.values())
-    user_bounded = _user_bounded_blocks(functions, names, set(facts) | set(site_facts))
+    # the loops whose facts reach beyond what the inputs ran release their blocks from
+    # the observed limits; a fact at the inputs' own figure releases nothing (calls:
+    # "calls_entry+0x50" = 128, the most the inputs ran, released tree_sum from its
+    # observed activations, and its recursion was bounded at 9^10 activations)
+    beyond = {k for k, b in facts.items()
+              if _beyond_observed(b, observed.get(k[0], {}).get(k[1]))}
+    user_bounded = _user_bounded_blocks(functions, names, beyond | set(site_facts))
     idx = [j for j, (f, _) in enumerate(cols) if f == root]
     relations = observed_relations(np.asarray(counts)[:, idx], [cols[j][1] for j in idx]) \
         if idx and use_relations else ()
@@ -185,21 +194,26 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                             for j, (f, a) in enumerate(cols)
                             if f == name and (unreached == "observed" or C[:, j].any())
                             and a not in user_bounded.get(name, ())}
+    for name, a in recursion_activations.items():
+        if name in names and name != root:
+            activations[name] = int(a)      # the user's figure, released or not
     depths = _observed_recursion_depths(functions, names, root, C, cols, recursion)
     envelopes: tuple[Any, ...] = ()
     if idx and observed_paths:
         from wcetfit.wcet.envelope import observed_envelopes
         from wcetfit.wcet.loop_hull import loop_relations
         addrs = [cols[j][1] for j in idx]
-        envelopes = observed_envelopes(functions[root], np.asarray(counts)[:, idx], addrs) \
-            + loop_relations(functions[root], np.asarray(counts)[:, idx], addrs)
+        envelopes = _clear_of(user_bounded.get(root, set()), observed_envelopes(
+            functions[root], np.asarray(counts)[:, idx], addrs)
+            + loop_relations(functions[root], np.asarray(counts)[:, idx], addrs))
     result = wcet_bound(functions, root, costs, uniform, recursion, entry_cost=entry_cost,
                         cov=cov, cov_index=cov_index, z=z, relations=relations,
                         envelopes=envelopes, facts=user_facts,
                         block_bounds=block_max, activation_bounds=activations,
                         total_bounds=totals, unreached=unreached_blocks,
                         region_bounds=region_bounds, inputs=inputs,
-                        observed_depths=depths)
+                        observed_depths=depths,
+                        activation_facts=frozenset(recursion_activations))
     result = replace(result, unreached_policy=unreached)
     insensitive = result      # the per-call-site bound below replaces it when smaller
     if per_site:
@@ -217,8 +231,11 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
             if observed_paths:
                 from wcetfit.wcet.envelope import observed_envelopes
                 from wcetfit.wcet.loop_hull import loop_relations
-                callee_env[name] = observed_envelopes(functions[name], C[:, jdx], addrs) \
-                    + loop_relations(functions[name], C[:, jdx], addrs)
+                callee_env[name] = _clear_of(user_bounded.get(name, set()),
+                                             observed_envelopes(functions[name], C[:, jdx],
+                                                                addrs)
+                                             + loop_relations(functions[name], C[:, jdx],
+                                                              addrs))
         span = None
         # (under "require" the blocks no input ran must be able to run: the span, made of
         # the inputs' counts, would keep them from it through the relations among the rest)
@@ -307,6 +324,27 @@ def _user_bounded_blocks(functions: Mapping[str, FunctionModel], names: Iterable
                 out.setdefault(g, set()).update(every)
                 todo.append(g)
     return out
+
+
+def _beyond_observed(fact: LoopBound, seen: LoopBound | None) -> bool:
+    """Whether a [loops] fact allows more than the inputs ran: a larger figure per entry
+    or per call than the observed bound's, or a figure where none was observed."""
+    if seen is None:
+        return True
+    return ((fact.per_entry is not None
+             and (seen.per_entry is None or fact.per_entry > seen.per_entry))
+            or (fact.total is not None and (seen.total is None or fact.total > seen.total))
+            or (fact.total is None and fact.per_entry is None))
+
+
+def _clear_of(bounded: set[int], envelopes: Sequence[Any]) -> tuple[Any, ...]:
+    """The observed path envelopes that touch no block a [loops] fact governs
+    (:func:`_user_bounded_blocks`): one over such a loop keeps it to the iterations the
+    inputs ran, against the user's figure (libm's remquo: __fmod_finite's loop, given
+    2,097 iterations, stayed at the inputs' 2,039 in the per-call-site bound while the
+    report said the bound rested on the fact)."""
+    return tuple(e for e in envelopes
+                 if not bounded & {*e.blocks, e.header})
 
 
 def _every_site(functions: Mapping[str, FunctionModel], names: Iterable[str], callee: str,

@@ -181,9 +181,6 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
             c[i] = c.get(i, 0.0) + v
 
     inst_of: dict[str, list[int]] = {}
-    # (function, block) of loops a user's fact bounds, in any instance: out of the
-    # observed limits and the observed span (the fact says they run beyond the inputs)
-    fact_blocks: set[tuple[str, int]] = set()
     # (parent instance, indirect call instruction) → its targets' entry variables
     sites: dict[tuple[int, int | None], tuple[dict[int, float], _Instance]] = {}
     for k, me in enumerate(inst):
@@ -239,11 +236,6 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                     coef[i] = coef.get(i, 0.0) - v
                 what = "one call per execution of the calling block"
             rows.append(Row(coef, 0.0, 0.0, f"{me.path}: {what}"))
-        # blocks of loops a user's fact bounds: the fact governs them, not the most
-        # executions the inputs showed (libm's __fmod_finite under remquo, given 2,097
-        # iterations: the bound stayed at the 2,039 the inputs ran, while the report said
-        # it rested on the fact)
-        by_fact: set[int] = set()
         for lp in fn.loops:
             b = bounds.get(name, {}).get(lp.header)
             if me.parent is not None:
@@ -252,9 +244,6 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
             if b is None:
                 continue
             b = as_loop_bound(b)
-            if b.source != SOURCE_OBSERVED:
-                by_fact.update(lp.body)
-                fact_blocks.update((name, a) for a in lp.body)
             back, entry = flow.loop_vars(lp)
             key = loop_key(fn, lp.header)
             if b.per_entry is not None:
@@ -298,7 +287,7 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                         f"irreducible region at {loop_key(fn, key[1])} ≤ {v} (observed)")
         if me.parent is not None:
             for a, t in total_bounds.get(name, {}).items():
-                if a in flow.outs and a not in by_fact:
+                if a in flow.outs:
                     add_agg((name, ("block", a)), cnt([(a, 1.0)]), float(t),
                             f"{loop_key(fn, a)} ≤ {t} per call of {root} (observed)")
             if name in activation_bounds:
@@ -342,18 +331,11 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
             for k in ks:
                 out.update(_counts_of(inst[k], weights))   # (instances' variables differ)
             return out
-        def by_fact(blocks: Iterable[int], name: str = name) -> bool:
-            return any((name, a) in fact_blocks for a in blocks)
-
         for rel in callee_relations.get(name, ()):
-            if by_fact(a for a, _ in rel.coefficients):
-                continue        # observed within the inputs' iterations, not the fact's
             rows.append(Row(total(rel.coefficients), float(rel.rhs), float(rel.rhs),
                             f"{name}: count relation {rel.text()} per call of {root}, all "
                             f"call sites together (observed)"))
         for env in callee_envelopes.get(name, ()):
-            if by_fact([*env.blocks, env.header]):
-                continue
             rows.append(Row(total([(a, 1.0) for a in env.blocks]
                                   + [(env.header, -float(env.slope))]),
                             -np.inf, float(env.intercept),
@@ -373,7 +355,7 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                         partial.add(g)
                         todo.append(g)
         got = _solve_in_span(inst, {n: ks for n, ks in inst_of.items() if n not in partial},
-                             cost, lb, ub, rows, span, fact_blocks,
+                             cost, lb, ub, rows, span,
                              None if time_limit is None else min(time_limit, 20.0))
         if got is not None:
             return _result(inst, got, cost, float(got @ cost), bounds, root, entry_cost,
@@ -408,11 +390,10 @@ def _counts_of(me: _Instance, blocks: Iterable[tuple[int, float]]) -> dict[int, 
 def _solve_in_span(inst: Sequence[_Instance], inst_of: Mapping[str, list[int]],
                    cost: np.ndarray, lb: np.ndarray, ub: np.ndarray, rows: list[Row],
                    span: tuple[Sequence[tuple[str, int]], np.ndarray],
-                   free: set[tuple[str, int]], time_limit: float | None) -> np.ndarray | None:
+                   time_limit: float | None) -> np.ndarray | None:
     """The optimal flows of the linear relaxation with every column's total over the
     instances kept to the observed affine span (extra free variables λ: total = Bᵀλ, and
-    the ones-column of B times λ = 1), but the columns in ``free`` (blocks of loops a
-    user's fact bounds); None on failure or when the check fails."""
+    the ones-column of B times λ = 1); None on failure or when the check fails."""
     from wcetfit.wcet.solve import _milp, violations
 
     cols, B = span
@@ -421,8 +402,6 @@ def _solve_in_span(inst: Sequence[_Instance], inst_of: Mapping[str, list[int]],
     nv = cost.shape[0]
     extra: list[Row] = []
     for j, (name, a) in enumerate(cols):
-        if (name, a) in free:
-            continue
         coef: dict[int, float] = {}
         for k in inst_of.get(name, ()):
             coef.update(_counts_of(inst[k], [(a, 1.0)]))

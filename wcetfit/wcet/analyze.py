@@ -203,9 +203,11 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
         from wcetfit.wcet.envelope import observed_envelopes
         from wcetfit.wcet.loop_hull import loop_relations
         addrs = [cols[j][1] for j in idx]
-        envelopes = _clear_of(user_bounded.get(root, set()), observed_envelopes(
-            functions[root], np.asarray(counts)[:, idx], addrs)
-            + loop_relations(functions[root], np.asarray(counts)[:, idx], addrs))
+        # (the root's are kept under its facts: isort's triangle, the inner loop's total
+        # following the outer's count, holds the bound to what a sort can do where the
+        # per-entry facts alone allow twice that; they are listed as observed)
+        envelopes = observed_envelopes(functions[root], np.asarray(counts)[:, idx], addrs) \
+            + loop_relations(functions[root], np.asarray(counts)[:, idx], addrs)
     result = wcet_bound(functions, root, costs, uniform, recursion, entry_cost=entry_cost,
                         cov=cov, cov_index=cov_index, z=z, relations=relations,
                         envelopes=envelopes, facts=user_facts,
@@ -338,11 +340,12 @@ def _beyond_observed(fact: LoopBound, seen: LoopBound | None) -> bool:
 
 
 def _clear_of(bounded: set[int], envelopes: Sequence[Any]) -> tuple[Any, ...]:
-    """The observed path envelopes that touch no block a [loops] fact governs
-    (:func:`_user_bounded_blocks`): one over such a loop keeps it to the iterations the
+    """A callee's observed path envelopes that touch no block a [loops] fact governs
+    (:func:`_user_bounded_blocks`): in the per-call-site program they bound the callee's
+    totals per call of the root, and one over such a loop kept it to the iterations the
     inputs ran, against the user's figure (libm's remquo: __fmod_finite's loop, given
-    2,097 iterations, stayed at the inputs' 2,039 in the per-call-site bound while the
-    report said the bound rested on the fact)."""
+    2,097 iterations, stayed at the inputs' 2,039 while the report said the bound rested
+    on the fact)."""
     return tuple(e for e in envelopes
                  if not bounded & {*e.blocks, e.header})
 

@@ -161,7 +161,8 @@ def stored_figures(name: str, target_dir: str) -> list[dict[str, Any]]:
     per_input = np.nanmedian(a.system.ticks, axis=1)
     slowest = float(np.nanmax(per_input))
     method, _ = resolve_method(s.target)
-    ft = load_times(s.store, root, FRESH_SEED, method, s.target.measure.repeats)
+    ft = load_times(s.store, root, FRESH_SEED, method, s.target.measure.repeats,
+                    warmup=s.target.measure.warmup)
     from wcetfit.timing.speed import speed_profile
     fresh_speed = speed_profile(ft.ticks, a.fit.quantum_ticks)
     pre = _preempted(ft.ticks, a.fit.quantum_ticks)

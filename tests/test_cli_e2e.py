@@ -366,9 +366,9 @@ def test_the_search_steps_fit_does_not_repeat_the_fits_warnings(monkeypatch, cap
         logging.getLogger("wcetfit.search.workflow").warning("candidate 3 crashed")
 
     monkeypatch.setattr("wcetfit.search.workflow.run_search", fake_search)
-    monkeypatch.setattr("wcetfit.search.store.load_search_rows", lambda *a: None)
+    monkeypatch.setattr("wcetfit.search.store.load_search_rows", lambda *a, **k: None)
     target = SimpleNamespace(search_budget=10, search_timed=2, search_timed_budget=0,
-                             measure=SimpleNamespace(seed=1))
+                             measure=SimpleNamespace(seed=1, warmup=0))
     with caplog.at_level(logging.WARNING):
         analyze._search(SimpleNamespace(target=target, store=None), ["f"], lambda *a: None)
     said = [r.getMessage() for r in caplog.records]

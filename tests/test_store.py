@@ -493,3 +493,21 @@ def test_cli_analyze_no_wait_skips_its_search_when_the_slot_is_taken_after_timin
     assert "search step is skipped (--no-wait)" in res.stderr
     assert f"pid {p.pid}" in res.stderr and f"wcetfit search {sum_target}" in res.stderr
     assert json.loads(res.stdout)["functions"][0]["wcet"]["ipet_ticks"] > 0
+
+
+def test_times_taken_with_another_warmup_are_not_this_measurement(tmp_path):
+    """The default went from three warm-up calls of an input before each timed call to
+    none (the call follows the previous input's): a store timed before is another
+    measurement (adpcm's calls 3× faster), not to be fitted or extended as this one."""
+    from wcetfit.measurements import TimeSet, load_times, save_times
+
+    s = st.Store(str(tmp_path), ID)
+    ticks = np.full((3, 2), 100.0)
+    old = TimeSet("f", 1, np.arange(3), ticks, "lfence", 2.6e9, 0, {})   # warmup unrecorded
+    save_times(s, old)
+    assert load_times(s, "f", 1, "lfence", 2) is not None          # no warmup asked: as is
+    assert load_times(s, "f", 1, "lfence", 2, warmup=3) is not None
+    assert load_times(s, "f", 1, "lfence", 2, warmup=0) is None
+    save_times(s, TimeSet("f", 1, np.arange(3), ticks, "lfence", 2.6e9, 0, {"warmup": 0}))
+    assert load_times(s, "f", 1, "lfence", 2, warmup=0) is not None
+    assert load_times(s, "f", 1, "lfence", 2, warmup=3) is None

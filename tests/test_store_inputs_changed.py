@@ -258,3 +258,35 @@ def test_fresh_with_a_broken_generate_keeps_what_was_measured(edited_sum_target,
     errors = _errors(res)
     assert len(errors) == 1 and said in errors[0], res.stderr
     assert _files(store) == before
+
+
+def test_times_taken_after_warm_up_calls_are_timed_again(edited_sum_target):
+    """A store timed before calls followed the previous input's (three warm-up calls of
+    each input first, unrecorded): `report` refuses it in one line saying why, and
+    `analyze` times it again, keeping the counts."""
+    import glob
+
+    from wcetfit.pipeline import open_session
+
+    d = edited_sum_target
+    assert _wcetfit("analyze", str(d)).returncode == 0
+    counts = _counts(d)
+    s = open_session(str(d))
+    try:
+        for path in glob.glob(str(d / ".wcetfit" / "times-*.npz")):
+            name = os.path.basename(path)[:-4]
+            meta, arrays = s.store.load(name, machine=True)
+            env = dict(meta["environment"])
+            assert env.pop("warmup") == 0             # recorded now
+            s.store.save(name, dict(meta, environment=env), dict(arrays))
+    finally:
+        s.store.lock.release()
+    res = _wcetfit("report", str(d))
+    assert res.returncode == 2
+    errors = _errors(res)
+    assert len(errors) == 1 and "taken with 3 warm-up call(s)" in errors[0] \
+        and "warmup is 0" in errors[0] and "wcetfit analyze" in errors[0], res.stderr
+    res = _wcetfit("analyze", str(d))
+    assert res.returncode == 0, res.stderr
+    assert _counts(d) == counts
+    assert _wcetfit("report", str(d)).returncode == 0

@@ -845,3 +845,18 @@ def test_a_conditional_tail_call_calls_on_its_exit_edge_only():
     g = replace(g, calls=tuple(replace(c, tail=True) for c in g.calls))
     r = ipet(g, costs_of(g, [5, 7]), {}, callee_wcet={0x9000: 100.0})
     assert r.bound_ticks == pytest.approx(112.0)
+
+
+def test_only_a_fact_beyond_the_inputs_releases_its_loop_from_the_observed_limits():
+    from wcetfit.wcet.analyze import _beyond_observed
+    from wcetfit.wcet.result import LoopBound
+
+    seen = LoopBound(per_entry=127, total=127, source="observed")
+    assert not _beyond_observed(LoopBound(per_entry=127, source="fact"), seen)
+    assert not _beyond_observed(LoopBound(per_entry=100, total=120, source="fact"), seen)
+    assert _beyond_observed(LoopBound(per_entry=128, source="fact"), seen)
+    assert _beyond_observed(LoopBound(per_entry=None, total=200, source="fact"), seen)
+    # per entry not observable (a loop entered several times per call): any figure is new
+    assert _beyond_observed(LoopBound(per_entry=9, source="fact"),
+                            LoopBound(per_entry=None, total=127, source="observed"))
+    assert _beyond_observed(LoopBound(per_entry=9, source="fact"), None)

@@ -228,12 +228,25 @@ def save_times(store: Store, ts: TimeSet) -> None:
                measured=bool(np.any(done)))
 
 
+# The warm-up a timing set was taken with when its environment does not say: the default
+# before timed calls followed the previous input's (wcetfit.timing.run).
+WARMUP_BEFORE_RECORDED = 3
+
+
 def load_times(store: Store, function: str, seed: int, method: str,
-               repeats: int) -> TimeSet | None:
+               repeats: int, *, warmup: int | None = None) -> TimeSet | None:
+    """The stored timing set, or None.  ``warmup``: the target's [measure] warmup; a set
+    taken with another is not the same measurement (calls after warm-up calls of their
+    own input run up to 3× faster than in a stream) and counts as absent."""
     got = store.load(times_name(function, seed, method, repeats), machine=True)
     if got is None:
         return None
     meta, arrays = got
+    taken = (meta.get("environment") or {}).get("warmup", WARMUP_BEFORE_RECORDED)
+    if warmup is not None and int(taken) != int(warmup):
+        log.info("%s: the stored times were taken with %s warm-up call(s), the target "
+                 "asks %s: timed again", function, taken, warmup)
+        return None
     return TimeSet(function, seed, arrays["indices"], arrays["ticks"], meta["method"],
                    float(meta["tsc_hz"]), int(meta["migrated"]), meta.get("environment", {}),
                    tuple(_failures_from_json(meta["failures"])),

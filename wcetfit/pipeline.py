@@ -413,7 +413,8 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
     functions = session.functions_of(root)
     from wcetfit.search.store import load_search_rows
 
-    searched = load_search_rows(session.store, root, session.target.measure.seed)
+    searched = load_search_rows(session.store, root, session.target.measure.seed,
+                                warmup=session.target.measure.warmup)
     sequences = dict(zip(searched.indices.tolist(), searched.sequences)) if searched else {}
 
     from wcetfit.search.witness import REACH_BASE, describe_reached, load_reach_rows
@@ -514,6 +515,8 @@ def with_stored_repeats(session: Session) -> Session:
     method, _ = resolve_method(session.target)
     found = set()
     for root in session.target.functions:
+        # (a set of the asked repeats timed with another warm-up is one to time again,
+        # said by stored_measurements, not a reason to take another number of repeats)
         if load_times(session.store, root, m.seed, method, m.repeats) is not None:
             return session
         found.add(tuple(stored_repeats(session.store, root, m.seed, method)))
@@ -545,11 +548,23 @@ def stored_measurements(session: Session, root: str, *,
                        f"{session.target.directory} --seed {m.seed}` (or `wcetfit analyze "
                        f"--seed {m.seed}`) first")
     method, _ = resolve_method(session.target)
-    times = load_times(session.store, root, m.seed, method, m.repeats)
+    times = load_times(session.store, root, m.seed, method, m.repeats,
+                      warmup=m.warmup)
     if times is None and not require_times:
         return counts, None
     if times is None:
         from wcetfit.measurements import stored_repeats
+        taken = load_times(session.store, root, m.seed, method, m.repeats)
+        if taken is not None:
+            # stored, but timed after warm-up calls of each input (wcetfit before the
+            # stream order, or another [measure] warmup): another measurement
+            from wcetfit.measurements import WARMUP_BEFORE_RECORDED
+            was = taken.environment.get("warmup", WARMUP_BEFORE_RECORDED)
+            raise FitError(f"{root}: the stored times were taken with {was} warm-up call(s) "
+                           f"of each input before its timed call, and [measure] warmup is "
+                           f"{m.warmup}: time again (`wcetfit analyze "
+                           f"{session.target.directory}`; the counts are kept), or set "
+                           f"warmup = {was} under [measure] to use them")
         other = stored_repeats(session.store, root, m.seed, method)
         hint = (f" (stored: {', '.join(str(r) for r in other)} repeats, e.g. from `analyze "
                 f"--repeats {other[-1]}`: pass --repeats {other[-1]})" if other else "")
@@ -561,5 +576,6 @@ def stored_measurements(session: Session, root: str, *,
     # and so are those symbolic execution reached (wcetfit reach).
     from wcetfit.search.store import load_search_rows, with_search_rows
     from wcetfit.search.witness import load_reach_rows, with_reach_rows
-    counts, times = with_search_rows(counts, times, load_search_rows(session.store, root, m.seed))
+    counts, times = with_search_rows(counts, times, load_search_rows(session.store, root, m.seed,
+                                                                  warmup=m.warmup))
     return with_reach_rows(counts, times, load_reach_rows(session.store, root, m.seed))

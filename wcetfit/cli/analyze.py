@@ -95,7 +95,8 @@ def _search(s, roots, update, wait: bool = True) -> None:  # type: ignore[no-unt
     try:
         from wcetfit.errors import TimedAnotherPath, TimingSlotBusy
         for root in roots:
-            if load_search_rows(s.store, root, t.measure.seed) is not None:
+            if load_search_rows(s.store, root, t.measure.seed,
+                                warmup=t.measure.warmup) is not None:
                 continue
             try:
                 run_search(s, root, SearchOptions(budget=t.search_budget,

@@ -822,6 +822,9 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                f"time (×{factors['cover']:.2f})" if setter == "cover" else
                "the dispersion's factor for single calls as timed, misfit included "
                f"(×{factors['joint']:.2f})" if setter == "joint" else
+               "the dispersion's factor for single calls at the machine's slowest speed "
+               f"(×{factors.get('call', 1.0) * factors.get('machine_speed', 1.0):.2f})"
+               if setter == "calls" else
                "the dispersion's misfit factor"
                + (f" (×{factors['misfit']:.2f})" if factors.get("misfit") else ""))
         warns.append(Finding(

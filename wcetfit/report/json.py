@@ -56,7 +56,8 @@ only, and the slowest sustained speed of the machine during the timing run over 
 end (``machine_speed``; the fit's costs are at the fast end, see the fit's
 ``machine_speed``); ``dispersion_factors`` gives the three, 1 + ``dispersion`` is their
 product, or ``joint`` where that is smaller (a timed call over its input's prediction at the
-same exceedance, the three as they came together on the calls: wcetfit/wcet/margin.py).  ``dispersion_ticks`` is what that factor adds.
+same exceedance, the three as they came together on the calls: wcetfit/wcet/margin.py), but
+not below ``call`` × ``machine_speed`` (wcetfit.wcet.dispersion.calls_at_slowest).  ``dispersion_ticks`` is what that factor adds.
 ``cover`` (when above 1) is the slowest call that is the function's own time over the
 worst path's point (``slowest_call``): 1 + ``dispersion`` is never below it, and where it is
 the larger, it is what set the factor.

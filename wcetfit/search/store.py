@@ -100,9 +100,10 @@ def sequence_from_json(d: dict[str, Any]) -> ChoiceSequence:
 
 # --- the store ------------------------------------------------------------------------------
 
-def save_search_rows(store: Any, rows: SearchRows) -> None:
+def save_search_rows(store: Any, rows: SearchRows, *, warmup: int) -> None:
+    """``warmup``: the [measure] warmup the candidates were timed with."""
     meta = {"kind": "search", "function": rows.function, "seed": rows.seed,
-            "method": rows.method, "tsc_hz": rows.tsc_hz,
+            "method": rows.method, "tsc_hz": rows.tsc_hz, "warmup": int(warmup),
             "functions": [{"name": fc.name, "address": hex(fc.address)}
                           for fc in rows.functions],
             "sequences": [sequence_to_json(s) for s in rows.sequences]}
@@ -114,11 +115,18 @@ def save_search_rows(store: Any, rows: SearchRows) -> None:
     store.save(search_name(rows.function, rows.seed), meta, arrays)
 
 
-def load_search_rows(store: Any, function: str, seed: int) -> SearchRows | None:
+def load_search_rows(store: Any, function: str, seed: int, *,
+                     warmup: int | None = None) -> SearchRows | None:
+    """The kept candidates, or None; with ``warmup``, None for candidates timed with
+    another (wcetfit.measurements.load_times)."""
+    from wcetfit.measurements import WARMUP_BEFORE_RECORDED
+
     got = store.load(search_name(function, seed), machine=True)
     if got is None:
         return None
     meta, arrays = got
+    if warmup is not None and int(meta.get("warmup", WARMUP_BEFORE_RECORDED)) != int(warmup):
+        return None
     fcs = stored_function_counts(meta, arrays)
     return SearchRows(meta["function"], int(meta["seed"]), meta["method"], float(meta["tsc_hz"]),
                       arrays["indices"], tuple(sequence_from_json(s) for s in meta["sequences"]),

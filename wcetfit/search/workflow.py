@@ -68,7 +68,8 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
         raise TimedAnotherPath(f"no search for {root}: {changed}; {REMEDY}")
     system, fit = fit_stage(session, root, counts, times)
     target = session.target
-    old = load_search_rows(session.store, root, target.measure.seed)
+    old = load_search_rows(session.store, root, target.measure.seed,
+                           warmup=target.measure.warmup)
     # after every stored number: the stored ones are the kept candidates' own numbers,
     # not consecutive (numbering from the count of rows gave a second search numbers
     # the first had kept, and two inputs with one number)
@@ -114,7 +115,7 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
             for fc in counts.functions)
         rows = SearchRows(root, target.measure.seed, method, times.tsc_hz, keys,
                           tuple(by_key[int(k)].sequence for k in keys), fcs, ticks, predicted)
-        save_search_rows(session.store, merge_rows(old, rows))
+        save_search_rows(session.store, merge_rows(old, rows), warmup=target.measure.warmup)
     if failed:
         log.warning("%s: %d searched inputs failed while timed", root, len(failed))
     return SearchReport(outcome, keys, ticks, predicted, measured_max, times.tsc_hz,

@@ -130,7 +130,7 @@ def missing_measurements(session: Any, function: str) -> list[str]:
     if cs is None or not cs.trace:
         missing.append(MISSING_TRACES)
     method, _why = resolve_method(target)
-    if load_times(store, function, m.seed, method, m.repeats) is None:
+    if load_times(store, function, m.seed, method, m.repeats, warmup=m.warmup) is None:
         missing.append(MISSING_TIMES)
     return missing
 
@@ -176,7 +176,7 @@ def load_state(session: Any, function: str, *, place: bool = True) -> SplitState
         raise StoreError(f"the counts of {function} have no block traces: block splitting "
                          f"needs them; run `wcetfit count {target.directory} --trace`")
     method, _why = resolve_method(target)
-    ts = load_times(store, function, m.seed, method, m.repeats)
+    ts = load_times(store, function, m.seed, method, m.repeats, warmup=m.warmup)
     if ts is None:
         raise StoreError(f"no whole-call times of {function} (seed {m.seed}, method {method}, "
                          f"{m.repeats} repeats) in {store.directory}: run "

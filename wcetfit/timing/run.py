@@ -152,13 +152,14 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     log.info("timing method %s (%s)", method, why)
     tsc_hz = tsc.tsc_frequency().hz
     env = tsc.environment(method).to_dict()
+    env["warmup"] = m.warmup        # what the calls followed (load_times compares it)
     n = m.inputs
     ticks = {f: np.full((n, m.repeats), np.nan) for f in functions}
     done = np.zeros((n, m.repeats), dtype=bool)
     migrated = {f: 0 for f in functions}
     failures: list[InputFailure] = []
     for f in functions:
-        old = load_times(store, f, m.seed, method, m.repeats)
+        old = load_times(store, f, m.seed, method, m.repeats, warmup=m.warmup)
         if old is None:
             continue
         keep = old.indices < n

@@ -143,9 +143,9 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
             continue        # a site without a fact has no bound: the bound asks for one
         uniform[name][header] = loosest(general, sites.values())
     # the loops whose facts reach beyond what the inputs ran release their blocks from
-    # the observed limits; a fact at the inputs' own figure releases nothing (calls:
-    # "calls_entry+0x50" = 128, the most the inputs ran, released tree_sum from its
-    # observed activations, and its recursion was bounded at 9^10 activations)
+    # the observed limits; a fact at the inputs' own figure releases nothing: no
+    # execution it allows lies beyond them (a release costs a recursive callee its
+    # observed activations, and a tree walk bounded level by level multiplies)
     beyond = {k for k, b in facts.items()
               if _beyond_observed(b, observed.get(k[0], {}).get(k[1]))}
     user_bounded = _user_bounded_blocks(functions, names, beyond | set(site_facts))

@@ -31,7 +31,8 @@ What each parameter gets (cffi tells the types; the declaration gives the names)
   lengths together (``SHA256(d, n, md)``'s 32-byte digest; ``mpn_mul(rp, up, un, vp,
   vn)``'s un + vn limbs; EVP_EncodeBlock's 4/3 n + 1 bytes, see OUT_GROWTH); an input
   borrowing a length ``n + OUT_SPARE``; one with no length anywhere ``UNSIZED_LEN =
-  MAX_LEN + OUT_SPARE`` (room for a copy of any input, a C string's NUL and a tail); a
+  MAX_LEN + MAX_LEN // 8 + OUT_SPARE`` (room for a copy of any input grown by a
+  compressor, a C string's NUL and a tail); a
   ``char`` one of them ends in a NUL, so a string scan stops inside it.  The comment
   beside it and a note say so.
 * a pointer to an array type (libjpeg's ``JBLOCKROW``, ``short (*)[64]``) is a buffer of
@@ -93,7 +94,12 @@ MAX_LEN = 4096
 # a floor with max(), it also covers an output that is its input plus a fixed tail
 # (libsodium's crypto_secretbox_easy writes mlen + 16 bytes, crypto_sign mlen + 64).
 OUT_SPARE = 512
-UNSIZED_LEN = MAX_LEN + OUT_SPARE
+# A buffer no length describes, and an in-out capacity (``unsigned int *destLen``): the
+# longest input, an eighth more and the spare.  A compressor writes more than it reads
+# on data it cannot compress: bzlib.h allows 1 % + 600 bytes more (4,737 for 4,096),
+# beyond MAX_LEN + OUT_SPARE = 4,608 (4,096 random bytes took 4,594); zlib's
+# compressBound(4096) is 4,109.  A capacity too small measures the error return.
+UNSIZED_LEN = MAX_LEN + MAX_LEN // 8 + OUT_SPARE
 # An output written through a pointer whose size the prototype does not give, in a call
 # with length parameters, is sized from their sum S (elements): OUT_GROWTH * S +
 # OUT_SPARE.  The sum, because an output is often as long as all its inputs together
@@ -806,7 +812,9 @@ MAX_LEN = {max_len}        # the longest buffer (elements; bytes for void *)
 # block: 512 for a 4096-bit key; a copy of the input plus a tag) must fit, or it
 # corrupts the measuring process.  Set the real size where the comment says so.
 OUT_SPARE = {spare}        # elements beyond the length it borrows
-UNSIZED_LEN = MAX_LEN + OUT_SPARE    # the size of buffers no length parameter describes
+# the size of buffers no length parameter describes, and of in-out capacities: room for
+# a compressor's output on data it cannot compress (bzip2: 1 % + 600 bytes more)
+UNSIZED_LEN = MAX_LEN + MAX_LEN // 8 + OUT_SPARE
 # An output without a length of its own holds OUT_GROWTH * S + OUT_SPARE elements, S the
 # call's lengths together: an output as long as its inputs together (a product's un + vn
 # limbs), an encoding up to twice its input (hex 2x, base64 4/3), and a fixed tail.

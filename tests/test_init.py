@@ -242,7 +242,7 @@ def test_buffers_sized_from_their_length_parameters(built, tmp_path):
         assert ffi.sizeof(source) == max(source_len, 1)
         assert -2**31 <= level < 2**31
     # room for a compressor's output on data it cannot compress, the longest input's:
-    # bzlib.h's 1 % + 600 bytes (a capacity of MAX_LEN + 512 measured the error return)
+    # bzlib.h's 1 % + 600 bytes (MAX_LEN + 512, the capacity before, was below it)
     assert mod.UNSIZED_LEN >= mod.MAX_LEN + mod.MAX_LEN // 100 + 600
 
 

@@ -242,6 +242,9 @@ def test_cli_edited_inputs_refused_reported_with_warning_fresh_measures(edited_s
     # returns one argument where sum takes two
     ("def generate(ctx):\n    return (ctx.ffi.new(\"int[]\", 1),)\n",
      "generate() returned 1 argument"),
+    # raises on the last input only (a new user's store was gone after input 250 raised)
+    ("def generate(ctx):\n    if ctx.index == 11:\n        raise ValueError('boom')\n"
+     "    return (ctx.ffi.new(\"int[]\", 1), 1)\n", "input 11: generate() raised"),
 ])
 def test_fresh_with_a_broken_generate_keeps_what_was_measured(edited_sum_target, broken,
                                                               said):

@@ -72,7 +72,9 @@ def open_session(target_dir: str, *, fresh: bool = False, inputs_changed: str = 
         from wcetfit.inputs_check import check_generate
         model = binary.load_model(target.binary, list(target.functions), with_callees=True,
                                   indirect={})
-        check_generate(target)
+        # every input it will measure, not the first few: generate() raising at input 250
+        # stopped the count run after the store was gone
+        check_generate(target, target.measure.inputs)
     # Not measurements.open_store: the store must know what generates the inputs, or
     # measurements of an edited generate() are mixed with (or reported as) the old ones.
     store = Store(target.store_dir,

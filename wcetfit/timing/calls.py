@@ -68,10 +68,18 @@ class TimedInput:
 _primed: set[tuple[int, int, str]] = set()
 
 
+def needs_priming(harness: CallHarness, function: str) -> bool:
+    """Whether :func:`prime_timing` would make its call (the process's first of
+    ``function`` through ``harness``)."""
+    return (os.getpid(), id(harness), function) not in _primed
+
+
 def prime_timing(harness: CallHarness, function: str, fn_address: int, pack: ArgPack,
                  method: str | int = "lfence") -> bool:
     """One discarded timed call of ``function``, the first time this process times it
-    through ``harness`` (:data:`_primed`); True when it made one."""
+    through ``harness`` (:data:`_primed`); True when it made one.  Give it arguments of
+    its own: a call that changes state behind them (expat's parser, finished by it)
+    leaves the timed call another path."""
     key = (os.getpid(), id(harness), function)
     if key in _primed:
         return False

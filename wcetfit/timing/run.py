@@ -50,21 +50,27 @@ class _TimingWorker:
     def run(self, index: int, start: Callable[[str], None]
             ) -> dict[str, tuple[np.ndarray, int, Any]]:
         """Per function: (ticks, migrated samples, (first, last) return values or None).
-        The first warm-up call is made on its own for its return value (the same calls in
-        the same order as before: wcetfit.timing.state)."""
-        from wcetfit.timing.calls import prime_timing, time_input
+        With warm-up calls, the first is made on its own for its return value
+        (wcetfit.timing.state); without, the timed call is the first on arguments
+        generate() just made, as the counted call was, and there is nothing to compare."""
+        from wcetfit.timing.calls import needs_priming, prime_timing, time_input
         from wcetfit.timing.state import comparable
 
         out = {}
         m = self.target.measure
         for name, proto, address in self.functions:
+            if needs_priming(self.harness, proto):
+                # the worker's first call pays for lazy binding and page faults: made on
+                # arguments of its own, so that state it changes behind them (expat's
+                # parser, finished by it) is not the timed call's (input 0 of every
+                # worker was timed on the error return of a finished parser)
+                spare = self.inputs(self.generate, self.target, self.harness.ffi, name, index)
+                prime_timing(self.harness, proto, address, self.harness.pack(proto, spare),
+                             self.method)
             args = self.inputs(self.generate, self.target, self.harness.ffi, name, index)
             pack = self.harness.pack(proto, args)
             start(describe_args(self.harness.ffi, args))
-            check = comparable(self.harness.signature(proto).result)
-            # (the first input of each worker process gets one discarded call of its own:
-            # the process's first call pays for lazy binding and page faults)
-            prime_timing(self.harness, proto, address, pack, self.method)
+            check = m.warmup >= 1 and comparable(self.harness.signature(proto).result)
             if m.warmup >= 1:
                 first = (self.harness.time(proto, address, pack, repeats=0, warmup=1,
                                            method=self.method).result if check else None)
@@ -72,13 +78,11 @@ class _TimingWorker:
                                    m.warmup - 1 if check else m.warmup, self.method)
                 returns = (first, timed.result)
             else:
-                # no call of this input before the timed one (the stream state); the
-                # return check compares the timed call with one made after it
+                # no call of this input before the timed one (the stream state), on the
+                # arguments generate() made for this pass: the counted call's situation
                 timed = time_input(self.harness, proto, address, pack, self.repeats, 0,
                                    self.method)
-                after = (self.harness.time(proto, address, pack, repeats=0, warmup=1,
-                                           method=self.method).result if check else None)
-                returns = (timed.result, after)
+                returns = None
             out[name] = (timed.ticks, timed.migrated, returns if check else None)
         return out
 

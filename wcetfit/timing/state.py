@@ -10,10 +10,14 @@ another path.  expat's ``XML_Parse`` on documents of up to 4 KiB: every timed ca
 returned ``XML_STATUS_ERROR`` (the parser finished by the warm-up) in 62–98 ticks while a
 fresh parse takes ~19 µs; the report gave a bound 400× too low with nothing amiss.
 
-The check: the return value of an input's first call against that of its last timed
-call.  Only values the function computes are compared: a returned pointer may be a
-fresh object each call (an allocating function), so pointers are not; a void function
-has nothing to compare (its state change goes unseen: README, known limits).
+The check, with ``[measure] warmup`` ≥ 1: the return value of an input's first call
+against that of its last timed call.  Only values the function computes are compared: a
+returned pointer may be a fresh object each call (an allocating function), so pointers
+are not; a void function has nothing to compare (its state change goes unseen: README,
+known limits).  Without warm-up calls (the default) each pass's timed call is the first
+on the arguments generate() made for that pass, as the counted call was, and the worker's
+discarded first call is made on arguments of its own (wcetfit.timing.run): expat's
+parser, made by generate(), is parsed by the timed call itself.
 """
 
 from __future__ import annotations

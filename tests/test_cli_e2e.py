@@ -273,8 +273,9 @@ def test_several_functions_each_measured_and_reported(tmp_path):
     names = {f["name"] for r in doc["reports"] for f in r["functions"]}
     assert {"first", "second"} <= names
     # each root's bound: (point + margin) × the product of its three dispersion factors,
-    # or the joint factor (calls over their input's prediction) where that is smaller, and
-    # never below the slowest own-time call over the point ("cover", when above 1)
+    # or the joint factor (calls over their input's prediction) where that is smaller but
+    # not below call × machine speed, and never below the slowest own-time call over the
+    # point ("cover", when above 1)
     for r in doc["reports"]:
         w = r["functions"][0]["wcet"]
         f = w["dispersion_factors"]
@@ -283,7 +284,9 @@ def test_several_functions_each_measured_and_reported(tmp_path):
                                                                  "cover"}
         assert isinstance(w["path_envelopes"], list)
         product = f["misfit"] * f["call"] * f["machine_speed"]
-        taken = min(product, f["joint"]) if f.get("joint") is not None else product
+        floor = f["call"] * f["machine_speed"]
+        taken = (min(product, max(f["joint"], floor)) if f.get("joint") is not None
+                 else product)
         taken = max(taken, f.get("cover", 1.0))
         assert 1 + w["dispersion"] == pytest.approx(max(1.0, taken))
         assert w["ipet_ticks"] == pytest.approx(

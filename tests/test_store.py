@@ -511,3 +511,26 @@ def test_times_taken_with_another_warmup_are_not_this_measurement(tmp_path):
     save_times(s, TimeSet("f", 1, np.arange(3), ticks, "lfence", 2.6e9, 0, {"warmup": 0}))
     assert load_times(s, "f", 1, "lfence", 2, warmup=0) is not None
     assert load_times(s, "f", 1, "lfence", 2, warmup=3) is None
+
+
+def test_auto_reads_the_method_the_stored_times_were_taken_with(tmp_path, monkeypatch):
+    """A calibration in another cache chose cpuid where the store was timed with lfence:
+    `report` found "no times stored ... method cpuid" (CI, a fresh cache per test)."""
+    from types import SimpleNamespace
+
+    from wcetfit.timing import calibrate
+    from wcetfit.timing.run import resolve_method
+
+    monkeypatch.setattr(calibrate, "auto_method", lambda: ("cpuid", "calibrated"))
+    store = tmp_path / ".wcetfit"
+    store.mkdir()
+    target = SimpleNamespace(measure=SimpleNamespace(method="auto", seed=1),
+                             functions=("sum",), store_dir=str(store))
+    assert resolve_method(target) == ("cpuid", "calibrated")          # nothing stored
+    (store / "times-sum-s1-lfence-r10.npz").write_bytes(b"")
+    (store / "times-sum-s1001-rdtscp-r10.npz").write_bytes(b"")       # another seed
+    assert resolve_method(target)[0] == "lfence"
+    (store / "times-sum-s1-rdtscp-r3.npz").write_bytes(b"")           # two: calibrate
+    assert resolve_method(target) == ("cpuid", "calibrated")
+    target.measure.method = "mfence"                                    # the target's own
+    assert resolve_method(target)[0] == "mfence"

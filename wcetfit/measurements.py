@@ -14,6 +14,7 @@ only the inputs that are still missing.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -156,6 +157,23 @@ def stored_repeats(store: Store, function: str, seed: int, method: str) -> list[
     prefix = times_name(function, seed, method, 0)[:-1]
     return sorted(int(n[len(prefix):]) for n in store.names()
                   if n.startswith(prefix) and n[len(prefix):].isdigit())
+
+
+def stored_methods(store_dir: str, function: str, seed: int) -> set[str]:
+    """The fence methods of the timing sets stored in ``store_dir`` for ``function`` and
+    ``seed`` (read from the file names: the method is chosen before a store is opened)."""
+    prefix = times_name(function, seed, "", 0)[:-len("-r0")]
+    try:
+        names = os.listdir(store_dir)
+    except OSError:
+        return set()
+    found = set()
+    for n in names:
+        if n.startswith(prefix) and n.endswith(".npz"):
+            method, sep, repeats = n[len(prefix):-len(".npz")].rpartition("-r")
+            if sep and method and repeats.isdigit():
+                found.add(method)
+    return found
 
 
 def _safe(name: str) -> str:

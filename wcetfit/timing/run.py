@@ -95,29 +95,13 @@ def resolve_method(target: Target) -> tuple[str, str]:
     cpuid" for a store timed with lfence), and new inputs would have been timed apart."""
     if target.measure.method != "auto":
         return target.measure.method, "set in the target file or on the command line"
-    stored = _stored_methods(target)
+    from wcetfit.measurements import stored_methods
+    stored = sorted({m for name in target.functions
+                     for m in stored_methods(target.store_dir, name, target.measure.seed)})
     if len(stored) == 1:
         return stored[0], "auto: the method the stored times were taken with"
     from wcetfit.timing.calibrate import auto_method
     return auto_method()
-
-
-def _stored_methods(target: Target) -> list[str]:
-    """The fence methods of the timing sets stored for the target's functions and seed."""
-    import glob
-    import os
-
-    from wcetfit.measurements import times_name
-
-    found: set[str] = set()
-    for name in target.functions:
-        prefix = times_name(name, target.measure.seed, "", 0)[:-len("-r0")]
-        for path in glob.glob(os.path.join(glob.escape(target.store_dir), prefix + "*-r*.npz")):
-            rest = os.path.basename(path)[len(prefix):-len(".npz")]
-            method, sep, repeats = rest.rpartition("-r")
-            if sep and method and repeats.isdigit():
-                found.add(method)
-    return sorted(found)
 
 
 def load_warning(load: Mapping[str, Any]) -> str | None:

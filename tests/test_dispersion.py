@@ -293,11 +293,43 @@ def test_a_short_calls_excess_counts_in_ticks_not_scaled_to_the_worst_path():
                           predict=lambda counts, unknown="zero": pred)
     system = SimpleNamespace(ticks=ticks, counts=np.zeros((n, 1)), tsc_hz=2.596e9)
     d = call_dispersion(system, fit, point=40_000.0)
-    # the event counts relative to half the worst path: 1,200 / 20,000
-    assert d.call >= 1 + 1_200.0 / (CALL_NOISE_SHARE * 40_000.0) - 0.001
+    # the calls' excess does not grow with their length (the same |N(0, 100)| at both):
+    # the event counts in ticks, relative to the worst path: 1,200 / 40,000
+    assert d.call_growth is not None and d.call_growth < 0.5, d
+    assert d.call >= 1 + 1_200.0 / 40_000.0 - 0.001
     assert d.call < 1.10, d               # not the short call's ratio, ×1.12 and beyond
     # and the bound still covers the event itself, in ticks
     assert 40_000.0 * (1 + d.excess) >= 40_000.0 + 1_200.0
+
+    # calls whose excess is a share of their length: the short call's event counts as a
+    # share too, but relative to no less than half the worst path (1,200 / 20,000)
+    ticks = pred[:, None] * (1 + np.abs(rng.normal(0, 0.01, (n, r))))
+    ticks[short[0], 0] += 1_200.0
+    d = call_dispersion(SimpleNamespace(ticks=ticks, counts=system.counts, tsc_hz=2.596e9),
+                        fit, point=40_000.0)
+    assert d.call_growth is not None and d.call_growth > 0.8, d
+    assert d.call >= 1 + 1_200.0 / (CALL_NOISE_SHARE * 40_000.0) - 0.001
+
+
+def test_call_growth_tells_events_of_a_fixed_size_from_a_share_of_the_call():
+    """How a call's excess grows with its input's length decides how far a shorter
+    input's excess is scaled up to the worst path (zlib adler32: the same ~1,300-tick
+    largest excess at a third of the worst path and at the worst path).  The exponent is
+    taken two standard errors above its estimate and kept within [0, 1]; too few calls or
+    lengths too alike cannot tell (None)."""
+    from wcetfit.wcet.dispersion import call_growth
+
+    rng = np.random.default_rng(3)
+    means = rng.uniform(1_000.0, 5_000.0, 500)
+    fixed = rng.exponential(200.0, (500, 10))                 # events, whatever the length
+    share = means[:, None] * rng.exponential(0.05, (500, 10))  # a share of the call
+    g_fixed, g_share = call_growth(means, fixed), call_growth(means, share)
+    assert g_fixed is not None and g_fixed < 0.3, g_fixed
+    assert g_share is not None and g_share > 0.8, g_share
+    # half as long a call with twice the excess: no growth, not a negative exponent
+    assert call_growth(means, 1e6 / means[:, None] * rng.exponential(1.0, (500, 10))) == 0.0
+    assert call_growth(means[:40], fixed[:40]) is None             # 400 calls: 2 groups
+    assert call_growth(np.full(500, 3_000.0) + rng.uniform(0, 100, 500), fixed) is None
 
 
 def test_a_call_slower_by_less_than_any_interrupt_is_covered():
@@ -535,3 +567,14 @@ def test_the_joint_factor_is_never_below_a_call_at_the_slowest_speed():
     # a joint factor above the floor and below the product is still taken (adpcm)
     a = Dispersion(misfit=1.404, call=1.206, machine_speed=1.050, joint=1.646)
     assert 1 + a.excess == pytest.approx(1.646) and factor_setter(a.to_dict()) == "joint"
+
+
+def test_the_report_says_how_a_calls_excess_was_taken_to_the_worst_path():
+    """The call factor depends on how the excess grows with length; the report's
+    dispersion line says which, and when the calls could not tell."""
+    from wcetfit.report._format import growth_note
+
+    assert "in ticks" in growth_note(0.0)
+    assert "share of the call: the calls' excess grew" in growth_note(1.0)
+    assert "to the power 0.52" in growth_note(0.52)
+    assert "too few calls or lengths to tell" in growth_note(None)

@@ -1151,6 +1151,16 @@ def test_path_below_slowest_input_names_what_covers_it(built):
         found = [x.message for x in report.function("f").warnings
                  if "is below the slowest input's median" in x.message]
         assert len(found) == 1 and found[0].endswith(says), found
+        assert "inputs' medians" not in found[0] and "that input spent" in found[0]
+    # several inputs past the path: said how many, not only the slowest (libgmp's add_n:
+    # most of the n = 512 inputs ran above the point)
+    slow[1:3] = 1.5 * wres.bound_ticks
+    w = replace(wres, dispersion=2.0, dispersion_factors={"misfit": 2.5})
+    report = build_report(fns, "f", fit, counts, cols, slow, w, TSC_HZ)
+    found = [x.message for x in report.function("f").warnings
+             if "is below the slowest input's median" in x.message]
+    assert len(found) == 1 and f"below 3 of the {len(slow)} inputs' medians" in found[0], found
+    assert "those inputs spent" in found[0]
 
 
 def test_where_the_time_goes_says_whose_worst_path_a_callee_count_is(built):

@@ -392,7 +392,8 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
                         misfit_scope=session.target.misfit)
     return replace(result, dispersion=d.excess, dispersion_factors=d.to_dict(), exceedance=p,
                    dispersion_driver=dict(d.driver), slowest_call=dict(d.slowest_call),
-                   misfit_scope=d.scope.to_dict() if d.scope else {})
+                   misfit_scope=d.scope.to_dict() if d.scope else {},
+                   call_growth=d.call_growth)
 
 
 def analyze_stage(session: Session, root: str, counts: Any, times: Any,

@@ -156,7 +156,8 @@ def dispersion_note(w) -> str:  # type: ignore[no-untyped-def]
     parts = [f"+{100 * (w.dispersion or 0):.1f}% = "
              f"worst misfit of {whose} ×{f.get('misfit', 1.0):.3f}{SHARE_OF}",
              f"call-to-call excess passed with probability ≤ {w.exceedance:.0e} per call "
-             f"×{f.get('call', 1.0):.3f} (extreme-value fit; [wcet] exceedance)"]
+             f"×{f.get('call', 1.0):.3f} (extreme-value fit; [wcet] exceedance"
+             + growth_note(getattr(w, "call_growth", None)) + ")"]
     if f.get("machine_speed", 1.0) != 1.0:
         parts.append(f"slowest sustained machine speed seen ×{f['machine_speed']:.3f} "
                      "(costs are at the timing run's fast end)")
@@ -185,6 +186,19 @@ def dispersion_note(w) -> str:  # type: ignore[no-untyped-def]
                 f"included; below the product of its parts: "
                 + " × ".join(parts).split(" = ", 1)[1] + ")")
     return " × ".join(parts) + " − 1"
+
+
+def growth_note(growth: float | None) -> str:
+    """How a call's excess was taken to the worst path, as a clause for the call factor's
+    description ('' when not known)."""
+    if growth is None:
+        return ("; a call's excess taken as a share of the call: too few calls or lengths "
+                "to tell how it grows")
+    how = ("in ticks: the calls' excess did not grow with their input's length" if growth < 0.05
+           else "as a share of the call: the calls' excess grew with their input's length"
+           if growth > 0.95 else
+           f"as growing with the input's length to the power {growth:.2f}, as the calls showed")
+    return f"; a call's excess taken to the worst path {how}"
 
 
 def machine_speed(extra) -> str | None:  # type: ignore[no-untyped-def]

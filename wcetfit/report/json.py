@@ -24,6 +24,7 @@ Layout::
         "wcet": {ipet_ticks, ipet_ns, no_bound_of_its_own, point_ticks, point_ns, margin_ticks, margin_ns,
                  dispersion, dispersion_ticks, dispersion_ns, exceedance_per_call,
                  dispersion_factors: {misfit, call, machine_speed[, joint][, cover]},
+                 call_growth,
                  misfit_scope: {near_inputs, near_share, near_misfit, far_inputs,
                                 far_misfit, far_input, far_ticks, far_predicted_ticks} | null,
                  broken_inputs: {broken, checked, total} | null,
@@ -61,6 +62,10 @@ not below ``call`` × ``machine_speed`` (wcetfit.wcet.dispersion.calls_at_slowes
 ``cover`` (when above 1) is the slowest call that is the function's own time over the
 worst path's point (``slowest_call``): 1 + ``dispersion`` is never below it, and where it is
 the larger, it is what set the factor.
+``call_growth``: how a call's excess over its input's mean grows with the input's length,
+the exponent ``call`` was taken to the worst path with (0: events of a fixed size in ticks,
+1: a share of the call; measured, two standard errors above the estimate;
+wcetfit.wcet.dispersion.call_growth); null when the calls could not tell (taken as 1).
 ``misfit_scope`` (``[wcet] misfit = "near"``, the default, and only when it changed the
 factor): ``misfit`` is the worst of the ``near_inputs`` inputs predicted at least
 ``near_share`` of the worst path (and of any measured above it); ``far_inputs`` others,
@@ -198,6 +203,7 @@ def _function(fr: FunctionReport, hz: float | None,
         "dispersion_ns": _ns(w.dispersion_ticks, hz),
         "exceedance_per_call": _f(w.exceedance),
         "dispersion_factors": {k: _f(v) for k, v in w.dispersion_factors.items()},
+        "call_growth": _f(w.call_growth),
         "misfit_scope": ({k: (int(v) if k in ("near_inputs", "far_inputs", "far_input")
                               else _f(v)) for k, v in w.misfit_scope.items()}
                          if w.misfit_scope else None),

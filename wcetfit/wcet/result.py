@@ -244,6 +244,10 @@ class WcetResult:
     # the misfit factor taken from the inputs near the worst path, and how much more the
     # others missed (wcetfit.wcet.dispersion.MisfitScope.to_dict); empty when every input's
     misfit_scope: Mapping[str, float] = field(default_factory=dict)
+    # how a call's excess grows with the input's length, the exponent the call factor was
+    # taken to the worst path with (wcetfit.wcet.dispersion.call_growth: 0 = a fixed size
+    # in ticks, 1 = a share of the call; None: the calls could not tell, taken as a share)
+    call_growth: float | None = None
     # function → blocks no input executed, left out of the worst path ([wcet] unreached =
     # "observed", the default; empty under "require"): the bound is for executions that
     # keep to the code the inputs ran

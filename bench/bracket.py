@@ -163,9 +163,10 @@ def stored_figures(name: str, target_dir: str) -> list[dict[str, Any]]:
     method, _ = resolve_method(s.target)
     ft = load_times(s.store, root, FRESH_SEED, method, s.target.measure.repeats,
                     warmup=s.target.measure.warmup)
-    from wcetfit.timing.speed import speed_profile
-    fresh_speed = speed_profile(ft.ticks, a.fit.quantum_ticks)
-    pre = _preempted(ft.ticks, a.fit.quantum_ticks)
+    from wcetfit.timing.speed import call_positions, speed_profile
+    when = call_positions(ft.indices, ft.ticks.shape[1], ft.environment)
+    fresh_speed = speed_profile(ft.ticks, a.fit.quantum_ticks, positions=when)
+    pre = _preempted(ft.ticks, a.fit.quantum_ticks, when)
     kept = np.where(pre, np.nan, ft.ticks)
     fresh_max = float(np.nanmax(kept))
     fresh_median_max = float(np.nanmax(np.nanmedian(ft.ticks, axis=1)))

@@ -163,7 +163,9 @@ def fresh_slowest(target_dir: str, root: str, quantum: float | None):  # type: i
     fresh = pipeline.open_session(target_dir, seed=FRESH_SEED, inputs=FRESH_INPUTS)
     ft = run_times(fresh.target, fresh.store, fresh.roots)[root]
     fresh.store.lock.release()
-    pre = _preempted(ft.ticks, quantum)
+    from wcetfit.timing.speed import call_positions
+    pre = _preempted(ft.ticks, quantum,
+                     call_positions(ft.indices, ft.ticks.shape[1], ft.environment))
     return float(np.nanmax(np.where(pre, np.nan, ft.ticks))), pre, ft
 
 

@@ -54,7 +54,8 @@ def _scratch(sample: str, tmp: str) -> str:
     return str(dst)
 
 
-def _preempted(ticks: np.ndarray, quantum: float) -> np.ndarray:
+def _preempted(ticks: np.ndarray, quantum: float,
+               positions: np.ndarray | None = None) -> np.ndarray:
     """Calls the fit's repeat statistic treats as interrupted (wcetfit.fit.robust): far above
     the input's median relative to the spread of undisturbed repeats, once the machine's
     speed over the run is divided out as the fit does (wcetfit.timing.speed): a call in a slow
@@ -62,7 +63,7 @@ def _preempted(ticks: np.ndarray, quantum: float) -> np.ndarray:
     from wcetfit.fit.robust import summarize_repeats
     from wcetfit.timing.speed import speed_profile
 
-    t = speed_profile(ticks, quantum).at_reference(ticks)
+    t = speed_profile(ticks, quantum, positions=positions).at_reference(ticks)
     keep = summarize_repeats(t, quantum=quantum).keep
     med = np.nanmedian(t, axis=1, keepdims=True)
     return np.isfinite(t) & ~keep & (t > med)
@@ -105,9 +106,10 @@ def sample_figures(sample: str, tmp: str) -> list[dict]:
         fresh = pipeline.open_session(target_dir, seed=FRESH_SEED, inputs=FRESH_INPUTS)
         ft = run_times(fresh.target, fresh.store, fresh.roots)[root]
         ticks = ft.ticks
-        from wcetfit.timing.speed import speed_profile
-        fresh_speed = speed_profile(ticks, a.fit.quantum_ticks)
-        pre = _preempted(ticks, a.fit.quantum_ticks)
+        from wcetfit.timing.speed import call_positions, speed_profile
+        when = call_positions(ft.indices, ticks.shape[1], ft.environment)
+        fresh_speed = speed_profile(ticks, a.fit.quantum_ticks, positions=when)
+        pre = _preempted(ticks, a.fit.quantum_ticks, when)
         kept = np.where(pre, np.nan, ticks)
         max_obs = float(np.nanmax(kept))
         figs += [

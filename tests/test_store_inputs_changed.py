@@ -281,6 +281,12 @@ def test_times_taken_after_warm_up_calls_are_timed_again(edited_sum_target):
             meta, arrays = s.store.load(name, machine=True)
             env = dict(meta["environment"])
             assert env.pop("warmup") == 0             # recorded now
+            # and where each pass started: spread over the inputs (speed.pass_start)
+            from wcetfit.timing.speed import pass_start
+            n, reps = s.target.measure.inputs, s.target.measure.repeats
+            assert env["passes"] == {"inputs": n, "starts": [pass_start(n, reps, r)
+                                                             for r in range(reps)]}
+            assert len(set(env["passes"]["starts"])) == min(n, reps) > 1
             s.store.save(name, dict(meta, environment=env), dict(arrays))
     finally:
         s.store.lock.release()

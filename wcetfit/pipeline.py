@@ -206,7 +206,10 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
     if session.target.follow_speed:
         if options.quantum_ticks is None:       # detected once, for the profile and the fit
             options = replace(options, quantum_ticks=detect_quantum(system.ticks))
-        speed = speed_profile(system.ticks, options.quantum_ticks)
+        from wcetfit.timing.speed import call_positions
+        speed = speed_profile(system.ticks, options.quantum_ticks,
+                              positions=call_positions(system.indices, system.ticks.shape[1],
+                                                       getattr(times, "environment", {})))
     else:
         speed = flat_profile(system.ticks, "not followed: [fit] follow_speed = false")
     system = replace(system, speed=speed)

@@ -134,7 +134,8 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     """Time every input of every measured function (name → link-time address).
 
     Repeats are taken in passes, not back to back: pass r times each input once, then
-    pass r+1 starts over.  By default (``[measure] warmup = 0``) nothing of the input
+    pass r+1 starts over, at another input (:func:`wcetfit.timing.speed.pass_start`: the
+    slow start of a pass falls on other inputs each time).  By default (``[measure] warmup = 0``) nothing of the input
     runs before its timed call: the call follows the previous input's, as in a stream
     of different data.  Untimed calls of the same input first (``warmup`` ≥ 1) train
     the branch predictor on the very data timed: measured on the bench's stores, 60
@@ -166,6 +167,11 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     tsc_hz = tsc.tsc_frequency().hz
     env = tsc.environment(method).to_dict()
     env["warmup"] = m.warmup        # what the calls followed (load_times compares it)
+    # where each pass starts (wcetfit.timing.speed.pass_start), for the speed profile's
+    # time order (call_positions)
+    from wcetfit.timing.speed import pass_start
+    env["passes"] = {"inputs": m.inputs,
+                     "starts": [pass_start(m.inputs, m.repeats, r) for r in range(m.repeats)]}
     n = m.inputs
     ticks = {f: np.full((n, m.repeats), np.nan) for f in functions}
     done = np.zeros((n, m.repeats), dtype=bool)
@@ -204,7 +210,9 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     try:
         for r in range(m.repeats):
             failed = {x.index for x in failures}
-            todo = [i for i in range(n) if not done[i, r] and i not in failed]
+            start = env["passes"]["starts"][r]
+            todo = [i for i in (*range(start, n), *range(start))
+                    if not done[i, r] and i not in failed]
             if not todo:
                 continue
             if machine is None:

@@ -19,8 +19,9 @@ of single calls.  So the speed is estimated as a function of time and divided ou
 
 * each call's *ratio* is its time over its input's typical time (the median over
   repeats of the speed-corrected times);
-* in time order (the timing run takes repeat r of every input in input order, then
-  repeat r+1: ``wcetfit.timing.run.run_times``) a running median over ``window`` consecutive calls
+* in time order (the timing run takes repeat r of every input, each pass starting at
+  another input, then repeat r+1: ``wcetfit.timing.run.run_times``, :func:`call_positions`)
+  a running median over ``window`` consecutive calls
   of the ratios is the speed at that moment: a median, so interrupted calls do not move
   it, and a switch between periods stays a step (the calls within half a window of
   the switch may take the other side's speed: one-sided windows chosen by agreement
@@ -111,9 +112,12 @@ def flat_profile(ticks: np.ndarray, reason: str) -> SpeedProfile:
 
 
 def speed_profile(ticks: np.ndarray, quantum: float, *, window: int = WINDOW_CALLS,
-                  min_quanta: float = MIN_QUANTA) -> SpeedProfile:
-    """The speed factors of ``ticks`` [inputs, repeats] in the timing run's order (repeat
-    by repeat, inputs in row order within a repeat); ``quantum`` is the TSC step."""
+                  min_quanta: float = MIN_QUANTA,
+                  positions: np.ndarray | None = None) -> SpeedProfile:
+    """The speed factors of ``ticks`` [inputs, repeats]; ``quantum`` is the TSC step.
+    ``positions`` [inputs, repeats]: when each call was made, as any increasing key
+    (:func:`call_positions`); default the order of a run without rotated passes, repeat
+    by repeat and inputs in row order within a repeat."""
     from scipy.ndimage import median_filter
 
     t = np.asarray(ticks, dtype=np.float64)
@@ -124,7 +128,13 @@ def speed_profile(ticks: np.ndarray, quantum: float, *, window: int = WINDOW_CAL
     if reps < 2:
         return flat_profile(t, "one repeat per input: no input's time to compare a call with")
     floor = min_quanta * max(float(quantum), 1.0)
-    order = np.arange(n * reps)          # position in time: k = r·n + i
+    if positions is None:
+        positions = np.arange(reps)[None, :] * n + np.arange(n)[:, None]
+    when = np.asarray(positions, dtype=np.float64)
+    if when.shape != t.shape:
+        raise ValueError(f"positions have shape {when.shape}, the ticks {t.shape}")
+    when = when.ravel()
+    in_time = np.argsort(when, kind="stable")       # the calls in the order they were made
     factor = np.ones_like(t)
     used = 0
     for _ in range(ITERATIONS):
@@ -132,19 +142,55 @@ def speed_profile(ticks: np.ndarray, quantum: float, *, window: int = WINDOW_CAL
             typical = np.nanmedian(np.where(valid, t / factor, np.nan), axis=1)
             ratio = t / typical[:, None]
         long_enough = np.isfinite(typical) & (typical >= floor)
-        take = (valid & long_enough[:, None]).T.ravel()     # time order
-        series = ratio.T.ravel()
-        k = order[take]
+        take = (valid & long_enough[:, None]).ravel()[in_time]
+        series = ratio.ravel()[in_time]
+        k = when[in_time][take]
         used = int(k.size)
         if used < 4 * window:
             return flat_profile(t, f"{used} calls of at least {min_quanta:g} TSC steps: too "
                                    f"few to follow the machine's speed (need {4 * window})")
         # mirrored at the ends: padding with the end value would weigh one call many times
         smooth = median_filter(series[take], size=window, mode="mirror")
-        factor = np.interp(order, k, smooth).reshape(reps, n).T
+        factor = np.interp(when, k, smooth).reshape(n, reps)
     ref = float(np.quantile(factor[valid], REFERENCE_QUANTILE))
     factor = np.where(valid, factor / ref, np.nan)
     log.debug("speed factors: median %.3f, p95 %.3f, max %.3f over %d calls",
               np.nanmedian(factor), np.nanquantile(factor, 0.95), np.nanmax(factor), used)
     return SpeedProfile(factor, True, used, window)
+
+
+
+def pass_start(inputs: int, repeats: int, r: int) -> int:
+    """The input pass ``r`` of a timing run over ``inputs`` inputs starts at: the passes
+    start evenly spread over the inputs.  Every pass in input order from input 0 gave the
+    same inputs the start of every pass, where calls run slower for a while (a fresh
+    worker process, its caches and predictor cold: over the bench's targets the first 50
+    inputs' medians were 4–8 % above their predictions at the median, zlib crc32's input
+    1 ×1.53, and the misfit factor took it); spread over the inputs, that stretch is a
+    slow period of the machine the profile follows, not a property of some inputs."""
+    return (r * inputs) // repeats if inputs > 0 and repeats > 0 else 0
+
+
+def call_positions(indices: np.ndarray, repeats: int, environment: Any) -> np.ndarray | None:
+    """When each call of the rows ``indices`` [rows] was made, as [rows, repeats] keys for
+    :func:`speed_profile`, from what the timing run recorded (``environment["passes"]``:
+    its input count and each pass's first input, :func:`pass_start`); None for a run
+    whose passes all started at input 0 (the default order).  Rows beyond the run's
+    inputs (the worst-case search's, timed in runs of their own) come after each pass's
+    inputs, in row order."""
+    passes = environment.get("passes") if hasattr(environment, "get") else None
+    if not isinstance(passes, dict) or not passes.get("starts"):
+        return None
+    n = int(passes.get("inputs", 0))
+    starts = [int(x) for x in passes["starts"]]
+    idx = np.asarray(indices, dtype=np.int64)
+    rows = idx.size
+    inside = (idx >= 0) & (idx < n)
+    extra = np.cumsum(~inside) - 1                  # rank of a row beyond the run's inputs
+    span = n + int((~inside).sum())
+    out = np.empty((rows, repeats), dtype=np.float64)
+    for r in range(repeats):
+        start = starts[r] if r < len(starts) else 0
+        out[:, r] = r * span + np.where(inside, (idx - start) % max(n, 1), n + extra)
+    return out
 

@@ -201,6 +201,8 @@ def _time_candidates(target: Target, root: str, address: int, method: str,
                      inputs: Callable[..., tuple] | None, _TimingWorker: Any
                      ) -> tuple[np.ndarray, np.ndarray, list[InputFailure]]:
 
+    from wcetfit.timing.speed import pass_start
+
     keys = np.array(sorted(sequences), dtype=np.int64)
     pos = {int(k): i for i, k in enumerate(keys)}
     ticks = np.full((len(keys), repeats), np.nan)
@@ -218,7 +220,9 @@ def _time_candidates(target: Target, root: str, address: int, method: str,
             failures.append(f)
             failed.add(f.index)
 
-        todo = [int(k) for k in keys if int(k) not in failed]
+        # each pass starts at another candidate, as the timing run's passes do
+        start = pass_start(len(keys), repeats, r)
+        todo = [int(k) for k in (*keys[start:], *keys[:start]) if int(k) not in failed]
         run = run_isolated(lambda: _TimingWorker(target, [(root, address)], method, repeats=1,
                                                  inputs=replay),
                            todo, timeout=m.timeout * (m.warmup + 2), on_result=on_result,

@@ -561,8 +561,8 @@ def test_the_joint_factor_is_never_below_a_call_at_the_slowest_speed():
     assert factor_setter(d.to_dict()) == "calls"
     w = SimpleNamespace(dispersion=d.excess, exceedance=1e-6, dispersion_factors=d.to_dict(),
                         slowest_call_ticks=None, slowest_call_number=None)
-    assert dispersion_source(w) == ("for single calls ×1.05 at the machine's slowest speed "
-                                    "×1.04 (calls as timed, misfit included, showed less)")
+    assert dispersion_source(w) == ("for single calls (×1.05) at the machine's slowest speed "
+                                    "(×1.04); calls as timed, misfit included, showed less")
     assert "calls as timed showed ×1.048" in dispersion_note(w)
     # a joint factor above the floor and below the product is still taken (adpcm)
     a = Dispersion(misfit=1.404, call=1.206, machine_speed=1.050, joint=1.646)

@@ -108,3 +108,27 @@ def test_report_function_takes_an_alias_the_model_does_not_prefer(tmp_path, monk
     assert res.returncode == 0, res.stderr
     assert f"{shown} at " in res.stdout
     assert "(wcetfit.toml's remainder: the same function)" in res.stdout
+
+
+def test_an_unknown_function_among_hundreds_gets_the_closest_names_not_all():
+    """libcrypto's SHA256 reaches 300 functions: ``--function nosuch`` printed one error
+    line of 6.8 KB naming every one.  Beyond a dozen, the closest names, the measured
+    function and how many there are."""
+    import argparse
+    from types import SimpleNamespace
+
+    import pytest
+
+    from wcetfit.cli.report import emit
+    from wcetfit.errors import WcetfitError
+
+    names = ["SHA256"] + [f"sub_{i:x}" for i in range(300)] + ["SHA256_Update"]
+    report = SimpleNamespace(root="SHA256",
+                             functions=tuple(SimpleNamespace(name=n) for n in names))
+    args = argparse.Namespace(function="SHA256_Updat", json=None, html=None, full=False)
+    with pytest.raises(WcetfitError) as exc:
+        emit([SimpleNamespace(root="SHA256", report=report)], args)
+    said = str(exc.value)
+    assert len(said) < 300, said
+    assert "did you mean SHA256_Update" in said and "measured: SHA256" in said
+    assert "302 functions in all" in said

@@ -66,7 +66,13 @@ BUILD_TIMEOUT_S = 60.0
 
 
 class Worker(Protocol):
-    """What runs inside the child.  ``start`` is sent before the risky call."""
+    """What runs inside the child.  ``start`` is sent before the risky call.
+
+    A timing worker also has ``untimed(index, start)``: one untimed call of an input,
+    ``start(argument_summary)`` sent before it (a crash, a hang or a changed process in
+    it is that input's failure, and the other inputs go on); ``warm_up_inputs``: how
+    many such calls, of its inputs in turn, come before its first ``run``; and
+    ``settles``: whether each ``run`` follows an untimed call of the input run last."""
 
     def run(self, index: int, start: Callable[[str], None]) -> Any:
         """Handle one input; call ``start(argument_summary)`` right before the target runs."""
@@ -202,10 +208,42 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
     try:
         worker = make_worker()
         _send(fd, ("ready",))
+        # The process's state after one input is the state before the next: read once
+        # per input, not twice, between two calls of the function (reading /proc/self/maps
+        # there made libcrypto's SHA256 calls take ×1.6 their time after the previous
+        # input's call alone)
+        state = _process_state()
+        # Untimed calls a timing worker makes for its timed ones' sake (Worker), each
+        # announced, so that a crash or a hang in one is that input's failure
+        untimed = getattr(worker, "untimed", None)
+        previous = None                 # the input whose call the next one follows
+        if untimed is not None and indices:
+            for k in range(int(getattr(worker, "warm_up_inputs", 0))):
+                i = indices[k % len(indices)]
+                untimed(i, lambda summary, i=i: _send(fd, ("warming", i, summary)))
+                if os.getpid() != me:
+                    os._exit(0)
+                after = _process_state()
+                changed = _what_changed(state, after)
+                if changed is not None:
+                    _send(fd, ("failed", i, *changed))
+                    os._exit(0)
+                state, previous = after, i
+            _send(fd, ("warmed",))
+        settles = untimed is not None and bool(getattr(worker, "settles", False))
         for index in indices:
             current = index
             _send(fd, ("build", index))
-            before = _process_state()
+            if settles and previous is not None:
+                # the input run last, called again right before this one's timed call
+                # (its state not read after it: that would undo what it is for; the
+                # input passed the check once, and a change shows after this input)
+                untimed(previous, lambda summary, i=previous: _send(fd, ("warming", i,
+                                                                          summary)))
+                if os.getpid() != me:
+                    os._exit(0)
+                _send(fd, ("warmed",))
+            before = state
             try:
                 result = worker.run(index, lambda summary, i=index: _send(fd, ("start", i,
                                                                                 summary)))
@@ -222,12 +260,14 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
                 raise
             if os.getpid() != me:   # a child the target forked returned into the worker
                 os._exit(0)
-            changed = _what_changed(before, _process_state())
+            state = _process_state()
+            changed = _what_changed(before, state)
             if changed is not None:
                 _send(fd, ("failed", index, *changed))
                 os._exit(0)
             _send(fd, ("done", index, result))
             completed += 1
+            previous = index
     except WcetfitError as exc:
         if os.getpid() != me:
             os._exit(0)
@@ -248,6 +288,14 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
                        f"earlier call (a buffer smaller than what it writes?)"))
             os._exit(0)
         _send(fd, ("fatal", current, MeasurementError(f"internal error in worker: {text}")))
+
+
+def _after_failure(pending: list[int], index: int, warming: bool) -> list[int]:
+    """The inputs left for the next worker after ``index`` failed: those after it, or,
+    when it failed in a warm-up call (made before any timed one), every other."""
+    if warming:
+        return [i for i in pending if i != index]
+    return pending[pending.index(index) + 1:]
 
 
 def _describe_status(status: int) -> str:
@@ -299,6 +347,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
         building: int | None = None            # the input whose arguments are being built
         last_done: int | None = None          # the last input this worker finished
         ready = False
+        warming = False                         # in_progress is a warm-up call
         try:
             while True:
                 try:
@@ -345,7 +394,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                                         "[measure] timeout per call; raise it if the "
                                         "function is just slow)", summary)
                     _record_failure(run, fail, on_failure)
-                    pending = pending[pending.index(index) + 1:]
+                    pending = _after_failure(pending, index, warming)
                     break
                 if msg is None:  # worker died
                     _, status = os.waitpid(pid, 0)
@@ -373,11 +422,17 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                     kind = "exit" if os.WIFEXITED(status) else "crash"
                     _record_failure(run, InputFailure(index, kind, _describe_status(status),
                                                       summary), on_failure)
-                    pending = pending[pending.index(index) + 1:]
+                    pending = _after_failure(pending, index, warming)
                     break
                 kind = msg[0]
                 if kind == "ready":
                     ready = True
+                elif kind == "warming":
+                    in_progress = (msg[1], msg[2])
+                    warming = True
+                elif kind == "warmed":
+                    in_progress = None
+                    warming = False
                 elif kind == "build":
                     building = msg[1]
                 elif kind == "start":
@@ -400,7 +455,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                     summary = in_progress[1] if in_progress else "()"
                     _record_failure(run, InputFailure(index, msg[2], msg[3], summary),
                                     on_failure)
-                    pending = pending[pending.index(index) + 1:]
+                    pending = _after_failure(pending, index, warming)
                     break
                 elif kind == "fatal":
                     raise _with_input(msg[2], in_progress, msg[1])

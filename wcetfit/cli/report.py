@@ -79,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# An unknown --function lists the report's functions when there are at most this many;
+# beyond, the closest names and the measured ones.
+MAX_NAMES_LISTED = 12
+
+
 def report_cache_extra(inputs: int | None, notes: tuple[str, ...] = ()) -> tuple[Any, ...]:
     """What a command adds to an analysis beyond the store and the target (the key's
     ``extra``, the same for ``report`` and ``analyze``): ``--inputs N`` and the measuring
@@ -227,5 +232,16 @@ def emit(analyses: Sequence[Any], args: argparse.Namespace, *, session: Any = No
         other = {v: k for k, v in names.items() if any(getattr(a, "root", None) == k
                                                       for a in analyses)}
         listed = [f"{k} ({other[k]} in wcetfit.toml)" if k in other else k for k in known]
+        if len(listed) > MAX_NAMES_LISTED:
+            # libcrypto's SHA256 reaches 300 functions: one line of 6.8 KB named them all
+            import difflib
+            close = difflib.get_close_matches(asked, list(known), n=3)
+            measured = {r.root for r in reports}
+            roots = [x for x in listed if x.split(" (")[0] in measured]
+            listed = (([f"did you mean {', '.join(close)}?"] if close else [])
+                      + [f"measured: {', '.join(roots)}"]
+                      + [f"{len(known)} functions in all (--full lists them)"])
+            raise WcetfitError(f"--function {asked}: not a measured function or one of "
+                               f"their callees; " + "; ".join(listed))
         raise WcetfitError(f"--function {asked}: not a measured function or one of their "
                            f"callees; the report has {', '.join(listed)}")

@@ -115,8 +115,8 @@ def dispersion_source(w) -> str:  # type: ignore[no-untyped-def]
     if setter == "joint":
         return f"for single calls as timed (below {' · '.join(named)})"
     if setter == "calls":
-        return (f"for single calls ×{call:.2f} at the machine's slowest speed ×{speed:.2f} "
-                f"(calls as timed, misfit included, showed less)")
+        return (f"for single calls (×{call:.2f}) at the machine's slowest speed (×{speed:.2f}); "
+                f"calls as timed, misfit included, showed less")
     return f"for {' · '.join(named)}"
 
 
@@ -194,10 +194,12 @@ def growth_note(growth: float | None) -> str:
     if growth is None:
         return ("; a call's excess taken as a share of the call: too few calls or lengths "
                 "to tell how it grows")
-    how = ("in ticks: the calls' excess did not grow with their input's length" if growth < 0.05
-           else "as a share of the call: the calls' excess grew with their input's length"
-           if growth > 0.95 else
-           f"as growing with the input's length to the power {growth:.2f}, as the calls showed")
+    how = ("in ticks: the calls' excess did not grow with how long their input's calls take"
+           if growth < 0.05 else
+           "as a share of the call: the calls' excess grew with how long their input's calls "
+           "take" if growth > 0.95 else
+           f"as growing with how long the input's calls take, to the power {growth:.2f}, as "
+           f"the calls showed")
     return f"; a call's excess taken to the worst path {how}"
 
 

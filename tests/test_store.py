@@ -499,18 +499,27 @@ def test_times_taken_with_another_warmup_are_not_this_measurement(tmp_path):
     """The default went from three warm-up calls of an input before each timed call to
     none (the call follows the previous input's): a store timed before is another
     measurement (adpcm's calls 3× faster), not to be fitted or extended as this one."""
-    from wcetfit.measurements import TimeSet, load_times, save_times
+    from wcetfit.measurements import TIMED_STATE, TimeSet, load_times, save_times
 
     s = st.Store(str(tmp_path), ID)
     ticks = np.full((3, 2), 100.0)
     old = TimeSet("f", 1, np.arange(3), ticks, "lfence", 2.6e9, 0, {})   # warmup unrecorded
     save_times(s, old)
     assert load_times(s, "f", 1, "lfence", 2) is not None          # no warmup asked: as is
-    assert load_times(s, "f", 1, "lfence", 2, warmup=3) is not None
     assert load_times(s, "f", 1, "lfence", 2, warmup=0) is None
+    # and a set timed before calls followed an untimed call of the previous input made
+    # right before them (the worker's own work between calls in the times): whatever its
+    # warm-up, not the measurement taken now
+    assert load_times(s, "f", 1, "lfence", 2, warmup=3) is None
     save_times(s, TimeSet("f", 1, np.arange(3), ticks, "lfence", 2.6e9, 0, {"warmup": 0}))
+    assert load_times(s, "f", 1, "lfence", 2, warmup=0) is None
+    save_times(s, TimeSet("f", 1, np.arange(3), ticks, "lfence", 2.6e9, 0,
+                          {"warmup": 0, "timed_state": TIMED_STATE}))
     assert load_times(s, "f", 1, "lfence", 2, warmup=0) is not None
     assert load_times(s, "f", 1, "lfence", 2, warmup=3) is None
+    from wcetfit.measurements import other_measurement
+    assert "untimed call of the previous input" in other_measurement({"warmup": 0}, 0)
+    assert "warmup is 0" in other_measurement({}, 0)
 
 
 def test_auto_reads_the_method_the_stored_times_were_taken_with(tmp_path, monkeypatch):

@@ -281,6 +281,7 @@ def test_times_taken_after_warm_up_calls_are_timed_again(edited_sum_target):
             meta, arrays = s.store.load(name, machine=True)
             env = dict(meta["environment"])
             assert env.pop("warmup") == 0             # recorded now
+            assert env.pop("timed_state") == 2        # (wcetfit.measurements.TIMED_STATE)
             # and where each pass started: spread over the inputs (speed.pass_start)
             from wcetfit.timing.speed import pass_start
             n, reps = s.target.measure.inputs, s.target.measure.repeats
@@ -295,6 +296,8 @@ def test_times_taken_after_warm_up_calls_are_timed_again(edited_sum_target):
     errors = _errors(res)
     assert len(errors) == 1 and "taken with 3 warm-up call(s)" in errors[0] \
         and "warmup is 0" in errors[0] and "wcetfit analyze" in errors[0], res.stderr
+    # (their warm-up would not make them this measurement: they predate the settled state)
+    assert "set warmup = 3" not in errors[0], errors[0]
     res = _wcetfit("analyze", str(d))
     assert res.returncode == 0, res.stderr
     assert _counts(d) == counts

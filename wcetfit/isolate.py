@@ -72,7 +72,9 @@ class Worker(Protocol):
     ``start(argument_summary)`` sent before it (a crash, a hang or a changed process in
     it is that input's failure, and the other inputs go on); ``warm_up_inputs``: how
     many such calls, of its inputs in turn, come before its first ``run``; and
-    ``settles``: whether each ``run`` follows an untimed call of the input run last."""
+    ``settles``: whether each ``run`` follows an untimed call of the input run last, made
+    after ``prepare(index)`` built the input's arguments, which ``run(index, start,
+    prepared)`` then takes."""
 
     def run(self, index: int, start: Callable[[str], None]) -> Any:
         """Handle one input; call ``start(argument_summary)`` right before the target runs."""
@@ -234,19 +236,23 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
         for index in indices:
             current = index
             _send(fd, ("build", index))
-            if settles and previous is not None:
-                # the input run last, called again right before this one's timed call
-                # (its state not read after it: that would undo what it is for; the
-                # input passed the check once, and a change shows after this input)
-                untimed(previous, lambda summary, i=previous: _send(fd, ("warming", i,
-                                                                          summary)))
-                if os.getpid() != me:
-                    os._exit(0)
-                _send(fd, ("warmed",))
             before = state
             try:
+                prepared = None
+                if settles and previous is not None:
+                    # this input's arguments first, then the input run last called again
+                    # right before this one's timed call: between the two only the
+                    # arguments' restoring and the "start" message (its state not read
+                    # after it: that would undo what it is for; the input passed the check
+                    # once, and a change shows after this input)
+                    prepared = worker.prepare(index)
+                    untimed(previous, lambda summary, i=previous: _send(fd, ("warming", i,
+                                                                              summary)))
+                    if os.getpid() != me:
+                        os._exit(0)
                 result = worker.run(index, lambda summary, i=index: _send(fd, ("start", i,
-                                                                                summary)))
+                                                                                summary)),
+                                    *(() if prepared is None else (prepared,)))
             except WcetfitError:
                 if os.getpid() != me:
                     os._exit(0)
@@ -438,6 +444,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                 elif kind == "start":
                     in_progress = (msg[1], msg[2])
                     building = None
+                    warming = False
                 elif kind == "done":
                     index, result = msg[1], msg[2]
                     run.results[index] = result

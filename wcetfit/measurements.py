@@ -251,19 +251,44 @@ def save_times(store: Store, ts: TimeSet) -> None:
 WARMUP_BEFORE_RECORDED = 3
 
 
+# What the worker did before a timed call, as a version a timing set records
+# (``environment["timed_state"]``, a search set ``timed_state``): 2 since a worker warms up
+# on 50 of its inputs and a timed call follows an untimed call of the previous input made
+# right before it (wcetfit.timing.run._TimingWorker); 1, every set that does not say, the
+# worker's own checks and messages between the previous input's call and the timed one
+# (SHA256: ×3.7 the time).  Sets of another version are another measurement.
+TIMED_STATE = 2
+TIMED_STATE_BEFORE_RECORDED = 1
+
+
+def other_measurement(recorded: Mapping[str, Any], warmup: int | None) -> str | None:
+    """Why a set whose environment (or search metadata) is ``recorded`` is not the
+    measurement a target with [measure] ``warmup`` takes now, or None when it is."""
+    taken = recorded.get("warmup", WARMUP_BEFORE_RECORDED)
+    if warmup is not None and int(taken) != int(warmup):
+        return (f"taken with {taken} warm-up call(s) of each input before its timed call, "
+                f"and [measure] warmup is {warmup}")
+    state = int(recorded.get("timed_state", TIMED_STATE_BEFORE_RECORDED))
+    if warmup is not None and state != TIMED_STATE:
+        return ("taken before timed calls followed an untimed call of the previous input "
+                "made right before them (wcetfit before 2026-11-27: the worker's own work "
+                "between calls was in the times)")
+    return None
+
+
 def load_times(store: Store, function: str, seed: int, method: str,
                repeats: int, *, warmup: int | None = None) -> TimeSet | None:
     """The stored timing set, or None.  ``warmup``: the target's [measure] warmup; a set
-    taken with another is not the same measurement (calls after warm-up calls of their
-    own input run up to 3× faster than in a stream) and counts as absent."""
+    taken with another, or in another state (:data:`TIMED_STATE`), is not the same
+    measurement (calls after warm-up calls of their own input run up to 3× faster than
+    in a stream) and counts as absent."""
     got = store.load(times_name(function, seed, method, repeats), machine=True)
     if got is None:
         return None
     meta, arrays = got
-    taken = (meta.get("environment") or {}).get("warmup", WARMUP_BEFORE_RECORDED)
-    if warmup is not None and int(taken) != int(warmup):
-        log.info("%s: the stored times were taken with %s warm-up call(s), the target "
-                 "asks %s: timed again", function, taken, warmup)
+    why = other_measurement(meta.get("environment") or {}, warmup)
+    if why is not None:
+        log.info("%s: the stored times were %s: timed again", function, why)
         return None
     return TimeSet(function, seed, arrays["indices"], arrays["ticks"], meta["method"],
                    float(meta["tsc_hz"]), int(meta["migrated"]), meta.get("environment", {}),

@@ -563,14 +563,17 @@ def stored_measurements(session: Session, root: str, *,
         taken = load_times(session.store, root, m.seed, method, m.repeats)
         if taken is not None:
             # stored, but timed after warm-up calls of each input (wcetfit before the
-            # stream order, or another [measure] warmup): another measurement
-            from wcetfit.measurements import WARMUP_BEFORE_RECORDED
+            # stream order, or another [measure] warmup), or in the state before the
+            # previous input's call was made right before: another measurement
+            from wcetfit.measurements import WARMUP_BEFORE_RECORDED, other_measurement
             was = taken.environment.get("warmup", WARMUP_BEFORE_RECORDED)
-            raise FitError(f"{root}: the stored times were taken with {was} warm-up call(s) "
-                           f"of each input before its timed call, and [measure] warmup is "
-                           f"{m.warmup}: time again (`wcetfit analyze "
-                           f"{session.target.directory}`; the counts are kept), or set "
-                           f"warmup = {was} under [measure] to use them")
+            why = other_measurement(taken.environment, m.warmup)
+            # (their own warm-up is an option only when nothing else differs)
+            other = (f", or set warmup = {was} under [measure] to use them"
+                     if other_measurement(taken.environment, int(was)) is None else "")
+            raise FitError(f"{root}: the stored times were {why}: time again (`wcetfit "
+                           f"analyze {session.target.directory}`; the counts are kept)"
+                           f"{other}")
         other = stored_repeats(session.store, root, m.seed, method)
         hint = (f" (stored: {', '.join(str(r) for r in other)} repeats, e.g. from `analyze "
                 f"--repeats {other[-1]}`: pass --repeats {other[-1]})" if other else "")

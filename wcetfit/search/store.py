@@ -102,8 +102,11 @@ def sequence_from_json(d: dict[str, Any]) -> ChoiceSequence:
 
 def save_search_rows(store: Any, rows: SearchRows, *, warmup: int) -> None:
     """``warmup``: the [measure] warmup the candidates were timed with."""
+    from wcetfit.measurements import TIMED_STATE
+
     meta = {"kind": "search", "function": rows.function, "seed": rows.seed,
             "method": rows.method, "tsc_hz": rows.tsc_hz, "warmup": int(warmup),
+            "timed_state": TIMED_STATE,
             "functions": [{"name": fc.name, "address": hex(fc.address)}
                           for fc in rows.functions],
             "sequences": [sequence_to_json(s) for s in rows.sequences]}
@@ -119,13 +122,13 @@ def load_search_rows(store: Any, function: str, seed: int, *,
                      warmup: int | None = None) -> SearchRows | None:
     """The kept candidates, or None; with ``warmup``, None for candidates timed with
     another (wcetfit.measurements.load_times)."""
-    from wcetfit.measurements import WARMUP_BEFORE_RECORDED
+    from wcetfit.measurements import other_measurement
 
     got = store.load(search_name(function, seed), machine=True)
     if got is None:
         return None
     meta, arrays = got
-    if warmup is not None and int(meta.get("warmup", WARMUP_BEFORE_RECORDED)) != int(warmup):
+    if other_measurement(meta, warmup) is not None:
         return None
     fcs = stored_function_counts(meta, arrays)
     return SearchRows(meta["function"], int(meta["seed"]), meta["method"], float(meta["tsc_hz"]),

@@ -14,8 +14,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from wcetfit.isolate import InputFailure, run_isolated
-from wcetfit.measurements import (Progress, TimeSet, load_times, measure_saving,
-                                  prototype_name, save_times)
+from wcetfit.measurements import (TIMED_STATE, Progress, TimeSet, load_times,
+                                  measure_saving, prototype_name, save_times)
 from wcetfit.store import Store
 from wcetfit.target import Target, describe_args, generate_input, load_inputs_module
 
@@ -93,7 +93,17 @@ class _TimingWorker:
                 self.harness.time(proto, address, pack, repeats=1, warmup=0,
                                   method=self.method)
 
-    def run(self, index: int, start: Callable[[str], None]
+    def prepare(self, index: int) -> dict[str, tuple[Any, Any]]:
+        """Input ``index``'s arguments for every measured function, built and packed, for
+        :meth:`run` to time after the untimed call that settles the worker."""
+        out = {}
+        for name, proto, _address in self.functions:
+            args = self.inputs(self.generate, self.target, self.harness.ffi, name, index)
+            out[name] = (args, self.harness.pack(proto, args))
+        return out
+
+    def run(self, index: int, start: Callable[[str], None],
+            prepared: Mapping[str, tuple[Any, Any]] | None = None
             ) -> dict[str, tuple[np.ndarray, int, Any]]:
         """Per function: (ticks, migrated samples, (first, last) return values or None).
         With warm-up calls, the first is made on its own for its return value
@@ -113,8 +123,11 @@ class _TimingWorker:
                 spare = self.inputs(self.generate, self.target, self.harness.ffi, name, index)
                 prime_timing(self.harness, proto, address, self.harness.pack(proto, spare),
                              self.method)
-            args = self.inputs(self.generate, self.target, self.harness.ffi, name, index)
-            pack = self.harness.pack(proto, args)
+            if prepared is not None and name in prepared:
+                args, pack = prepared[name]
+            else:
+                args = self.inputs(self.generate, self.target, self.harness.ffi, name, index)
+                pack = self.harness.pack(proto, args)
             start(describe_args(self.harness.ffi, args))
             check = m.warmup >= 1 and comparable(self.harness.signature(proto).result)
             if m.warmup >= 1:
@@ -213,6 +226,7 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     tsc_hz = tsc.tsc_frequency().hz
     env = tsc.environment(method).to_dict()
     env["warmup"] = m.warmup        # what the calls followed (load_times compares it)
+    env["timed_state"] = TIMED_STATE
     # where each pass starts (wcetfit.timing.speed.pass_start), for the speed profile's
     # time order (call_positions)
     from wcetfit.timing.speed import pass_start
@@ -292,6 +306,8 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
 
 class _StraightLineWorker(_TimingWorker):
     """k = 1..M back-to-back calls per region; the slope is the call's time without ε."""
+
+    settles = False       # its regions are calls of one input back to back
 
     def __init__(self, target: Target, functions: Sequence[tuple[str, int]], method: str,
                  kmax: int, rounds: int):

@@ -223,14 +223,7 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
             for k in range(int(getattr(worker, "warm_up_inputs", 0))):
                 i = indices[k % len(indices)]
                 untimed(i, lambda summary, i=i: _send(fd, ("warming", i, summary)))
-                if os.getpid() != me:
-                    os._exit(0)
-                after = _process_state()
-                changed = _what_changed(state, after)
-                if changed is not None:
-                    _send(fd, ("failed", i, *changed))
-                    os._exit(0)
-                state, previous = after, i
+                state, previous = _state_after(fd, me, i, state), i
             _send(fd, ("warmed",))
         settles = untimed is not None and bool(getattr(worker, "settles", False))
         for index in indices:
@@ -264,13 +257,7 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
                     _send(fd, ("failed", index, *changed))
                     os._exit(0)
                 raise
-            if os.getpid() != me:   # a child the target forked returned into the worker
-                os._exit(0)
-            state = _process_state()
-            changed = _what_changed(before, state)
-            if changed is not None:
-                _send(fd, ("failed", index, *changed))
-                os._exit(0)
+            state = _state_after(fd, me, index, before)
             _send(fd, ("done", index, result))
             completed += 1
             previous = index
@@ -294,6 +281,22 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
                        f"earlier call (a buffer smaller than what it writes?)"))
             os._exit(0)
         _send(fd, ("fatal", current, MeasurementError(f"internal error in worker: {text}")))
+
+
+def _state_after(fd: int, me: int, index: int, before: tuple[int, frozenset[str],
+                                                             frozenset[int]]
+                 ) -> tuple[int, frozenset[str], frozenset[int]]:
+    """The process's state after input ``index``'s call; when the call changed it (forked,
+    started a thread, changed code), that input's failure is sent and the worker ends.
+    A child the target forked that returned into the worker ends here too."""
+    if os.getpid() != me:
+        os._exit(0)
+    after = _process_state()
+    changed = _what_changed(before, after)
+    if changed is not None:
+        _send(fd, ("failed", index, *changed))
+        os._exit(0)
+    return after
 
 
 def _after_failure(pending: list[int], index: int, warming: bool) -> list[int]:

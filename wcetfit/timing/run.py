@@ -193,11 +193,13 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     """Time every input of every measured function (name → link-time address).
 
     Repeats are taken in passes, not back to back: pass r times each input once, then
-    pass r+1 starts over, at another input (:func:`wcetfit.timing.speed.pass_start`: the
-    slow start of a pass falls on other inputs each time).  By default (``[measure] warmup = 0``) nothing of the input
-    runs before its timed call: the call follows the previous input's, as in a stream
-    of different data.  Untimed calls of the same input first (``warmup`` ≥ 1) train
-    the branch predictor on the very data timed: measured on the bench's stores, 60
+    pass r+1 starts over, at another input (:func:`wcetfit.timing.speed.pass_start`: what
+    is left of a pass's slow start falls on other inputs each time).  By default
+    (``[measure] warmup = 0``) nothing of the input runs before its timed call: the call
+    follows an untimed call of the previous input made right before it
+    (:attr:`_TimingWorker.settles`), as in a stream of different data.  Untimed calls
+    of the same input first (``warmup`` ≥ 1) train the branch predictor on the very data
+    timed: measured on the bench's stores, 60
     inputs each, a call after the previous input's against one after 3 of its own took
     ×3.0 at the median on adpcm, ×2.5 statemachine, ×1.8 bsearch, ×1.3 isort and calls,
     ×1.1 zlib's uncompress and crc32, ×1.0 crc, chain and adler32 (no branch on the

@@ -85,9 +85,9 @@ class _TimingWorker:
         faults paid, and the timed calls need no discarded call of their own after it)."""
         from wcetfit.timing.calls import prime_timing
 
+        prepared = self.prepare(index)
         for name, proto, address in self.functions:
-            args = self.inputs(self.generate, self.target, self.harness.ffi, name, index)
-            pack = self.harness.pack(proto, args)
+            args, pack = prepared[name]
             start(describe_args(self.harness.ffi, args))
             if not prime_timing(self.harness, proto, address, pack, self.method):
                 self.harness.time(proto, address, pack, repeats=1, warmup=0,

@@ -804,6 +804,40 @@ def test_envelopes_keep_the_worst_path_to_what_the_inputs_did():
         assert held.bound_ticks >= sum(cost[a] * c[a] for a in addrs) - 1e-9
 
 
+def test_envelopes_hold_on_the_inputs_that_skipped_the_loop():
+    """A loop some inputs skip (0 → 8 → 7, an expensive other way), whose optional block 3
+    ran up to two fewer times than the header on the inputs that entered it.  The line
+    over the entered inputs alone, N(3) ≤ −2 + N(1), passes below (0, 0): it forced the
+    loop to run, and the bound left out the skipping inputs' path (zlib's compress2:
+    deflate_fast's envelopes excluded every level-9 call and the bound fell back to ×19
+    the slowest input)."""
+    from wcetfit.wcet.envelope import observed_envelopes
+
+    fn = make_fn("f", 0x1000, 9,
+                 [(0, 1), (0, 8), (8, 7), (1, 2), (2, 3), (2, 4), (3, 4), (4, 5), (4, 6),
+                  (5, 6), (6, 1), (1, 7)], [7],
+                 loops=[(1, (1, 2, 3, 4, 5, 6), [(6, 1)], [(0, 1)], None, 1)])
+    rng = np.random.default_rng(2)
+    rows = []
+    for k in range(120):
+        if k % 4 == 0:
+            rows.append([1, 0, 0, 0, 0, 0, 0, 1, 1])         # skipped the loop
+            continue
+        n = 100 if k == 1 else int(rng.integers(2, 100))
+        a = n - 1 if k == 1 else n - 1 - int(rng.integers(0, 2))
+        rows.append([1, n + 1, n, a, n, int(rng.integers(0, 3)), n, 1, 0])
+    C = np.array(rows)
+    addrs = [blk.address for blk in fn.blocks]
+    envs = observed_envelopes(fn, C, addrs)
+    counts_of = [dict(zip(addrs, r)) for r in C]
+    assert envs and all(e.holds(c) for e in envs for c in counts_of)
+    assert all(e.intercept >= 0 for e in envs)
+    cost = costs_of(fn, [1, 1, 1, 5, 1, 5, 1, 1, 10_000])
+    held = ipet(fn, cost, {addr(fn, 1): 100}, envelopes=envs)
+    for c in counts_of:       # the skipping inputs (10,003 ticks) are worst
+        assert held.bound_ticks >= sum(cost[a] * c[a] for a in addrs) - 1e-9
+
+
 def test_observed_paths_off_bounds_by_the_cfg_alone():
     fn = _two_clamps()
     addrs = [blk.address for blk in fn.blocks]

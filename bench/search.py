@@ -62,6 +62,21 @@ def generate(ctx):
     src = ctx.ffi.new("unsigned char[]", comp)
     return (dest, dest_len, src, len(comp))
 """),
+    # Bytes drawn as `wcetfit init` draws a buffer (uniform), at every level: its slowest
+    # data (few byte values, one of them most often: long match chains that match only
+    # part of the way) is what random generation does not make.
+    "zlib_compress2": (ZLIB, ["compress2"],
+                       "int compress2(unsigned char *dest, unsigned long *destLen, "
+                       "const unsigned char *source, unsigned long sourceLen, int level);",
+                       """
+def generate(ctx):
+    n = int(ctx.rng.integers(1, 4097))
+    room = n + n // 8 + 64                    # above compressBound(n)
+    dest = ctx.ffi.new("unsigned char[]", room)
+    dest_len = ctx.ffi.new("unsigned long *", room)
+    src = ctx.ffi.new("unsigned char[]", ctx.rng.bytes(n))
+    return (dest, dest_len, src, n, int(ctx.rng.integers(-1, 10)))
+"""),
 }
 
 

@@ -236,6 +236,114 @@ def test_search_finds_the_known_slowest_input(heavy_target):
         assert _replay(norm, again) == _replay(norm, seq)
 
 
+# --- a function slowest on data of few values, mostly one ----------------------------
+
+# A match finder in small: for each position, walk back over the last 32 positions, and
+# at each one holding the same byte measure the match forward, up to 8 bytes; a full
+# match ends the walk.  Uniform bytes rarely match (short walks of failed compares); one
+# repeated byte matches fully at once; two or three values, one of them most often, match
+# often and only part of the way, the slowest (the shape of zlib's deflate on 80 % 'a').
+MATCHER_C = r"""
+int matcher(const unsigned char *b, int n) {
+    int work = 0;
+    for (int i = 1; i + 8 <= n; i++) {
+        for (int j = i - 1; j >= 0 && j >= i - 32; j--) {
+            if (b[j] != b[i])
+                continue;
+            int l = 1;
+            while (l < 8 && b[j + l] == b[i + l])
+                l++;
+            work += l;
+            if (l == 8)
+                break;
+        }
+    }
+    return work;
+}
+"""
+
+MATCHER_INPUTS = """
+import numpy as np
+
+def generate(ctx):
+    n = int(ctx.rng.integers(0, 257))
+    b = ctx.rng.bytes(max(n, 1))        # as `wcetfit init` draws a buffer
+    return (ctx.ffi.new("unsigned char[]", b), n)
+"""
+
+
+def _matcher_steps(b: list[int], n: int) -> int:
+    """The truth: the walk's steps plus the match compares, as the C code takes them."""
+    steps = 0
+    for i in range(1, n - 7):
+        for j in range(i - 1, max(-1, i - 33), -1):
+            steps += 1
+            if b[j] != b[i]:
+                continue
+            length = 1
+            while length < 8 and b[j + length] == b[i + length]:
+                length += 1
+            steps += length
+            if length == 8:
+                break
+    return steps
+
+
+@pytest.fixture(scope="module")
+def matcher_target(tmp_path_factory):
+    d = tmp_path_factory.mktemp("matcher")
+    (d / "matcher.c").write_text(MATCHER_C)
+    subprocess.run(["gcc", "-O1", "-fno-unroll-loops", "-shared", "-fPIC", "-o",
+                    str(d / "libmatcher.so"), str(d / "matcher.c")], check=True)
+    (d / "inputs.py").write_text(MATCHER_INPUTS)
+    (d / "wcetfit.toml").write_text(textwrap.dedent("""
+        binary = "libmatcher.so"
+        functions = ["matcher"]
+        prototype = "int matcher(const unsigned char *b, int n);"
+        inputs = "inputs.py"
+        [measure]
+        inputs = 60
+        repeats = 3
+        [search]
+        budget = 0
+    """))
+    return d
+
+
+@pytest.mark.slow
+def test_search_finds_data_of_few_values_where_uniform_and_repeated_data_are_fast(
+        matcher_target):
+    """Random bytes reach about 7,500 steps at n = 256, one repeated byte 2,200; data of
+    two to four values, 70–85 % one of them, 14,000–16,000.  The search must get there
+    from the generated inputs, which are all uniform."""
+    from wcetfit.count.run import run_counts
+    from wcetfit.pipeline import open_session
+    from wcetfit.search.candidates import Normaliser, Replay
+    from wcetfit.search.engine import SearchOptions
+    from wcetfit.search.workflow import run_search
+    from wcetfit.timing.run import run_times
+
+    s = open_session(str(matcher_target))
+    run_counts(s.target, s.store, s.model, ["matcher"])
+    run_times(s.target, s.store, s.roots)
+    norm = Normaliser(s.target, "matcher")
+
+    def steps(seq) -> int:
+        buf, n = Replay({0: seq})(norm._generate, s.target, norm._ffi, "matcher", 0)
+        return _matcher_steps([buf[i] for i in range(n)], n)
+
+    measured_best = max(steps(norm.record(i)) for i in range(60))
+    found = run_search(s, "matcher", SearchOptions(budget=400, timed=4, timed_budget=0))
+    rnd = run_search(s, "matcher", SearchOptions(budget=400, timed=4, timed_budget=0,
+                                                 strategy="random"), keep=False)
+    best_found = max(steps(c.sequence) for c in found.outcome.best)
+    best_random = max(steps(c.sequence) for c in rnd.outcome.best)
+    print(f"matcher steps: measured {measured_best}, search {best_found}, "
+          f"random {best_random}")
+    assert best_random < 8_500 and measured_best < 8_500
+    assert best_found > 12_000 and best_found > 1.4 * best_random
+
+
 def test_search_command_refuses_bad_budget(heavy_target):
     import sys
     r = subprocess.run([sys.executable, "-m", "wcetfit", "search", str(heavy_target),

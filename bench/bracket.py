@@ -2,9 +2,10 @@
 (search included), whether the bound covers every call of fresh inputs timed in the same
 session, and the search against random generation at equal budget.
 
-Targets: every sample (a scratch copy) and three system-library functions (zlib
-``adler32``, ``crc32`` and ``uncompress``, whose inflate loops run as often as the
-compressed data says; targets of bench/search.py).  Per target, in one session:
+Targets: every sample (a scratch copy) and four system-library functions (zlib
+``adler32``, ``crc32``, ``uncompress``, whose inflate loops run as often as the
+compressed data says, and ``compress2``, whose slowest data random bytes do not come near;
+targets of bench/search.py).  Per target, in one session:
 
 1. count and time the target's training inputs (``TRAIN_INPUTS`` of them);
 2. random generation with ``BUDGET`` candidates counted and the search's timed budget of
@@ -54,7 +55,7 @@ FRESH_INPUTS = 2000
 FRESH_SEED = 1001
 TRAIN_INPUTS = 500
 BUDGET = 500
-LIBRARY = ["zlib_adler32", "zlib_crc32", "zlib_uncompress"]
+LIBRARY = ["zlib_adler32", "zlib_crc32", "zlib_uncompress", "zlib_compress2"]
 
 
 def _target_dir(name: str, tmp: str) -> str | None:

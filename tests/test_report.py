@@ -269,6 +269,11 @@ def test_text_renders_with_units(built):
     assert "not core cycles" in text
     assert "f+0x80" in text                         # coverage names the unexecuted block
     assert "vary the inputs" in text
+    # where no input can separate a group, the user is told where to look and that
+    # nothing is missing (libm's pow: a `jp` taken on NaN only, after NaN has returned)
+    sep = [w for w in report.function("f").warnings if "not separated" in w.message]
+    assert sep and "`wcetfit reach` looks for such an input" in sep[0].advice
+    assert "where none exists" in sep[0].advice
     assert "12.0 ± 0.3" in text                     # group combinations shown
     # narrow terminals and the block limit do not break it
     assert to_text(report, width=80, max_blocks=3)

@@ -594,11 +594,17 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         advice = next((f"group {g.id}: {g.advice}" for g in unseparated if g.advice), None)
         if advice and len(unseparated) > 1:
             advice += "; --full gives each group's relations"
+        # The inputs may be unable to: libm's pow tests a `jp` after `ucomisd` (taken on
+        # NaN only) after an earlier test has returned for NaN, and the advice alone sent
+        # the user looking for an input that does not exist.
         warns.append(Finding(
             f"{name}: {len(unseparated)} group(s) of blocks were not separated by the "
             f"inputs ({text})",
-            advice or "vary the inputs so that these blocks execute different numbers "
-                      "of times relative to each other"))
+            (advice or "vary the inputs so that these blocks execute different numbers "
+                       "of times relative to each other")
+            + "; `wcetfit reach` looks for such an input; where none exists (a branch "
+              "that an earlier test decides), nothing is missing: the bound keeps the "
+              "relation every input showed and charges the group's measured sum"))
 
     branches = any(len(set(fn.successors(b.address))) > 1 for b in fn.blocks) \
         or bool(fn.jump_tables) or any(c.kind != CALL_IMPORTED for c in fn.calls)

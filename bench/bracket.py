@@ -25,7 +25,9 @@ Figures per target ``t``:
   the function's own time (the maximum observed execution time, the lower end for calls);
 * ``bracket.<t>.bound_covers_fresh``: the bound >= every fresh call, once calls the fit's
   own repeat rule treats as preempted are left out (bench.samples._preempted; how many is
-  said), goal yes;
+  said), goal yes; beside it the fresh run's slowest machine speed against the training
+  run's (the speed the bound claims) and whether the bound covers the fresh calls slowed
+  to at most the training's speed;
 * ``bracket.<t>.bound_over_fresh_max``: the bound over the slowest kept fresh call;
 * ``bracket.<t>.search_over_random``: the slowest *measured* candidate the search kept
   over random's (median of repeats; every kept candidate of each, timed together), with the predicted ratio beside it; goal >= 1, a
@@ -172,6 +174,17 @@ def stored_figures(name: str, target_dir: str) -> list[dict[str, Any]]:
     fresh_max = float(np.nanmax(kept))
     fresh_median_max = float(np.nanmax(np.nanmedian(ft.ticks, axis=1)))
     covers = bound >= fresh_max
+    # The bound claims the training run's slowest machine speed; a fresh run can meet a
+    # slower period (matmul: ×1.55 fresh against ×1.10 in training, its slowest fresh
+    # call 3 % above the bound).  The same calls slowed to at most the training's speed
+    # (each fresh run's speed is against its own fast end) tell a miss of the model from
+    # a machine slower than anything the bound was made from: information, not the goal.
+    train_speed = float(w.dispersion_factors.get("machine_speed", 1.0))
+    capped = kept
+    if fresh_speed.followed:
+        f = np.where(np.isfinite(fresh_speed.factors), fresh_speed.factors, 1.0)
+        capped = kept * np.minimum(1.0, train_speed / np.maximum(f, 1e-9))
+    fresh_max_capped = float(np.nanmax(capped))
     ratio = bound / slowest
     return [
         fig(f"bracket.{name}.search_over_random", round(meas_s / meas_r, 3), "x",
@@ -214,7 +227,10 @@ def stored_figures(name: str, target_dir: str) -> list[dict[str, Any]]:
             preempted_rejected=int(pre.sum()), failures=len(ft.failures),
             fresh_max_ticks=round(fresh_max),
             fresh_machine_speed=round(fresh_speed.max_factor, 3)
-            if fresh_speed.followed else None),
+            if fresh_speed.followed else None,
+            training_machine_speed=round(train_speed, 3),
+            fresh_max_at_training_speed=round(fresh_max_capped),
+            covers_at_training_speed=bool(bound >= fresh_max_capped)),
         fig(f"bracket.{name}.bound_over_fresh_max", round(bound / fresh_max, 3), "x",
             reference="slowest kept fresh call",
             fresh_slowest_input_over_slowest_measured=round(fresh_median_max / slowest, 3)),

@@ -820,6 +820,11 @@ UNSIZED_LEN = MAX_LEN + MAX_LEN // 8 + OUT_SPARE
 # limbs), an encoding up to twice its input (hex 2x, base64 4/3), and a fixed tail.
 OUT_GROWTH = {growth}
 SLOW_EVERY = 10       # every SLOW_EVERY-th input takes the longest buffers
+# A buffer's elements are random bytes, except in this share of the buffers, where they
+# are 2 to 4 values, one of them most often: data that repeats only in part, the slow
+# case of what looks for repeats (zlib's compress2 at level 9 ran 4 KB of 80 % 'a' and
+# 20 % 'b' 20x slower than random bytes).  0 for random bytes only.
+FEW_VALUES = 0.2
 # Floating values (_floats): mostly the ordinary computation, across magnitudes.  A
 # uniform +-1000 made most libm calls take their saturation or error paths (erf is +-1
 # for |x| >= 6; pow gave NaN, inf or 0 on 87 of 100 calls), and special values reach
@@ -913,11 +918,19 @@ def _out(n):
 
 
 def _buffer(ffi, ctype, n, size, rng):
-    """max(n, 1) elements of ctype holding random bytes, starting at a random offset
-    from 16-byte alignment: code often treats an unaligned head apart (its loop runs
-    only then)."""
+    """max(n, 1) elements of ctype holding random bytes (or a few values: FEW_VALUES),
+    starting at a random offset from 16-byte alignment: code often treats an unaligned
+    head apart (its loop runs only then)."""
     skew = int(rng.integers(0, 16 // size)) * size if size < 16 and 16 % size == 0 else 0
-    raw = bytearray(skew) + bytearray(rng.bytes(max(n, 1) * size))
+    elements = max(n, 1)
+    if rng.random() < FEW_VALUES:
+        k = int(rng.integers(2, 5))
+        values = np.frombuffer(rng.bytes(k * size), dtype=np.uint8).reshape(k, size)
+        weights = rng.dirichlet(np.full(k, 0.7))
+        data = values[rng.choice(k, elements, p=weights)].tobytes()
+    else:
+        data = rng.bytes(elements * size)
+    raw = bytearray(skew) + bytearray(data)
     array = ctype if "[]" in ctype else ctype + "[]"     # "short[][64]": arrays of 64
     return ffi.from_buffer(array, memoryview(raw)[skew:], require_writable=True)
 

@@ -66,3 +66,27 @@ def test_no_interrupt_no_raise(handler):
     interrupt.raise_if_interrupted()
     with progress_bars() as update:
         update("count", 1, 10)
+
+
+def test_an_interrupt_swallowed_after_the_last_input_still_exits_130(monkeypatch, capsys):
+    """In a full-suite run the interrupted-count test saw exit 0: the Ctrl-C was recorded
+    but swallowed where no progress callback came after it.  The CLI checks the record
+    once the command returns: the run ends as interrupted, not as a success."""
+    import wcetfit.cli.count as count_command
+    from wcetfit.cli import main
+
+    def run(args):
+        try:
+            interrupt._on_sigint(signal.SIGINT, None)
+        except KeyboardInterrupt:
+            pass                 # swallowed, with no input after it
+        return 0
+
+    monkeypatch.setattr(count_command, "run", run)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        assert main(["count", "anywhere"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, before)
+        interrupt._requested.clear()
+    assert "interrupted" in capsys.readouterr().err

@@ -109,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     from wcetfit.cli import interrupt
     interrupt.install()
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        # a Ctrl-C that something swallowed and no progress callback acted on (the last
+        # input was past) still ends the run as interrupted, not as a success
+        interrupt.raise_if_interrupted()
+        return status
     except WcetfitError as exc:
         # one line, whatever the message echoes of the user's input
         sys.stderr.write("error: " + " ".join(str(exc).splitlines()) + "\n")

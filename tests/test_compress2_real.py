@@ -20,40 +20,34 @@ import numpy as np
 
 import pytest
 
-from smalltarget import analyzed_root
+from smalltarget import analyzed_root, write_target
 
 ZLIB = Path("/lib/x86_64-linux-gnu/libz.so.1")
 
-INPUTS = """
-import numpy as np
-
-def generate(ctx):
+PROTOTYPE = ("int compress2(unsigned char *dest, unsigned long *destLen, "
+             "const unsigned char *source, unsigned long sourceLen, int level);")
+# levels -1..9; half the buffers uniform bytes, half two values in a random mix (what
+# the search makes)
+GENERATE = """\
+    import numpy as np
     n = int(ctx.rng.integers(1, 4097))
     if ctx.rng.random() < 0.5:
         data = ctx.rng.bytes(n)
     else:
         data = np.where(ctx.rng.random(n) < ctx.rng.random(), 97, 98).astype(np.uint8).tobytes()
-    room = n + n // 8 + 64
+    room = n + n // 8 + 64                    # above compressBound(n)
     dest = ctx.ffi.new("unsigned char[]", room)
     dest_len = ctx.ffi.new("unsigned long *", room)
     src = ctx.ffi.new("unsigned char[]", data)
-    return (dest, dest_len, src, n, int(ctx.rng.integers(-1, 10)))
-"""
+    return (dest, dest_len, src, n, int(ctx.rng.integers(-1, 10)))"""
 
 
 @pytest.mark.skipif(not ZLIB.exists(), reason="libz.so.1 absent: envelopes over inputs "
                     "that skip a loop are checked on a synthetic CFG only "
                     "(tests/test_wcet.py)")
 def test_compress2_at_every_level_is_bounded_per_call_site(tmp_path):
-    from bench.search import _library_target
-
-    # the bench's target (levels -1..9), smaller: 300 inputs × 3, no search; half the
-    # buffers are uniform bytes, half two values in a random mix (what the search makes)
-    d = Path(_library_target("zlib_compress2", str(tmp_path)))
-    toml = (d / "wcetfit.toml").read_text()
-    (d / "wcetfit.toml").write_text(toml.replace("repeats = 10", "repeats = 3"))
-    assert "inputs = 300" in (d / "wcetfit.toml").read_text()
-    (d / "inputs.py").write_text(INPUTS)
+    d = write_target(tmp_path / "compress2", str(ZLIB), "compress2", PROTOTYPE, GENERATE,
+                     inputs=300, repeats=3)
     fn = analyzed_root(d, tmp_path / "report.json")
     w = fn["wcet"]
     assert w["error"] is None, w["error"]

@@ -166,18 +166,19 @@ def generate(ctx):
 """
 
 
-@pytest.fixture(scope="module")
-def heavy_target(tmp_path_factory):
-    d = tmp_path_factory.mktemp("heavy")
-    (d / "heavy.c").write_text(HEAVY_C)
-    # -O1 keeps the inner loop a loop: its block runs 16 times per heavy byte.
+def _c_target(tmp_path_factory, name: str, source: str, prototype: str, inputs: str):
+    """A folder with lib<name>.so built from ``source`` and a target of 60 inputs × 3
+    without a search of its own."""
+    d = tmp_path_factory.mktemp(name)
+    (d / f"{name}.c").write_text(source)
+    # -O1 keeps inner loops loops: their blocks run once per iteration.
     subprocess.run(["gcc", "-O1", "-fno-unroll-loops", "-shared", "-fPIC", "-o",
-                    str(d / "libheavy.so"), str(d / "heavy.c")], check=True)
-    (d / "inputs.py").write_text(HEAVY_INPUTS)
-    (d / "wcetfit.toml").write_text(textwrap.dedent("""
-        binary = "libheavy.so"
-        functions = ["heavy"]
-        prototype = "int heavy(const unsigned char *b, int n);"
+                    str(d / f"lib{name}.so"), str(d / f"{name}.c")], check=True)
+    (d / "inputs.py").write_text(inputs)
+    (d / "wcetfit.toml").write_text(textwrap.dedent(f"""
+        binary = "lib{name}.so"
+        functions = ["{name}"]
+        prototype = "{prototype}"
         inputs = "inputs.py"
         [measure]
         inputs = 60
@@ -186,6 +187,13 @@ def heavy_target(tmp_path_factory):
         budget = 0
     """))
     return d
+
+
+@pytest.fixture(scope="module")
+def heavy_target(tmp_path_factory):
+    # the inner loop's block runs 16 times per heavy byte
+    return _c_target(tmp_path_factory, "heavy", HEAVY_C,
+                     "int heavy(const unsigned char *b, int n);", HEAVY_INPUTS)
 
 
 def _heavy_bytes(norm, seq) -> int:
@@ -291,23 +299,8 @@ def _matcher_steps(b: list[int], n: int) -> int:
 
 @pytest.fixture(scope="module")
 def matcher_target(tmp_path_factory):
-    d = tmp_path_factory.mktemp("matcher")
-    (d / "matcher.c").write_text(MATCHER_C)
-    subprocess.run(["gcc", "-O1", "-fno-unroll-loops", "-shared", "-fPIC", "-o",
-                    str(d / "libmatcher.so"), str(d / "matcher.c")], check=True)
-    (d / "inputs.py").write_text(MATCHER_INPUTS)
-    (d / "wcetfit.toml").write_text(textwrap.dedent("""
-        binary = "libmatcher.so"
-        functions = ["matcher"]
-        prototype = "int matcher(const unsigned char *b, int n);"
-        inputs = "inputs.py"
-        [measure]
-        inputs = 60
-        repeats = 3
-        [search]
-        budget = 0
-    """))
-    return d
+    return _c_target(tmp_path_factory, "matcher", MATCHER_C,
+                     "int matcher(const unsigned char *b, int n);", MATCHER_INPUTS)
 
 
 @pytest.mark.slow

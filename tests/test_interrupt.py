@@ -69,9 +69,9 @@ def test_no_interrupt_no_raise(handler):
 
 
 def test_an_interrupt_swallowed_after_the_last_input_still_exits_130(monkeypatch, capsys):
-    """In a full-suite run the interrupted-count test saw exit 0: the Ctrl-C was recorded
-    but swallowed where no progress callback came after it.  The CLI checks the record
-    once the command returns: the run ends as interrupted, not as a success."""
+    """A Ctrl-C swallowed during the last input has no next input to act on it: the
+    run ended with exit 0 as if complete.  The CLI checks the record once the command
+    returns: the run ends as interrupted, not as a success."""
     import wcetfit.cli.count as count_command
     from wcetfit.cli import main
 

@@ -266,19 +266,21 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
     _note_hits()
     timed_out = False
     with _Deadline(deadline) as alarm:
-        while (wanted or open_groups) and (simgr.active or simgr.stashes.get("deferred")):
-            if time.perf_counter() > deadline:
-                timed_out = True
-                break
-            # stop lifting at the targets, so a target inside a straight run of code
-            # (entered by fall-through) is a state of its own
-            try:
+        # The alarm can ring anywhere in the loop, not only in a step (a CI run had it in
+        # the loop's test of simgr.active): the whole loop is where the budget ends.
+        try:
+            while (wanted or open_groups) and (simgr.active or simgr.stashes.get("deferred")):
+                if time.perf_counter() > deadline:
+                    timed_out = True
+                    break
+                # stop lifting at the targets, so a target inside a straight run of code
+                # (entered by fall-through) is a state of its own
                 simgr.step(extra_stop_points=set(wanted) | group_points)
-            except _BudgetSpent:
-                timed_out = True       # one step outran the budget (solver, symbolic reads)
-                break
-            steps += 1
-            _note_hits()
+                steps += 1
+                _note_hits()
+        except _BudgetSpent:
+            timed_out = True       # the budget ran out inside the loop (a long step: the
+                                   # solver, symbolic reads)
     if alarm.fired:
         timed_out = True
     elapsed = time.perf_counter() - t0

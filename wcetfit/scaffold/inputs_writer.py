@@ -645,7 +645,8 @@ class _Writer:
         if item.kind in ("void", "array") or _is_int(item) or \
                 item.cname in ("char", "_Bool") + _CHARS:
             lines = [f"    {name} = _buffer(ffi, \"{elem}\", {n}, {esize}, rng)  # {how}; "
-                     f"{role}; random bytes: vary the data that steers branches"]
+                     f"{role}; random bytes or a few values (FEW_VALUES): vary the data that "
+                     "steers branches"]
             if guessed and item.cname == "char":
                 lines.append(f"    {name}[len({name}) - 1] = b\"\\0\"  # ends in a NUL: a "
                              "string scan stops inside it")

@@ -218,11 +218,14 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
         # Untimed calls a timing worker makes for its timed ones' sake (Worker), each
         # announced, so that a crash or a hang in one is that input's failure
         untimed = getattr(worker, "untimed", None)
+
+        def warming(i: int) -> Callable[[str], None]:
+            return lambda summary: _send(fd, ("warming", i, summary))
         previous = None                 # the input whose call the next one follows
         if untimed is not None and indices:
             for k in range(int(getattr(worker, "warm_up_inputs", 0))):
                 i = indices[k % len(indices)]
-                untimed(i, lambda summary, i=i: _send(fd, ("warming", i, summary)))
+                untimed(i, warming(i))
                 state, previous = _state_after(fd, me, i, state), i
             _send(fd, ("warmed",))
         settles = untimed is not None and bool(getattr(worker, "settles", False))
@@ -239,8 +242,7 @@ def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: i
                     # after it: that would undo what it is for; the input passed the check
                     # once, and a change shows after this input)
                     prepared = worker.prepare(index)
-                    untimed(previous, lambda summary, i=previous: _send(fd, ("warming", i,
-                                                                              summary)))
+                    untimed(previous, warming(previous))
                     if os.getpid() != me:
                         os._exit(0)
                 result = worker.run(index, lambda summary, i=index: _send(fd, ("start", i,

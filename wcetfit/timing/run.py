@@ -96,11 +96,13 @@ class _TimingWorker:
     def prepare(self, index: int) -> dict[str, tuple[Any, Any]]:
         """Input ``index``'s arguments for every measured function, built and packed, for
         :meth:`run` to time after the untimed call that settles the worker."""
-        out = {}
-        for name, proto, _address in self.functions:
-            args = self.inputs(self.generate, self.target, self.harness.ffi, name, index)
-            out[name] = (args, self.harness.pack(proto, args))
-        return out
+        return {name: self._arguments(name, proto, index)
+                for name, proto, _address in self.functions}
+
+    def _arguments(self, name: str, proto: Any, index: int) -> tuple[Any, Any]:
+        """Input ``index``'s arguments for ``name``, fresh from generate(), and packed."""
+        args = self.inputs(self.generate, self.target, self.harness.ffi, name, index)
+        return args, self.harness.pack(proto, args)
 
     def run(self, index: int, start: Callable[[str], None],
             prepared: Mapping[str, tuple[Any, Any]] | None = None
@@ -120,14 +122,10 @@ class _TimingWorker:
                 # arguments of its own, so that state it changes behind them (expat's
                 # parser, finished by it) is not the timed call's (input 0 of every
                 # worker was timed on the error return of a finished parser)
-                spare = self.inputs(self.generate, self.target, self.harness.ffi, name, index)
-                prime_timing(self.harness, proto, address, self.harness.pack(proto, spare),
-                             self.method)
-            if prepared is not None and name in prepared:
-                args, pack = prepared[name]
-            else:
-                args = self.inputs(self.generate, self.target, self.harness.ffi, name, index)
-                pack = self.harness.pack(proto, args)
+                prime_timing(self.harness, proto, address,
+                             self._arguments(name, proto, index)[1], self.method)
+            args, pack = prepared[name] if prepared is not None and name in prepared \
+                else self._arguments(name, proto, index)
             start(describe_args(self.harness.ffi, args))
             check = m.warmup >= 1 and comparable(self.harness.signature(proto).result)
             if m.warmup >= 1:

@@ -31,6 +31,7 @@ BUDGET = 500
 SAMPLES = ["crc", "isort", "statemachine"]
 
 ZLIB = "/lib/x86_64-linux-gnu/libz.so.1"
+LIBM = "/lib/x86_64-linux-gnu/libm.so.6"
 # adler32 and crc32 share their inputs: a seed and a buffer of 0..6,000 random bytes
 _CHECKSUM_INPUTS = """
 def generate(ctx):
@@ -77,6 +78,10 @@ def generate(ctx):
     src = ctx.ffi.new("unsigned char[]", ctx.rng.bytes(n))
     return (dest, dest_len, src, n, int(ctx.rng.integers(-1, 10)))
 """),
+    # The doubles `wcetfit init` writes (None: init's own inputs.py).  glibc's fmod loops
+    # once per binade between x and y, up to about 2,100 times; init's draws put both
+    # arguments at opposite ends of the exponent range about once in 2,000 inputs.
+    "libm_fmod": (LIBM, ["fmod"], "double fmod(double x, double y);", None),
 }
 
 
@@ -85,8 +90,14 @@ def _library_target(name: str, tmp: str) -> str | None:
     if not os.path.exists(binary):
         return None
     d = Path(tmp) / name
-    d.mkdir()
-    (d / "inputs.py").write_text(textwrap.dedent(body))
+    if body is None:
+        from wcetfit.scaffold.create import create_target
+        header = Path(tmp) / f"{name}.h"
+        header.write_text(prototype + "\n")
+        create_target(str(d), binary, functions[0], str(header))
+    else:
+        d.mkdir()
+        (d / "inputs.py").write_text(textwrap.dedent(body))
     (d / "wcetfit.toml").write_text(
         f'binary = "{binary}"\nfunctions = {functions!r}\nprototype = "{prototype}"\n'
         'inputs = "inputs.py"\n[measure]\ninputs = 300\nrepeats = 10\n[search]\nbudget = 0\n'

@@ -416,3 +416,76 @@ def test_a_callees_loop_fact_beyond_the_inputs_governs_its_loop_at_every_site(
         return res.bound_ticks
 
     assert bound(80) == pytest.approx(bound(50) + 13 * 30 * (1 + 10))
+
+
+def either_helper():
+    """f's loop calls a or b on each pass (a: 0x6000, b: 0x7000, each a counted loop)."""
+    a = make_fn("a", 0x6000, 4, [(0, 1), (1, 2), (2, 1), (1, 3)], [3],
+                loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)])
+    b = make_fn("b", 0x7000, 4, [(0, 1), (1, 2), (2, 1), (1, 3)], [3],
+                loops=[(1, [1, 2], [(2, 1)], [(0, 1)], None, 1)])
+    f = make_fn("f", 0x4000, 5, [(0, 1), (1, 2), (2, 1), (1, 3), (3, 1), (1, 4)], [4],
+                loops=[(1, [1, 2, 3], [(2, 1), (3, 1)], [(0, 1)], None, 1)],
+                calls=[(2, CALL_INTERNAL, 0x6000, "a"), (3, CALL_INTERNAL, 0x7000, "b")])
+    fns = {"f": f, "a": a, "b": b}
+    costs = {"f": costs_of(f, [3, 1, 2, 2, 1]), "a": costs_of(a, [2, 1, 10, 2]),
+             "b": costs_of(b, [2, 1, 12, 2])}
+    rows = []
+    # k passes of f's loop, all through a or all through b, n iterations of the helper's
+    # loop per call: up to 10 passes of 10, or one pass of up to 100
+    for k, n in [(k, n) for k in range(0, 11) for n in range(0, 11)] + \
+            [(1, n) for n in range(11, 101)]:
+        rows.append([1, k + 1, k, 0, 1, k, k + k * n, k * n, k, 0, 0, 0, 0])
+        rows.append([1, k + 1, 0, k, 1, 0, 0, 0, 0, k, k + k * n, k * n, k])
+    cols = [(fn.name, blk.address) for fn in (f, a, b) for blk in fn.blocks]
+    return fns, cols, np.array(rows), costs
+
+
+@pytest.mark.parametrize("span", [False, True])
+def test_loops_of_two_functions_that_never_ran_together_are_not_mixed(span, monkeypatch):
+    """Known answer: every input runs f's passes all through a or all through b, up to
+    10 passes of 10 iterations or one of up to 100; the slowest is b's 10 × 10 (35 +
+    10 × 135 = 1,385 ticks).  Each helper's loop alone may run 100 iterations per call
+    of f and per entry, so a path that calls both ran both at once: a's 100 and b's 100
+    in one pass each: 2,485 ticks.  The upper hull of (a's loop header total, b's) over
+    the inputs, the line from (110, 0) to (0, 110), keeps the path near what one of them
+    ran: a line holds the points between its ends too, and the worst path takes b's
+    single pass of 100 iterations and 8 of a's (1,409 ticks; 1,411.7 in the span's linear
+    relaxation), 2 % above the slowest input."""
+    import wcetfit.wcet.loop_hull as loop_hull
+
+    fns, cols, C, costs = either_helper()
+    pred = predicted(C, cols, costs)
+    assert pred.max() == pytest.approx(1385)
+    res = analyze_wcet(fns, "f", costs, C, cols, use_relations=span)
+    assert 1385 <= res.bound_ticks <= 1.02 * 1385
+    note = next(w for w in res.warnings if "callees bounded per call site" in w)
+    assert "upper hull of the inputs' totals" in note and "binding the worst path" in note
+    monkeypatch.setattr(loop_hull, "cross_loop_relations", lambda *a, **k: ())
+    mixed = analyze_wcet(fns, "f", costs, C, cols, use_relations=span)
+    assert mixed.bound_ticks == pytest.approx(2485)
+    # dropped with the other observed paths
+    monkeypatch.undo()
+    free = analyze_wcet(fns, "f", costs, C, cols, use_relations=span, observed_paths=False)
+    assert free.bound_ticks >= 2485 - 1e-6
+
+
+def test_relations_between_two_functions_loops_hold_on_every_input_and_skip_user_facts():
+    from wcetfit.wcet.loop_hull import cross_loop_relations
+
+    fns, cols, C, _costs = either_helper()
+    names = ["f", "a", "b"]
+    rels = cross_loop_relations(fns, names, C, cols)
+    assert rels and all(r.x[0] != r.y[0] for r in rels)       # never within one function
+    for row in C:
+        count_of = dict(zip(cols, row.astype(float)))
+        assert all(r.slack(count_of) >= -1e-9 for r in rels)
+    # the falling edge between the helpers' loops: N(b's header) ≤ 110 − N(a's header)
+    a_h, b_h = ("a", addr(fns["a"], 1)), ("b", addr(fns["b"], 1))
+    edge = [r for r in rels if r.y == b_h and r.x == a_h and r.slope < 0]
+    assert len(edge) == 1 and edge[0].intercept == pytest.approx(110)
+    assert edge[0].slope == pytest.approx(-1) and edge[0].text() == \
+        "N(b+0x10) ≤ 110 − 1·N(a+0x10)"
+    # a loop a [loops] fact governs relates to nothing: its figure may pass the inputs'
+    kept = cross_loop_relations(fns, names, C, cols, excluded={"a": {addr(fns["a"], 1)}})
+    assert kept and all(a_h not in (r.x, r.y) for r in kept)

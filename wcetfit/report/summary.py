@@ -45,6 +45,11 @@ MIN_SHARE = 0.005      # a block or group below this share is not among the few 
 COMPACT_FROM = 5       # this many roots or more: each in about six lines
 
 
+# wcetfit.wcet.analyze's note on the relations between loops of different functions
+_CROSS_HULL = re.compile(r"upper hull of the inputs' totals \((\d+) relation\(s\), (\d+) "
+                         r"binding")
+
+
 def render(reports: Sequence[Report], console: Console,
            asked: dict[str, str] | None = None) -> None:
     """Write the summary of every measured root to ``console``.  ``asked``: the report's
@@ -437,10 +442,14 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
              if "callees bounded per call site" in x.message]
     per_site = bool(notes)
     if per_site:
+        hull = next((m for n in notes if (m := _CROSS_HULL.search(n))), None)
         out.append("callees bounded per call site: their loop totals, block counts and "
                    "activations seen per call bound all call sites together"
                    + (", and the path keeps to the span of the measured counts"
                       if any("affine span" in n for n in notes) else "")
+                   + (f", and the loops of different functions to the upper hull of the "
+                      f"inputs' totals ({hull.group(2)} of {hull.group(1)} relations bind)"
+                      if hull else "")
                    + " (observed, not proven)")
     if callees and per_site:
         # each callee's whole-call bound takes its loop totals from one input and its

@@ -238,6 +238,10 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
                                                                 addrs)
                                              + loop_relations(functions[name], C[:, jdx],
                                                               addrs))
+        cross: tuple[Any, ...] = ()
+        if observed_paths:
+            from wcetfit.wcet.loop_hull import cross_loop_relations
+            cross = cross_loop_relations(functions, names, C, cols, excluded=user_bounded)
         span = None
         # (under "require" the blocks no input ran must be able to run: the span, made of
         # the inputs' counts, would keep them from it through the relations among the rest)
@@ -248,7 +252,7 @@ def analyze_wcet(functions: Mapping[str, FunctionModel], root: str,
         result = _per_call_site(result, functions, root, costs, bounds, C, cols,
                                 site_bounds=site_facts,
                                 callee_relations=callee_rel, callee_envelopes=callee_env,
-                                span=span,
+                                cross_relations=cross, span=span,
                                 entry_cost=entry_cost, cov=cov, cov_index=cov_index, z=z,
                                 relations=relations, envelopes=envelopes, facts=user_facts,
                                 block_bounds=block_max, region_bounds=region_bounds,
@@ -449,6 +453,8 @@ def _per_call_site(result: WcetResult, functions: Mapping[str, FunctionModel], r
     if cov is not None:
         margin = inlined_margin(functions, ctx.inlined_counts, cov, cov_index, z, entry_cost)
     in_span = "span" in ctx.status
+    cross = facts.get("cross_relations", ())
+    binding_cross = sum(1 for r in cross if r.slack(ctx.inlined_counts) < 1.0)
     note = (f"{root}: callees bounded per call site ({ctx.instances - 1} callee instance(s) "
             f"in one program with {root}): a callee's loop totals, block counts and "
             f"activations seen per call of {root} bound all its call sites together "
@@ -459,7 +465,11 @@ def _per_call_site(result: WcetResult, functions: Mapping[str, FunctionModel], r
                "the measured count vectors (every linear relation among the blocks' counts "
                "that held on every input, observed; linear relaxation): an input breaking "
                "one could take longer: vary the inputs if they are not facts of the program"
-               if in_span else ""))
+               if in_span else "")
+            + (f"; the loops of different functions are kept to the upper hull of the "
+               f"inputs' totals ({len(cross)} relation(s), {binding_cross} binding the worst "
+               f"path, e.g. {_first_binding(cross, ctx.inlined_counts)}; observed: "
+               f"[wcet] observed_paths = false drops them)" if binding_cross else ""))
     fns = dict(result.functions)
     n = ctx.root.block_counts
     binding = tuple(e for e in facts.get("envelopes", ())
@@ -472,6 +482,11 @@ def _per_call_site(result: WcetResult, functions: Mapping[str, FunctionModel], r
              ctx.bound_ticks, result.bound_ticks)
     return replace(result, bound_ticks=ctx.bound_ticks, margin_ticks=margin, functions=fns,
                    inlined_counts=ctx.inlined_counts, warnings=result.warnings + (note,))
+
+
+def _first_binding(relations: Sequence[Any], counts: Mapping[tuple[str, int], float]) -> str:
+    """The relation the worst path presses hardest (least slack), as text."""
+    return min(relations, key=lambda r: r.slack(counts)).text() if relations else ""
 
 
 def _observed_block_limits(fn: FunctionModel, C: np.ndarray, pos: Mapping[int, int]

@@ -101,6 +101,7 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                   unreached: Mapping[str, Iterable[int]] = {},
                   callee_relations: Mapping[str, Sequence[Any]] = {},
                   callee_envelopes: Mapping[str, Sequence[Any]] = {},
+                  cross_relations: Sequence[Any] = (),
                   span: tuple[Sequence[tuple[str, int]], np.ndarray] | None = None,
                   site_bounds: Mapping[tuple[str, int],
                                        Mapping[tuple[str, int], Any]] = {},
@@ -115,6 +116,10 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
     ``callee_relations`` / ``callee_envelopes``: function → count relations / path
     envelopes its totals per call of the root kept on every input (observed, like the
     root's ``relations`` and ``envelopes``): they hold for the sum over its instances.
+    ``cross_relations``: lines between loops of two functions
+    (:class:`~wcetfit.wcet.loop_hull.CrossLoopRelation`), each side the sum over that
+    function's instances; left out where a function's instances do not hold all its
+    activations (a recursive one's callees).
 
     ``span``: (columns, basis) of the affine span of the measured count vectors, the
     rows of ``basis`` spanning the row space of [counts, 1] over those (function,
@@ -342,20 +347,34 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                             f"{name}: path envelope {env.text()} per call of {root}, all "
                             f"call sites together (observed)"))
 
+    # A function that a recursive one calls (transitively) runs activations no instance
+    # holds: the measured totals of its blocks count them, the instances' totals do not,
+    # so its columns stay out of the span and of the relations across functions (like
+    # the recursive ones').
+    partial: set[str] = set()
+    todo = [g for g in per_call_wcet if g not in inline]
+    while todo:
+        for cs in functions[todo.pop()].calls:
+            for g in entered(cs):
+                if g not in partial and g in functions:
+                    partial.add(g)
+                    todo.append(g)
+    whole = {n: ks for n, ks in inst_of.items() if n not in partial}
+    for rel in cross_relations:
+        (fy, hy), (fx, hx) = rel.y, rel.x
+        if fy not in whole or fx not in whole:
+            continue
+        coef: dict[int, float] = {}
+        for name, addr, weight in ((fy, hy, 1.0), (fx, hx, -float(rel.slope))):
+            for k in whole[name]:
+                for i, v in _counts_of(inst[k], [(addr, weight)]).items():
+                    coef[i] = coef.get(i, 0.0) + v
+        rows.append(Row(coef, -np.inf, float(rel.intercept),
+                        f"loops of two functions: {rel.text()} per call of {root}, all "
+                        f"call sites together (observed)"))
+
     if span is not None:
-        # A function that a recursive one calls (transitively) runs activations no
-        # instance holds: the measured totals of its blocks count them, the instances'
-        # totals do not, so its columns stay out of the span (like the recursive ones').
-        partial: set[str] = set()
-        todo = [g for g in per_call_wcet if g not in inline]
-        while todo:
-            for cs in functions[todo.pop()].calls:
-                for g in entered(cs):
-                    if g not in partial and g in functions:
-                        partial.add(g)
-                        todo.append(g)
-        got = _solve_in_span(inst, {n: ks for n, ks in inst_of.items() if n not in partial},
-                             cost, lb, ub, rows, span,
+        got = _solve_in_span(inst, whole, cost, lb, ub, rows, span,
                              None if time_limit is None else min(time_limit, 20.0))
         if got is not None:
             return _result(inst, got, cost, float(got @ cost), bounds, root, entry_cost,

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from wcetfit.model import FunctionModel
 from wcetfit.wcet.envelope import CountEnvelope
+from wcetfit.wcet.result import loop_key
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +66,7 @@ def upper_hull_edges(x: np.ndarray, y: np.ndarray) -> list[tuple[float, float]]:
 def loop_relations(fn: FunctionModel, counts: np.ndarray, addresses: Sequence[int], *,
                    min_inputs: int = 5) -> tuple[CountEnvelope, ...]:
     """Hull edges between the header counts of every pair of ``fn``'s loops, as
-    envelopes ``N(y) ≤ intercept + slope·N(x)``: the falling edges that cut below y's
-    observed maximum within x's range, and the rising edge that ends at the peak."""
+    envelopes ``N(y) ≤ intercept + slope·N(x)`` (:func:`hull_lines`)."""
     col = {a: i for i, a in enumerate(addresses)}
     headers = [lp.header for lp in fn.loops if lp.header in col]
     if len(headers) < 2:
@@ -76,28 +77,93 @@ def loop_relations(fn: FunctionModel, counts: np.ndarray, addresses: Sequence[in
         headers = varying
     out: list[CountEnvelope] = []
     for hx, hy in itertools.permutations(headers, 2):
-        x, y = counts[:, col[hx]], counts[:, col[hy]]
-        entered = (x > 0) | (y > 0)
-        if entered.sum() < min_inputs or np.ptp(x) == 0:
-            continue
-        xmax, ymax = x.max(), y.max()
-        edges = upper_hull_edges(x, y)
-        rising = [e for e in edges if e[0] >= 0]
-        if rising:
-            # The rising edge that ends at the hull's peak: y's per-call total at the most
-            # passes of x seen, and its trend beyond them.  A per-entry bound of y (a
-            # [loops] fact, which replaces y's observed total) allows y's maximum on every
-            # pass of x; an inner loop that runs up to i times on outer pass i (isort)
-            # runs half that.  The other rising edges hold where x is small, which the
-            # worst path avoids.
-            slope, intercept = rising[-1]
-            out.append(CountEnvelope((hy,), hx, float(slope), float(intercept)))
-        for slope, intercept in edges:
-            if slope >= 0:
-                continue
-            # The edge matters only where it lies below y's maximum within x's range.
-            if intercept + slope * xmax >= ymax:
-                continue
-            out.append(CountEnvelope((hy,), hx, float(slope), float(intercept)))
+        for slope, intercept in hull_lines(counts[:, col[hx]], counts[:, col[hy]],
+                                           min_inputs):
+            out.append(CountEnvelope((hy,), hx, slope, intercept))
     log.debug("%s: %d loop relations", fn.name, len(out))
+    return tuple(out)
+
+
+def hull_lines(x: np.ndarray, y: np.ndarray, min_inputs: int = 5
+               ) -> list[tuple[float, float]]:
+    """(slope, intercept) of the lines ``y ≤ intercept + slope·x`` kept from the upper
+    hull of the inputs' points: the falling edges that cut below y's observed maximum
+    within x's range, and the rising edge that ends at the peak.  None when fewer than
+    ``min_inputs`` inputs ran either loop or x never varies."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    entered = (x > 0) | (y > 0)
+    if entered.sum() < min_inputs or np.ptp(x) == 0:
+        return []
+    xmax, ymax = x.max(), y.max()
+    edges = upper_hull_edges(x, y)
+    out: list[tuple[float, float]] = []
+    rising = [e for e in edges if e[0] >= 0]
+    if rising:
+        # The rising edge that ends at the hull's peak: y's per-call total at the most
+        # passes of x seen, and its trend beyond them.  A per-entry bound of y (a [loops]
+        # fact, which replaces y's observed total) allows y's maximum on every pass of x;
+        # an inner loop that runs up to i times on outer pass i (isort) runs half that.
+        # The other rising edges hold where x is small, which the worst path avoids.
+        slope, intercept = rising[-1]
+        out.append((float(slope), float(intercept)))
+    for slope, intercept in edges:
+        # a falling edge matters only where it lies below y's maximum within x's range
+        if slope < 0 and intercept + slope * xmax < ymax:
+            out.append((float(slope), float(intercept)))
+    return out
+
+
+@dataclass(frozen=True)
+class CrossLoopRelation:
+    """``N(y) ≤ intercept + slope·N(x)`` between the header counts of two loops in
+    different functions, each count the total per call of the root over all the
+    function's activations (in the per-call-site program: over all its instances)."""
+
+    y: tuple[str, int]          # (function, loop header)
+    x: tuple[str, int]
+    slope: float
+    intercept: float
+    y_label: str                # "inflate+0x390", for the report
+    x_label: str
+
+    def text(self) -> str:
+        if self.slope == 0:
+            return f"N({self.y_label}) ≤ {self.intercept:g}"
+        sign = "+" if self.slope > 0 else "−"
+        return (f"N({self.y_label}) ≤ {self.intercept:g} {sign} "
+                f"{abs(self.slope):.4g}·N({self.x_label})")
+
+    def slack(self, count_of: Mapping[tuple[str, int], float]) -> float:
+        """How far below its line ``count_of`` keeps (negative: broken)."""
+        return (self.intercept + self.slope * float(count_of.get(self.x, 0.0))
+                - float(count_of.get(self.y, 0.0)))
+
+
+def cross_loop_relations(functions: Mapping[str, FunctionModel], names: Sequence[str],
+                         counts: np.ndarray, columns: Sequence[tuple[str, int]], *,
+                         excluded: Mapping[str, set[int]] = {},
+                         min_inputs: int = 5) -> tuple[CrossLoopRelation, ...]:
+    """The upper hull's lines (:func:`hull_lines`) between the header counts of every
+    pair of loops in two different functions of ``names`` whose counts vary, totals per
+    call of the root (``counts``' columns, named (function, address)).  Loops whose
+    header is in ``excluded`` (blocks a [loops] fact governs) stay out: the user's
+    figure may lie beyond what the inputs ran.  Of more than :data:`MAX_LOOPS` such
+    loops, those with the largest counts."""
+    pos = {c: j for j, c in enumerate(columns)}
+    C = np.asarray(counts, dtype=float)
+    loops = [(name, lp.header) for name in names for lp in functions[name].loops
+             if (name, lp.header) in pos
+             and lp.header not in excluded.get(name, ())
+             and np.ptp(C[:, pos[(name, lp.header)]]) > 0]
+    if len(loops) > MAX_LOOPS:
+        loops = sorted(loops, key=lambda k: -C[:, pos[k]].max())[:MAX_LOOPS]
+    out: list[CrossLoopRelation] = []
+    for kx, ky in itertools.permutations(loops, 2):
+        if kx[0] == ky[0]:
+            continue            # one function's own pairs: loop_relations
+        for slope, intercept in hull_lines(C[:, pos[kx]], C[:, pos[ky]], min_inputs):
+            out.append(CrossLoopRelation(ky, kx, slope, intercept,
+                                         loop_key(functions[ky[0]], ky[1]),
+                                         loop_key(functions[kx[0]], kx[1])))
+    log.debug("%d relations between loops of different functions", len(out))
     return tuple(out)

@@ -13,6 +13,12 @@ with the outer pass (isort: up to i inner passes on outer pass i), per-entry bou
 the inner maximum on every outer pass, twice what any input runs, and the observed
 per-call total they replace is gone with them.
 
+The same lines relate loops of different functions (:func:`cross_loop_relations`), each
+count the function's total per call of the root, where the callees are bounded per call
+site (wcetfit.wcet.context): liblzma's encoder calls one of two functions through a
+pointer, by preset, and no input ran both; each one's totals alone let the worst path
+run both at their maxima.
+
 Like observed loop bounds and path envelopes, these are facts about the inputs, not about
 the program: the ones that bind the worst path are listed, and ``[wcet] observed_paths =
 false`` drops them with the envelopes.

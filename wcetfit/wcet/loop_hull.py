@@ -1,4 +1,4 @@
-"""Observed relations between the loops of one function: the upper hull of their counts.
+"""Observed relations between loops: the upper hull of their counts over the inputs.
 
 Per-loop bounds let the worst path run every loop of a function at its own maximum at
 once, though no input can: zlib's ``adler32_z`` runs its 16-byte block loop ``len/16``

@@ -453,7 +453,7 @@ def _per_call_site(result: WcetResult, functions: Mapping[str, FunctionModel], r
     if cov is not None:
         margin = inlined_margin(functions, ctx.inlined_counts, cov, cov_index, z, entry_cost)
     in_span = "span" in ctx.status
-    cross = facts.get("cross_relations", ())
+    cross = ctx.cross_relations
     binding_cross = sum(1 for r in cross if r.slack(ctx.inlined_counts) < 1.0)
     note = (f"{root}: callees bounded per call site ({ctx.instances - 1} callee instance(s) "
             f"in one program with {root}): a callee's loop totals, block counts and "

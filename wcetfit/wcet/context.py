@@ -35,7 +35,7 @@ same facts, so the smaller one is taken.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -83,6 +83,9 @@ class ContextResult:
     instances: int
     site_counts: dict[str, dict[int, int]]     # "path" → block → count, per instance
     status: str
+    # the relations between loops of different functions the program kept (those whose
+    # functions' instances hold all their activations)
+    cross_relations: tuple[Any, ...] = ()
 
 
 def context_bound(functions: Mapping[str, FunctionModel], root: str,
@@ -360,10 +363,9 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
                     partial.add(g)
                     todo.append(g)
     whole = {n: ks for n, ks in inst_of.items() if n not in partial}
-    for rel in cross_relations:
+    kept = tuple(r for r in cross_relations if r.y[0] in whole and r.x[0] in whole)
+    for rel in kept:
         (fy, hy), (fx, hx) = rel.y, rel.x
-        if fy not in whole or fx not in whole:
-            continue
         coef: dict[int, float] = {}
         for name, addr, weight in ((fy, hy, 1.0), (fx, hx, -float(rel.slope))):
             for k in whole[name]:
@@ -377,8 +379,10 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
         got = _solve_in_span(inst, whole, cost, lb, ub, rows, span,
                              None if time_limit is None else min(time_limit, 20.0))
         if got is not None:
-            return _result(inst, got, cost, float(got @ cost), bounds, root, entry_cost,
-                           per_call_wcet, "optimal (linear relaxation, in the observed span)")
+            return replace(_result(inst, got, cost, float(got @ cost), bounds, root,
+                                   entry_cost, per_call_wcet,
+                                   "optimal (linear relaxation, in the observed span)"),
+                           cross_relations=kept)
         log.info("%s: the per-call-site program in the observed span gave no answer: "
                  "solved without it", root)
     sol = solve(Problem(cost, lb, ub, rows), time_limit=time_limit)
@@ -393,7 +397,8 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
             return None
         value = max(value, float(sol.dual_bound))
 
-    return _result(inst, f, cost, value, bounds, root, entry_cost, per_call_wcet, sol.status)
+    return replace(_result(inst, f, cost, value, bounds, root, entry_cost, per_call_wcet,
+                           sol.status), cross_relations=kept)
 
 
 def _counts_of(me: _Instance, blocks: Iterable[tuple[int, float]]) -> dict[int, float]:

@@ -47,3 +47,23 @@ def analyzed_root(d: Path, out: Path, command: str = "analyze") -> dict[str, Any
                                                     else [])
     assert main(args) == 0
     return json.loads(out.read_text())["functions"][0]
+
+
+def measured_for_search(d: Path, function: str) -> tuple[Any, Any, Any]:
+    """(session, normaliser, arguments) of target ``d`` once its inputs are counted and
+    timed, the fit a search starts from; ``arguments(sequence)`` is the tuple that
+    ``generate`` builds when it replays that choice sequence (the truth a search test
+    computes its figure from, beside the model's prediction)."""
+    from wcetfit.count.run import run_counts
+    from wcetfit.pipeline import open_session
+    from wcetfit.search.candidates import Normaliser, Replay
+    from wcetfit.timing.run import run_times
+
+    s = open_session(str(d))
+    run_counts(s.target, s.store, s.model, [function])
+    run_times(s.target, s.store, s.roots)
+    norm = Normaliser(s.target, function)
+
+    def arguments(sequence: Any) -> Any:
+        return Replay({0: sequence})(norm._generate, s.target, norm._ffi, function, 0)
+    return s, norm, arguments

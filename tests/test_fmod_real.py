@@ -44,13 +44,10 @@ def _binades(x: float, y: float) -> int:
 @pytest.mark.skipif(not _has_fmod(), reason="libm.so.6 with fmod absent: the search's "
                     "rare slow input is checked on a C sample only (tests/test_search.py)")
 def test_search_finds_fmods_distant_binades_from_the_inputs_init_writes(tmp_path):
+    from smalltarget import measured_for_search
     from wcetfit.cli import main
-    from wcetfit.count.run import run_counts
-    from wcetfit.pipeline import open_session
-    from wcetfit.search.candidates import Normaliser, Replay
     from wcetfit.search.engine import SearchOptions
     from wcetfit.search.workflow import run_search
-    from wcetfit.timing.run import run_times
 
     header = tmp_path / "fmod.h"
     header.write_text("double fmod(double x, double y);\n")
@@ -62,13 +59,10 @@ def test_search_finds_fmods_distant_binades_from_the_inputs_init_writes(tmp_path
     toml = re.sub(r"(?m)^repeats = \d+", "repeats = 3", toml)
     (d / "wcetfit.toml").write_text(toml + "\n[search]\nbudget = 0\n")
 
-    s = open_session(str(d))
-    run_counts(s.target, s.store, s.model, ["fmod"])
-    run_times(s.target, s.store, s.roots)
-    norm = Normaliser(s.target, "fmod")
+    s, norm, arguments = measured_for_search(d, "fmod")
 
     def binades(seq) -> int:
-        x, y = Replay({0: seq})(norm._generate, s.target, norm._ffi, "fmod", 0)
+        x, y = arguments(seq)
         return _binades(float(x), float(y))
 
     measured = max(binades(norm.record(i)) for i in range(200))

@@ -317,20 +317,14 @@ def test_search_finds_data_of_few_values_where_uniform_and_repeated_data_are_fas
     """Random bytes reach about 7,500 steps at n = 256, one repeated byte 2,200; data of
     two to four values, 70–85 % one of them, 14,000–16,000.  The search must get there
     from the generated inputs, which are all uniform."""
-    from wcetfit.count.run import run_counts
-    from wcetfit.pipeline import open_session
-    from wcetfit.search.candidates import Normaliser, Replay
+    from smalltarget import measured_for_search
     from wcetfit.search.engine import SearchOptions
     from wcetfit.search.workflow import run_search
-    from wcetfit.timing.run import run_times
 
-    s = open_session(str(matcher_target))
-    run_counts(s.target, s.store, s.model, ["matcher"])
-    run_times(s.target, s.store, s.roots)
-    norm = Normaliser(s.target, "matcher")
+    s, norm, arguments = measured_for_search(matcher_target, "matcher")
 
     def steps(seq) -> int:
-        buf, n = Replay({0: seq})(norm._generate, s.target, norm._ffi, "matcher", 0)
+        buf, n = arguments(seq)
         return _matcher_steps([buf[i] for i in range(n)], n)
 
     measured_best = max(steps(norm.record(i)) for i in range(200))

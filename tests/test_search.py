@@ -302,7 +302,7 @@ def _matcher_steps(b: list[int], n: int) -> int:
 def matcher_target(tmp_path_factory):
     # 200 inputs, not 60: uniform bytes rarely match, so few inputs run the match loop's
     # blocks much, and with 60 their costs came out from one session to the next anywhere
-    # from 3 to 260 ticks; the search then ranked candidates by those arbitrary costs and
+    # from 0 to 263 ticks; the search then ranked candidates by those arbitrary costs and
     # found 11,200 to 17,500 steps (a CI run fell below the 12,000 asserted).  With 200 it
     # found 14,200 to 16,400 in 20 runs, and the search before the few-values mutation
     # 9,300 to 9,600 in 5.

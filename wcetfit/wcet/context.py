@@ -35,7 +35,7 @@ same facts, so the smaller one is taken.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -379,10 +379,9 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
         got = _solve_in_span(inst, whole, cost, lb, ub, rows, span,
                              None if time_limit is None else min(time_limit, 20.0))
         if got is not None:
-            return replace(_result(inst, got, cost, float(got @ cost), bounds, root,
-                                   entry_cost, per_call_wcet,
-                                   "optimal (linear relaxation, in the observed span)"),
-                           cross_relations=kept)
+            return _result(inst, got, cost, float(got @ cost), bounds, root, entry_cost,
+                           per_call_wcet, "optimal (linear relaxation, in the observed span)",
+                           kept)
         log.info("%s: the per-call-site program in the observed span gave no answer: "
                  "solved without it", root)
     sol = solve(Problem(cost, lb, ub, rows), time_limit=time_limit)
@@ -397,8 +396,8 @@ def context_bound(functions: Mapping[str, FunctionModel], root: str,
             return None
         value = max(value, float(sol.dual_bound))
 
-    return replace(_result(inst, f, cost, value, bounds, root, entry_cost, per_call_wcet,
-                           sol.status), cross_relations=kept)
+    return _result(inst, f, cost, value, bounds, root, entry_cost, per_call_wcet, sol.status,
+                   kept)
 
 
 def _counts_of(me: _Instance, blocks: Iterable[tuple[int, float]]) -> dict[int, float]:
@@ -463,7 +462,8 @@ def _solve_in_span(inst: Sequence[_Instance], inst_of: Mapping[str, list[int]],
 
 def _result(inst: Sequence[_Instance], f: np.ndarray, cost: np.ndarray, value: float,
             bounds: Mapping[str, Mapping[int, Any]], root: str, entry_cost: float,
-            per_call_wcet: Mapping[str, float], status: str) -> ContextResult:
+            per_call_wcet: Mapping[str, float], status: str,
+            cross_relations: tuple[Any, ...] = ()) -> ContextResult:
     inlined: dict[tuple[str, int], float] = {}
     site_counts: dict[str, dict[int, int]] = {}
     sub_value = np.zeros(len(inst))          # each instance's ticks, its sub-instances in
@@ -482,7 +482,7 @@ def _result(inst: Sequence[_Instance], f: np.ndarray, cost: np.ndarray, value: f
                            float(entry_cost), per_call_wcet)
     return ContextResult(bound_ticks=float(entry_cost) + value, inlined_counts=inlined,
                          root=root_view, instances=len(inst), site_counts=site_counts,
-                         status=status)
+                         status=status, cross_relations=cross_relations)
 
 
 def _region(flow: Flow, irr: Sequence[int], lowest: int) -> set[int]:

@@ -104,6 +104,28 @@ def test_a_slow_period_of_the_machine_enters_as_its_own_factor():
     assert flat.machine_speed == 1.0
 
 
+def test_a_declared_machine_speed_slower_than_the_runs_is_what_the_bound_covers():
+    """[wcet] machine_speed: the machine may run slower than the timing run saw (a later
+    period, another session); the bound covers the declared speed where it is slower,
+    every factor made from calls as timed taken to it, and the run's own where it is not."""
+    from wcetfit.wcet.dispersion import call_dispersion
+
+    system, fit, ticks, pred = _slow_period_system()
+    run = call_dispersion(system, fit)
+    assert run.declared_speed is None and run.measured_speed == run.machine_speed
+    slower = call_dispersion(system, fit, machine_speed=2.0)
+    assert slower.machine_speed == 2.0 and slower.declared_speed == 2.0
+    assert slower.measured_speed == run.measured_speed            # still said beside it
+    scale = 2.0 / run.measured_speed
+    assert slower.joint == pytest.approx(run.joint * scale)
+    assert slower.misfit == run.misfit and slower.call == run.call
+    assert 1 + slower.excess == pytest.approx((1 + run.excess) * scale)
+    # below what the run measured: the measured speed stays, nothing changes
+    faster = call_dispersion(system, fit, machine_speed=1.2)
+    assert faster.machine_speed == run.machine_speed and faster.excess == run.excess
+    assert faster.declared_speed == 1.2
+
+
 def _disturbances_that_never_meet():
     """400 inputs, 10 calls each, in the timing run's order (repeat by repeat): inputs
     0–99 run 1.3× their prediction on every call (a data-dependent misfit), inputs

@@ -61,6 +61,14 @@ def test_wcet_misfit_scope(tmp_path):
     assert t.misfit == "all"
 
 
+def test_wcet_machine_speed(tmp_path):
+    """The slowest speed the bound covers, declared: none by default (the timing run's)."""
+    assert tg.load_target(make(tmp_path)).machine_speed is None
+    for given, taken in (("1.5", 1.5), ("2", 2.0), ("1", 1.0), ("10", 10.0)):
+        t = tg.load_target(make(tmp_path, GOOD + f"[wcet]\nmachine_speed = {given}\n"))
+        assert t.machine_speed == taken and isinstance(t.machine_speed, float)
+
+
 def test_recursion_depth_and_activations(tmp_path):
     t = tg.load_target(make(tmp_path, GOOD + "[recursion]\n\"f\" = 4\n"
                                              "\"g\" = { depth = 10, activations = 257 }\n"))
@@ -99,6 +107,12 @@ def test_wcet_observed_paths_off(tmp_path):
     (GOOD + "[wcet]\nexcedance = 1e-6\n", "unknown key 'excedance' \\(did you mean 'exceedance'"),
     (GOOD + "[wcet]\nobserved_paths = \"no\"\n", "'observed_paths': expected true or false"),
     (GOOD + "[wcet]\nmisfit = \"some\"\n", "\\[wcet\\] 'misfit' is \"near\" .* or \"all\""),
+    (GOOD + "[wcet]\nmachine_speed = 0.5\n", "\\[wcet\\] 'machine_speed' is the slowest .* 1 to 10, found 0.5"),
+    (GOOD + "[wcet]\nmachine_speed = 11\n", "\\[wcet\\] 'machine_speed' is .* found 11"),
+    (GOOD + "[wcet]\nmachine_speed = nan\n", "\\[wcet\\] 'machine_speed' is .* found nan"),
+    (GOOD + "[wcet]\nmachine_speed = inf\n", "\\[wcet\\] 'machine_speed' is .* found inf"),
+    (GOOD + "[wcet]\nmachine_speed = \"fast\"\n", "\\[wcet\\] 'machine_speed': expected a number"),
+    (GOOD + "[wcet]\nmachine_speed = true\n", "\\[wcet\\] 'machine_speed': expected a number"),
     (GOOD + "[fit]\nfollow_speed = 1\n", "\\[fit\\] 'follow_speed': expected true or false"),
     (GOOD + "[fit]\nfollow = true\n", "unknown key 'follow' \\(did you mean 'follow_speed'"),
 ])

@@ -392,11 +392,13 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
                          + tuple(result.warnings[len(first):]))
     p = session.target.exceedance
     d = call_dispersion(system, fit, exceedance=p, point=result.bound_ticks,
-                        misfit_scope=session.target.misfit)
+                        misfit_scope=session.target.misfit,
+                        machine_speed=session.target.machine_speed)
     return replace(result, dispersion=d.excess, dispersion_factors=d.to_dict(), exceedance=p,
                    dispersion_driver=dict(d.driver), slowest_call=dict(d.slowest_call),
                    misfit_scope=d.scope.to_dict() if d.scope else {},
-                   call_growth=d.call_growth)
+                   call_growth=d.call_growth, machine_speed_measured=d.measured_speed,
+                   machine_speed_declared=d.declared_speed)
 
 
 def analyze_stage(session: Session, root: str, counts: Any, times: Any,

@@ -81,6 +81,12 @@ class Target:
     # measured below it are left out, and said), or from every input ("all"); see
     # wcetfit.wcet.dispersion.MisfitScope
     misfit: str = "near"
+    # [wcet] machine_speed: the slowest the machine may run the function, as a factor over
+    # the timing run's fast end, that the bound must cover (≥ 1; None: the slowest period
+    # the timing run saw).  On a shared machine a later period can be slower than any the
+    # timing run met (this project's VM: up to ×2 for seconds); the bound takes the larger
+    # of this and the measured one (wcetfit.wcet.dispersion.call_dispersion)
+    machine_speed: float | None = None
     # [fit] follow_speed: divide the machine's speed over the timing run out of the calls
     # before fitting (wcetfit.timing.speed); off, the fit takes the calls as measured
     follow_speed: bool = True
@@ -117,9 +123,13 @@ _TOP_KEYS: dict[str, tuple[type, ...]] = {
 }
 _REQUIRED = ("binary", "functions", "prototype", "inputs")
 _WCET_KEYS: dict[str, tuple[type, ...]] = {"exceedance": (float, int), "observed_paths": (bool,),
-                                           "unreached": (str,), "misfit": (str,)}
+                                           "unreached": (str,), "misfit": (str,),
+                                           "machine_speed": (float, int)}
 UNREACHED_POLICIES = ("observed", "require")
 MISFIT_SCOPES = ("near", "all")
+# [wcet] machine_speed above this is no slowdown of a running machine but a different one
+# (time on the machine the bound is for)
+MAX_MACHINE_SPEED = 10.0
 _FIT_KEYS: dict[str, tuple[type, ...]] = {"follow_speed": (bool,), "costs": (str,)}
 FIT_COSTS = ("physical", "linear")
 _SEARCH_KEYS: dict[str, tuple[type, ...]] = {"budget": (int,), "timed": (int,),
@@ -321,6 +331,11 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
         raise TargetError(f"{path}: [wcet] 'misfit' is \"near\" (the model's error at the "
                           f"worst path from the inputs near it) or \"all\" (from every "
                           f"input), found {misfit!r}")
+    machine_speed = wcet.get("machine_speed")
+    if machine_speed is not None and not (1.0 <= float(machine_speed) <= MAX_MACHINE_SPEED):
+        raise TargetError(f"{path}: [wcet] 'machine_speed' is the slowest the machine may "
+                          f"run the function, as a factor over its fastest, 1 to "
+                          f"{MAX_MACHINE_SPEED:g}, found {machine_speed!r}")
     fit = raw.get("fit", {})
     for key, value in fit.items():
         if key not in _FIT_KEYS:
@@ -361,7 +376,9 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
                   follow_speed=bool(fit.get("follow_speed", True)),
                   fit_costs=str(fit.get("costs", "physical")),
                   observed_paths=bool(wcet.get("observed_paths", True)),
-                  unreached=unreached, misfit=misfit, search_budget=int(search.get("budget", 300)),
+                  unreached=unreached, misfit=misfit,
+                  machine_speed=None if machine_speed is None else float(machine_speed),
+                  search_budget=int(search.get("budget", 300)),
                   search_timed=int(search.get("timed", 10)),
                   search_timed_budget=int(search.get("timed_budget", 60)), flow=dict(flow),
                   activations=activations)

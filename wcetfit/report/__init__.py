@@ -169,6 +169,10 @@ class WcetSummary:
     # how a call's excess grows with the input's length (wcetfit.wcet.dispersion.call_growth;
     # root only, None elsewhere)
     call_growth: float | None = None
+    # the machine's slowest speed the bound covers: as the timing run measured it and as
+    # [wcet] machine_speed declared it (None: not declared; root only)
+    machine_speed_measured: float | None = None
+    machine_speed_declared: float | None = None
     # measured inputs that break the constraints the bound keeps to (a [loops] or [flow]
     # fact they contradict; wcetfit.wcet.result.BrokenInputs): the bound is only for the
     # calls that keep them (root only)
@@ -709,6 +713,10 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         if (ires and is_root) else {},
         misfit_scope=dict(getattr(wres, "misfit_scope", {}) or {}) if (ires and is_root) else {},
         call_growth=getattr(wres, "call_growth", None) if (ires and is_root) else None,
+        machine_speed_measured=getattr(wres, "machine_speed_measured", None)
+        if (ires and is_root) else None,
+        machine_speed_declared=getattr(wres, "machine_speed_declared", None)
+        if (ires and is_root) else None,
         broken_inputs=ires.broken_inputs if (ires and is_root) else None,
         envelopes=tuple(wres.envelopes) if (ires and is_root) else (),
         relations=tuple(getattr(wres, "relations", ())) if (ires and is_root) else (),

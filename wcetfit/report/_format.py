@@ -110,12 +110,17 @@ def dispersion_source(w) -> str:  # type: ignore[no-untyped-def]
                  if ticks is not None and number is not None else "")
         return f"to stay above the slowest call that was the function's own time{which}"
     named = [f"misfit ×{misfit:.2f}", f"single calls ×{call:.2f}"]
+    declared = getattr(w, "machine_speed_declared", None)
+    # the user's [wcet] machine_speed, where it is above what the timing run measured
+    given = (" (declared)" if declared is not None and speed == declared
+             and declared > (getattr(w, "machine_speed_measured", None) or 1.0) else "")
     if speed != 1.0:
-        named.append(f"machine speed ×{speed:.2f}")
+        named.append(f"machine speed ×{speed:.2f}{given}")
     if setter == "joint":
         return f"for single calls as timed (below {' · '.join(named)})"
     if setter == "calls":
-        return (f"for single calls (×{call:.2f}) at the machine's slowest speed (×{speed:.2f}); "
+        return (f"for single calls (×{call:.2f}) at the machine's slowest speed "
+                f"(×{speed:.2f}{', declared' if given else ''}); "
                 f"calls as timed, misfit included, showed less")
     return f"for {' · '.join(named)}"
 

@@ -25,6 +25,7 @@ Layout::
                  dispersion, dispersion_ticks, dispersion_ns, exceedance_per_call,
                  dispersion_factors: {misfit, call, machine_speed[, joint][, cover]},
                  call_growth,
+                 machine_speed: {measured, declared} | null,
                  misfit_scope: {near_inputs, near_share, near_misfit, far_inputs,
                                 far_misfit, far_input, far_ticks, far_predicted_ticks} | null,
                  broken_inputs: {broken, checked, total} | null,
@@ -66,6 +67,10 @@ the larger, it is what set the factor.
 the exponent ``call`` was taken to the worst path with (0: events of a fixed size in ticks,
 1: a share of the call; measured, two standard errors above the estimate;
 wcetfit.wcet.dispersion.call_growth); null when the calls could not tell (taken as 1).
+``machine_speed``: the slowest speed of the machine the bound covers, as a factor over the
+timing run's fast end: ``measured`` (the timing run's slowest period; 1 when its speed was
+not followed) and ``declared`` (``[wcet] machine_speed``; null when not set);
+``dispersion_factors.machine_speed`` is the larger.
 ``misfit_scope`` (``[wcet] misfit = "near"``, the default, and only when it changed the
 factor): ``misfit`` is the worst of the ``near_inputs`` inputs predicted at least
 ``near_share`` of the worst path (and of any measured above it); ``far_inputs`` others,
@@ -204,6 +209,9 @@ def _function(fr: FunctionReport, hz: float | None,
         "exceedance_per_call": _f(w.exceedance),
         "dispersion_factors": {k: _f(v) for k, v in w.dispersion_factors.items()},
         "call_growth": _f(w.call_growth),
+        "machine_speed": ({"measured": _f(w.machine_speed_measured),
+                           "declared": _f(w.machine_speed_declared)}
+                          if w.machine_speed_measured is not None else None),
         "misfit_scope": ({k: (int(v) if k in ("near_inputs", "far_inputs", "far_input")
                               else _f(v)) for k, v in w.misfit_scope.items()}
                          if w.misfit_scope else None),

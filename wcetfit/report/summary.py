@@ -479,7 +479,42 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
     if w.path_residual is not None and w.path_residual > 1e-6:
         out.append("the fit's particular solution where the inputs never ran the worst path's "
                    "combination of counts")
+    speed = _speed_assumed(fr, short=short)
+    if speed:
+        out.append(speed)
     return out
+
+
+def _speed_assumed(fr: FunctionReport, *, short: bool = False) -> str | None:
+    """The machine's slowest speed the bound covers, and where it comes from: the timing
+    run's slowest period is what the machine did then, not what it can do (on this
+    project's VM a later period ran fir ×1.37 where its timing run's slowest was ×1.03),
+    so the bound rests on it unless the user declared a slower one."""
+    w = fr.wcet
+    measured = getattr(w, "machine_speed_measured", None)
+    declared = getattr(w, "machine_speed_declared", None)
+    if measured is None or w.ipet_ticks is None:
+        return None
+    extra = fr.fit_extra.get("machine_speed")
+    followed = isinstance(extra, dict) and bool(extra.get("followed"))
+    if declared is not None and declared > measured:
+        return (f"machine ≤ ×{declared:.2f} its fastest (declared)" if short else
+                f"the machine no slower than ×{declared:.2f} its speed at the timing run's "
+                f"fast end (from [wcet] machine_speed; the timing run's slowest period: "
+                f"×{measured:.2f})")
+    if not followed:
+        return ("machine as fast as when timed (speed not followed)" if short else
+                "the machine no slower than during the timing run (its speed over the run "
+                "was not followed, so no slow period is in the bound; [wcet] machine_speed "
+                "sets the slowest to cover)")
+    if short:
+        return f"machine ≤ ×{measured:.2f} its fastest (timing run)"
+    return (f"the machine no slower than the timing run's slowest period, ×{measured:.2f} its "
+            f"fast end (measured"
+            + (f"; [wcet] machine_speed ×{declared:.2f} is below it" if declared is not None
+               else ": a shared machine can run slower later; [wcet] machine_speed sets the "
+                    "slowest to cover")
+            + ")")
 
 
 # Beyond these the held-out figures describe too small a part of the data for "good": the

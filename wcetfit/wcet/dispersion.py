@@ -43,6 +43,10 @@ class Dispersion:
     # fixed size in ticks, 1 = a share of the call; None: the calls could not tell, and
     # the excess was taken as a share of the call
     call_growth: float | None = None
+    # the slowest sustained speed the timing run saw (``machine_speed`` is the larger of it
+    # and the user's [wcet] machine_speed, ``declared_speed``; None: not declared)
+    measured_speed: float = 1.0
+    declared_speed: float | None = None
 
     @property
     def excess(self) -> float:
@@ -124,13 +128,15 @@ def factor_setter(factors: Mapping[str, float]) -> str:
 
 def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
                     min_quanta: float = 40.0, exceedance: float | None = None,
-                    point: float | None = None, misfit_scope: str = "near") -> Dispersion:
+                    point: float | None = None, misfit_scope: str = "near",
+                    machine_speed: float | None = None) -> Dispersion:
     """Relative excess of one undisturbed timed call over its predicted time, in three
     factors (:class:`Dispersion`): the worst misfit of an input's mean seen; the
     call-to-call excess over an input's mean that single calls pass with probability at
     most ``exceedance`` (default :data:`EXCEEDANCE_PER_CALL`; :func:`gumbel_quantile`,
     and at least the largest seen); and the slowest sustained speed of the machine seen
-    in the timing run (wcetfit.timing.speed; 1 when the speed was not followed).
+    in the timing run (wcetfit.timing.speed; 1 when the speed was not followed), or
+    ``machine_speed`` (the user's ``[wcet] machine_speed``) where that is slower.
 
     The fit predicts the mean time of a call with given counts at the run's fast end; a
     single call of the same input runs longer or shorter (branch predictor and cache
@@ -165,7 +171,12 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     from wcetfit.fit.robust import summarize_repeats
 
     speed = getattr(system, "speed", None)
-    machine = float(speed.max_factor) if speed is not None and speed.followed else 1.0
+    measured = float(speed.max_factor) if speed is not None and speed.followed else 1.0
+    machine = max(measured, machine_speed or 1.0)
+    # what the calls showed at the speeds the run met, taken to the declared slowest: the
+    # joint factor (calls as timed) grows with the speed the same way
+    slower = machine / measured
+    speeds = dict(measured_speed=measured, declared_speed=machine_speed)
     ticks = getattr(system, "ticks_at_reference", system.ticks)
     summary = summarize_repeats(ticks, quantum=fit.quantum_ticks)
     slowest_call = _slowest_own_call(system, summary, ticks)
@@ -183,7 +194,8 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
         # two TSC steps of nothing (their relative excess is pure quantization)
         rows = np.isfinite(predicted) & (predicted >= 2 * (fit.quantum_ticks or 1))
     if not rows.any():
-        return Dispersion(machine_speed=machine, cover=cover, slowest_call=slowest_call)
+        return Dispersion(machine_speed=machine, cover=cover, slowest_call=slowest_call,
+                          **speeds)
     # Two different things make a call exceed its prediction, and they extrapolate
     # differently: the model's misfit for an input (its mean over the prediction:
     # data-dependent costs; a property of the input, bounded by the worst seen, like an
@@ -214,15 +226,16 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     noise = noise[np.isfinite(noise)]
     misfit = misfit[np.isfinite(misfit)]
     if noise.size == 0 or misfit.size == 0:
-        return Dispersion(machine_speed=machine, cover=cover, slowest_call=slowest_call)
+        return Dispersion(machine_speed=machine, cover=cover, slowest_call=slowest_call,
+                          **speeds)
     p = EXCEEDANCE_PER_CALL if exceedance is None else exceedance
     per_call = max(float(noise.max()), gumbel_quantile(noise, exceedance=p))
     from wcetfit.wcet.margin import joint_excess
     joint = joint_excess(system.ticks[rows], keep, predicted[rows],
-                         exceedance=p, quantile=gumbel_quantile, per=per)
+                         exceedance=p, quantile=gumbel_quantile, per=per) * slower
     d = Dispersion(misfit=max(1.0, float(misfit.max())), call=max(1.0, per_call),
                    machine_speed=machine, joint=joint, cover=cover, driver=driver,
-                   slowest_call=slowest_call, scope=scope, call_growth=growth)
+                   slowest_call=slowest_call, scope=scope, call_growth=growth, **speeds)
     if scope is not None and excess_of(dict(d.to_dict(), misfit=scope.far_misfit)) \
             <= d.excess * (1 + 1e-9):
         # the bound is the same with every input's misfit (the joint factor or the cover

@@ -248,6 +248,11 @@ class WcetResult:
     # taken to the worst path with (wcetfit.wcet.dispersion.call_growth: 0 = a fixed size
     # in ticks, 1 = a share of the call; None: the calls could not tell, taken as a share)
     call_growth: float | None = None
+    # the machine's slowest speed the bound covers, as measured in the timing run (over its
+    # fast end) and as the user declared it ([wcet] machine_speed; None: not declared):
+    # dispersion_factors["machine_speed"] is the larger
+    machine_speed_measured: float | None = None
+    machine_speed_declared: float | None = None
     # function → blocks no input executed, left out of the worst path ([wcet] unreached =
     # "observed", the default; empty under "require"): the bound is for executions that
     # keep to the code the inputs ran

@@ -19,7 +19,7 @@ from wcetfit.errors import WcetfitError
 # Order of the subcommands in --help: the pipeline's ("init" and others not built yet are
 # skipped).
 COMMANDS = ["init", "analyze", "cfg", "count", "calibrate", "time", "fit", "search", "reach",
-            "report", "split"]
+            "report", "check", "split"]
 
 EXIT_USAGE = 2  # bad input of any kind: usage, target file, binary, store
 

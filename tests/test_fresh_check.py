@@ -1,0 +1,150 @@
+"""`wcetfit check`: fresh calls against the bound, and why a call is above it.
+
+Synthetic calls of known means (the truth: which calls were slowed by the machine, which
+inputs the model misses, which calls were interrupted) for wcetfit.wcet.fresh; the command
+end to end on zlib's ``crc32`` (skipped, saying so, where the system's zlib is absent)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wcetfit.wcet.fresh import check_fresh, speed_to_declare
+
+TSC_HZ = 2.596e9
+
+
+def _calls(seed: int = 3, n: int = 300, r: int = 10):
+    """Calls of inputs whose means are 20k–40k ticks, a little noise, on a TSC of step 26."""
+    rng = np.random.default_rng(seed)
+    means = rng.uniform(20_000, 40_000, n)
+    noise = 1 + np.abs(rng.normal(0, 0.004, (n, r)))
+    return means, means[:, None] * noise
+
+
+def _q(t):
+    return np.round(t / 26) * 26
+
+
+def test_a_slower_period_of_the_machine_is_told_from_a_model_miss():
+    """Two and a half passes of the run 1.4× slower (as this VM does for seconds): calls
+    above a bound made for ×1.02 are all below it at ×1.02, and the speed to declare
+    covers the period."""
+    means, t = _calls()
+    speed = np.ones_like(t)
+    speed[150:, 3] = speed[:, 4] = speed[:80, 5] = 1.4
+    ticks = _q(t * speed)
+    bound = 1.05 * means.max()
+    c = check_fresh("f", 9, np.arange(len(means)), ticks, bound_ticks=bound, bound_speed=1.02,
+                    tsc_hz=TSC_HZ)
+    assert c.calls == ticks.size and c.interrupted == 0 and c.repeats == 10
+    assert abs(c.fresh_speed - 1.4) < 0.03
+    truly_above = int((ticks > bound).sum())
+    assert c.above == truly_above > 0 and not c.covered
+    assert c.above_at_bound_speed == 0 and c.slower_machine
+    declare = speed_to_declare(c)
+    assert declare >= 1.4 and declare * 20 == pytest.approx(round(declare * 20))
+    # the declared speed's bound (the bound scales by declared ÷ covered) covers every call
+    assert bound * declare / 1.02 >= ticks.max()
+    from wcetfit.cli.check import describe
+    text = describe(c, TSC_HZ)
+    assert f"NOT COVERED: {truly_above} of {ticks.size:,}" in text
+    assert "the machine ran slower than the bound was made for, the model held" in text
+    assert f"declare [wcet] machine_speed = {declare:g} in wcetfit.toml" in text
+
+
+def test_an_input_the_model_misses_is_above_at_the_bounds_own_speed():
+    means, t = _calls(seed=4)
+    t[7] = 1.3 * means.max()            # an input far above the model's worst path
+    ticks = _q(t)
+    bound = 1.05 * means.max()
+    c = check_fresh("f", 9, np.arange(len(means)) + 1000, ticks, bound_ticks=bound,
+                    bound_speed=1.0, tsc_hz=TSC_HZ)
+    assert c.above == c.above_at_bound_speed == 10 and not c.slower_machine
+    assert c.slowest.input == 1007 and speed_to_declare(c) is None
+    from wcetfit.cli.check import describe
+    text = describe(c, TSC_HZ)
+    assert "10 of them are above it at the bound's own speed: the model misses" in text
+    assert "machine_speed" not in text and "fresh input 1007 (seed 9)" in text
+
+
+def test_interrupted_calls_are_left_out_as_the_bound_leaves_them_a_cheap_excess_is_not():
+    """A call 40 µs above its input's median is an interrupt (the bound's rule): counted,
+    not compared.  A call above the bound by less than an interrupt costs above its input's
+    median is the function's own time: it is a call the bound must cover."""
+    means, t = _calls(seed=5)
+    ticks = _q(t)
+    bound = 1.02 * ticks.max()
+    ticks[11, 2] += _q(40e-6 * TSC_HZ)                  # an interrupt: 40 µs
+    ticks[12, :] = _q(bound - 300)                      # an input just below the bound ...
+    ticks[12, 3] = _q(bound + 260)                      # ... one call 216 ns above the rest
+    c = check_fresh("f", 9, np.arange(len(means)), ticks, bound_ticks=bound,
+                    bound_speed=1.0, tsc_hz=TSC_HZ)
+    assert c.interrupted == 1 and c.above == 1 and c.above_at_bound_speed == 1
+    assert c.slowest.input == 12 and c.slowest.ticks == ticks[12, 3]
+
+
+def test_nothing_timed_is_not_covered():
+    c = check_fresh("f", 1, np.arange(3), np.full((3, 4), np.nan), bound_ticks=100.0,
+                    bound_speed=1.0, tsc_hz=TSC_HZ, failed_inputs=(0, 1, 2))
+    assert c.calls == 0 and c.slowest is None and c.failed_inputs == (0, 1, 2)
+
+
+LIBZ = Path("/lib/x86_64-linux-gnu/libz.so.1")
+
+
+def _wcetfit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "wcetfit", *args], capture_output=True,
+                          text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LIBZ.exists(), reason="the system's libz.so.1 is absent: the check "
+                    "is tested on synthetic calls only (this file's other tests)")
+def test_check_times_fresh_crc32_inputs_that_do_not_join_the_fit(tmp_path):
+    from smalltarget import write_target
+    from wcetfit.cli import main
+
+    d = write_target(tmp_path / "crc", str(LIBZ), "crc32",
+                     "unsigned long crc32(unsigned long crc, const unsigned char *buf, "
+                     "unsigned int len);",
+                     "    n = int(ctx.rng.integers(0, 4000))\n"
+                     "    data = ctx.rng.integers(0, 256, max(n, 1)).astype('uint8')\n"
+                     "    return (0, ctx.ffi.from_buffer('unsigned char[]', data), n)",
+                     inputs=60, repeats=5)
+    # nothing measured yet: one line, exit 2
+    res = _wcetfit("check", str(d), "--inputs", "5")
+    assert res.returncode == 2 and res.stderr.startswith("error: ") \
+        and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert main(["analyze", str(d), "--no-wait", "--json", str(tmp_path / "a.json")]) == 0
+    bound = json.loads((tmp_path / "a.json").read_text())["functions"][0]["wcet"]["ipet_ticks"]
+
+    res = _wcetfit("check", str(d), "--inputs", "40", "--seed", "77", "--json",
+                   str(tmp_path / "c.json"))
+    assert res.returncode in (0, 1), res.stderr
+    out = json.loads((tmp_path / "c.json").read_text())
+    assert out["schema"] == "wcetfit.check/1" and out["seed"] == 77
+    (c,) = out["checks"]
+    assert c["function"] == "crc32" and c["bound_ticks"] == pytest.approx(bound)
+    assert c["inputs"] + len(c["failed_inputs"]) == 40 and c["repeats"] == 5
+    # the exit status and the text say what the JSON says
+    assert (res.returncode == 0) == c["covered"]
+    assert (c["slowest"]["ticks"] <= bound) == c["covered"]
+    first = res.stdout.splitlines()[:2]
+    assert first[0].startswith("crc32: 40 fresh inputs (seed 77) × 5 calls timed now, "
+                               "against the bound "), res.stdout
+    assert ("covered: every one of" if c["covered"] else "NOT COVERED:") in first[1]
+
+    # the fresh inputs stayed out of the fit: the bound is the same, on the same 60 inputs
+    assert main(["report", str(d), "--json", str(tmp_path / "r.json")]) == 0
+    r = json.loads((tmp_path / "r.json").read_text())["functions"][0]
+    assert r["wcet"]["ipet_ticks"] == pytest.approx(bound)
+    # the same seed again reuses its stored times, and says they are not of this session
+    res = _wcetfit("check", str(d), "--inputs", "40", "--seed", "77")
+    assert "stored by an earlier check" in res.stdout.splitlines()[0], res.stdout
+    assert _wcetfit("check", str(d), "--inputs", "0").returncode == 2

@@ -1,0 +1,182 @@
+"""`wcetfit check`: the bound against fresh inputs, timed now (wcetfit.wcet.fresh)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+# exit status when a call of the function's own time was above the bound (2 stays bad
+# input, as everywhere)
+EXIT_NOT_COVERED = 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "check", help="time fresh inputs and compare every call with the bound",
+        description="Time inputs the bound was not made from (another seed, timing only: "
+                    "they do not join the fit) and compare every call with the WCET bound "
+                    "of the stored measurements.  Calls the bound's own rule takes for "
+                    "interrupts are counted and left out.  A call above the bound is told "
+                    "apart by cause: the machine slower than the speed the bound covers "
+                    "(every call below it at that speed), or an input the model misses.  "
+                    "Exit status 0: every call covered; 1: some call above the bound; 2: "
+                    "bad input.")
+    p.add_argument("target", metavar="TARGET_DIR", help="folder holding wcetfit.toml")
+    p.add_argument("--inputs", type=int, metavar="N",
+                   help="fresh inputs to time (default: [measure] inputs)")
+    p.add_argument("--seed", type=int, metavar="S",
+                   help="their seed (default: a new one each run, printed); a seed already "
+                        "checked reuses its stored times, which are then not of this session")
+    p.add_argument("--repeats", type=int, metavar="R",
+                   help="timed calls per input (default: [measure] repeats)")
+    p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' = stdout)")
+    from wcetfit.locks import add_wait_option
+    add_wait_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from wcetfit.cli.common import check_output_path, write_json
+    from wcetfit.errors import TargetError
+    from wcetfit.locks import lock_target_store
+
+    check_output_path(args.json)
+    for name in ("inputs", "repeats"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise TargetError(f"--{name} must be at least 1, found {value}")
+    if args.seed is not None and args.seed < 0:
+        raise TargetError(f"--seed must be >= 0, found {args.seed}")
+    _lock = lock_target_store(args.target, wait=not args.no_wait)  # held to the end
+    bounds, session = _bounds(args.target)
+    seed = args.seed if args.seed is not None else _new_seed(session.target.measure.seed)
+    checks, earlier, failures = _time_and_check(args, session, seed, bounds)
+    out = sys.stdout if args.json != "-" else sys.stderr
+    for root, check in checks.items():
+        out.write(describe(check, bounds[root][2], earlier=root in earlier,
+                           failures=failures[root]))
+    write_json(args.json, {"schema": "wcetfit.check/1", "seed": seed,
+                           "checks": [c.to_dict() for c in checks.values()]})
+    return 0 if all(c.covered and c.calls for c in checks.values()) else EXIT_NOT_COVERED
+
+
+def _new_seed(training: int) -> int:
+    """A seed for inputs nobody timed: random, never the training seed."""
+    import secrets
+
+    seed = training
+    while seed == training:
+        seed = secrets.randbelow(2**31)
+    return seed
+
+
+def _bounds(target: str) -> tuple[dict[str, tuple[float, float, float | None]], Any]:
+    """Per measured function: (bound ticks, the machine speed it covers, TSC rate), from
+    the analysis of the stored measurements (the report's, cached as ``report`` keeps it)."""
+    from wcetfit.analysis_cache import cached_report
+    from wcetfit.cli.report import report_cache_extra
+    from wcetfit.errors import WcetfitError
+    from wcetfit.pipeline import analyze_stage, open_session, stored_measurements, \
+        with_stored_repeats
+
+    s = with_stored_repeats(open_session(target))
+    bounds = {}
+    for root in s.target.functions:
+        counts, times = stored_measurements(s, root)
+        report, _ = cached_report(s, root, lambda: analyze_stage(s, root, counts, times),
+                                  extra=report_cache_extra(None))
+        w = report.functions[0].wcet
+        if w.ipet_ticks is None:
+            raise WcetfitError(f"{root}: no WCET bound to check ({w.error or 'no result'}): "
+                               f"`wcetfit report {target}` says why")
+        speed = float((w.dispersion_factors or {}).get("machine_speed", 1.0))
+        bounds[root] = (float(w.ipet_ticks), speed, report.tsc_hz)
+    return bounds, s
+
+
+def _time_and_check(args: argparse.Namespace, session: Any, seed: int,
+                    bounds: dict[str, tuple[float, float, float | None]]) -> tuple[dict, set, dict]:
+    """Time the fresh inputs (stored under their seed) and check each function's calls;
+    also the functions whose fresh times were already stored (timed in an earlier run),
+    and each function's failed fresh inputs, described."""
+    from wcetfit.cli.progress import progress_bars
+    from wcetfit.measurements import load_times
+    from wcetfit.pipeline import open_session
+    from wcetfit.timing.run import resolve_method, run_times
+    from wcetfit.timing.speed import call_positions
+    from wcetfit.wcet.fresh import check_fresh
+
+    fs = open_session(args.target, seed=seed, inputs=args.inputs, repeats=args.repeats)
+    method, _ = resolve_method(fs.target)
+    m = fs.target.measure
+    earlier = {root for root in bounds
+               if load_times(fs.store, root, seed, method, m.repeats, warmup=m.warmup)
+               is not None}
+    with progress_bars() as update:
+        times = run_times(fs.target, fs.store, fs.roots, wait=not args.no_wait,
+                          progress=lambda d, t: update("time", d, t))
+    checks, failures = {}, {}
+    for root, (bound, speed, hz) in bounds.items():
+        ts = times[root]
+        positions = call_positions(ts.indices, ts.ticks.shape[1], ts.environment)
+        checks[root] = check_fresh(root, seed, ts.indices, ts.ticks, bound_ticks=bound,
+                                   bound_speed=speed, tsc_hz=hz or ts.tsc_hz,
+                                   failed_inputs=tuple(f.index for f in ts.failures),
+                                   positions=positions)
+        failures[root] = tuple(f.describe() for f in ts.failures)
+    return checks, earlier, failures
+
+
+def describe(check: Any, hz: float | None, *, earlier: bool = False,
+             failures: tuple[str, ...] = ()) -> str:
+    """The check in a few lines: what was timed, covered or not and why, the slowest call,
+    the machine's speed against the bound's, what to do, and the fresh inputs that
+    failed (``failures``: their descriptions)."""
+    from wcetfit.report._format import both
+    from wcetfit.wcet.fresh import speed_to_declare
+
+    c = check
+    when = "stored by an earlier check" if earlier else "timed now"
+    lines = [f"{c.function}: {c.inputs:,} fresh inputs (seed {c.seed}) × {c.repeats} calls "
+             f"{when}, against the bound {both(c.bound_ticks, hz)}"]
+    if earlier:
+        lines.append("  those times are of that session's machine, not this one's (a new "
+                     "--seed times new inputs)")
+    own = c.calls - c.interrupted
+    left = (f"; {c.interrupted:,} taken for interrupts (at least 500 ns above their input's "
+            f"median, as the bound takes them) left out" if c.interrupted else "")
+    if not c.calls:
+        lines.append("  nothing compared: no call was timed")
+    elif c.covered:
+        lines.append(f"  covered: every one of the {own:,} calls of the function's own time "
+                     f"is below the bound{left}")
+    else:
+        lines.append(f"  NOT COVERED: {c.above:,} of {own:,} calls of the function's own time "
+                     f"above the bound{left}")
+    if c.slowest is not None:
+        lines.append(f"  slowest call: {both(c.slowest.ticks, hz)}, fresh input "
+                     f"{c.slowest.input}; bound / slowest = {c.bound_ticks / c.slowest.ticks:.2f}")
+    if c.fresh_speed is not None:
+        lines.append(f"  machine speed: this run's slowest period ×{c.fresh_speed:.2f} its fast "
+                     f"end; the bound covers ×{c.bound_speed:.2f}")
+    if c.slower_machine:
+        lines.append(f"  every call above the bound is below it slowed to ×{c.bound_speed:.2f} "
+                     f"(the slowest call then {both(c.slowest.at_bound_speed, hz)}): the "
+                     f"machine ran slower than the bound was made for, the model held")
+        declare = speed_to_declare(c)
+        if declare is not None:
+            lines.append(f"  → to cover such periods, declare [wcet] machine_speed = "
+                         f"{declare:g} in wcetfit.toml (the bound grows with it)")
+    elif c.above:
+        lines.append(f"  {c.above_at_bound_speed:,} of them are above it at the bound's own "
+                     f"speed: the model misses those inputs (costs that depend on the data, "
+                     f"or a path the training inputs did not try)")
+        lines.append(f"  → the bound does not hold for them: time more inputs like fresh input "
+                     f"{c.slowest.input if c.slowest else '?'} (seed {c.seed}) in the training "
+                     f"set ([measure] inputs, [search] budget) and analyze again")
+    for text in failures[:5]:
+        lines.append(f"  failed, not timed: {text}")
+    if len(failures) > 5:
+        lines.append(f"  … {len(failures) - 5} more fresh inputs failed")
+    return "\n".join(lines) + "\n"

@@ -211,7 +211,7 @@ def call_dispersion(system: Any, fit: Any, long_share: float = 0.25,
     if misfit_scope == "near":
         misfit, scope = _near_misfit(misfit, predicted[rows], means, reference,
                                      _numbers(system, np.flatnonzero(rows)))
-    keep = _not_interrupted(summary, ticks, getattr(system, "tsc_hz", None))[rows]
+    keep = not_interrupted(summary, ticks, getattr(system, "tsc_hz", None))[rows]
     calls = np.where(keep, ticks[rows], np.nan)
     # a call's excess over its input's mean, taken to the worst path as it grows with the
     # input's length there (call_growth), and never more than twice its ticks relative to
@@ -327,7 +327,7 @@ def _slowest_own_call(system: Any, summary: Any, ticks: Any) -> dict[str, float]
     raw = np.asarray(system.ticks, dtype=float)
     if raw.ndim == 1:
         raw = raw[:, None]
-    own = _not_interrupted(summary, ticks, getattr(system, "tsc_hz", None))
+    own = not_interrupted(summary, ticks, getattr(system, "tsc_hz", None))
     own = np.asarray(own, dtype=bool) & np.isfinite(raw)
     if not own.any():
         return {}
@@ -352,7 +352,7 @@ def _slowest_own_call(system: Any, summary: Any, ticks: Any) -> dict[str, float]
 MIN_INTERRUPT_NS = 500.0
 
 
-def _not_interrupted(summary: Any, ticks: Any, tsc_hz: float | None) -> Any:
+def not_interrupted(summary: Any, ticks: Any, tsc_hz: float | None) -> Any:
     """The calls that are the function's own time: those the repeat statistic keeps, and
     those it flags whose excess over the input's median is below :data:`MIN_INTERRUPT_NS`
     (all it flags when the TSC rate is unknown)."""

@@ -84,7 +84,7 @@ def check_fresh(function: str, seed: int, indices: Any, ticks: Any, *, bound_tic
     ``positions``: the calls' order in the run (wcetfit.timing.speed.call_positions)."""
     from wcetfit.fit.robust import detect_quantum, summarize_repeats
     from wcetfit.timing.speed import speed_profile
-    from wcetfit.wcet.dispersion import _not_interrupted
+    from wcetfit.wcet.dispersion import not_interrupted
 
     t = np.asarray(ticks, dtype=float)
     if t.ndim == 1:
@@ -107,7 +107,7 @@ def check_fresh(function: str, seed: int, indices: Any, ticks: Any, *, bound_tic
     else:
         at_reference, fresh_speed, capped = t, None, t
     summary = summarize_repeats(at_reference, quantum=quantum)
-    own = np.asarray(_not_interrupted(summary, at_reference, tsc_hz), dtype=bool) & timed
+    own = np.asarray(not_interrupted(summary, at_reference, tsc_hz), dtype=bool) & timed
     above = own & (t > bound_ticks)
     slowest = None
     if own.any():

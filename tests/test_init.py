@@ -440,6 +440,12 @@ def test_target_written_loads_and_its_loops_are_valid_keys(built, tmp_path):
     # uncommented, every entry names a loop header
     facts = parse_loop_facts({json.loads(k): 10 for k in keys}, model.functions)
     assert {a for _, a in facts} == {lp.header for lp in t.loops}
+    # the machine's speed the bound covers is offered, commented: uncommented, it loads
+    assert "\n[wcet]\n# machine_speed = 1.5\n" in text and target.machine_speed is None
+    (tmp_path / "fir" / "wcetfit.toml").write_text(
+        text.replace("# machine_speed = 1.5", "machine_speed = 1.5"))
+    assert load_target(str(tmp_path / "fir")).machine_speed == 1.5
+    (tmp_path / "fir" / "wcetfit.toml").write_text(text)
     # named by an absolute path, the binary stays absolute: the folder can move
     assert f'binary = "{d / "libdebug.so"}"' in text
     # named relative to where init ran, it is written relative to the folder

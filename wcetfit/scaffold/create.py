@@ -244,6 +244,13 @@ def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: D
     if recursive:
         lines += ["", "[recursion]          # most nested activations of a recursive function"]
         lines += [f"# {_toml_string(r)} = N" for r in recursive]
+    lines += ["",
+              "# The bound covers the machine as fast as the timing run's slowest period. On",
+              "# a shared machine later periods can be slower: `wcetfit check` times fresh",
+              "# inputs against the bound and says which speed to declare here (the slowest",
+              "# the machine may run the function, over its fastest).",
+              "[wcet]",
+              "# machine_speed = 1.5"]
     if header is not None:
         lines += ["", f"# header: {os.path.abspath(header)}"]
     return "\n".join(lines) + "\n"

@@ -87,6 +87,12 @@ def test_interrupted_calls_are_left_out_as_the_bound_leaves_them_a_cheap_excess_
                     bound_speed=1.0, tsc_hz=TSC_HZ)
     assert c.interrupted == 1 and c.above == 1 and c.above_at_bound_speed == 1
     assert c.slowest.input == 12 and c.slowest.ticks == ticks[12, 3]
+    # the interrupted call above the bound is said, with its input
+    assert c.interrupted_above == 1 and c.slowest_interrupted.input == 11
+    from wcetfit.cli.check import describe
+    assert "1 taken for interrupts (at least 500 ns above their input's median, as the " \
+           "bound takes them) left out, 1 of them above the bound (the slowest" in \
+           " ".join(describe(c, TSC_HZ).split())
 
 
 def test_nothing_timed_is_not_covered():
@@ -148,3 +154,7 @@ def test_check_times_fresh_crc32_inputs_that_do_not_join_the_fit(tmp_path):
     res = _wcetfit("check", str(d), "--inputs", "40", "--seed", "77")
     assert "stored by an earlier check" in res.stdout.splitlines()[0], res.stdout
     assert _wcetfit("check", str(d), "--inputs", "0").returncode == 2
+    # the seed the bound was made from is no fresh input: refused, one line
+    res = _wcetfit("check", str(d), "--seed", "1")
+    assert res.returncode == 2 and res.stderr.startswith("error: --seed 1 is the seed of the "
+                                                         "measurements the bound is made from")

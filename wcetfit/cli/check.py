@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
-from typing import Any
+from typing import Any, Iterator
 
 # exit status when a call of the function's own time was above the bound (2 stays bad
 # input, as everywhere)
@@ -49,13 +51,21 @@ def run(args: argparse.Namespace) -> int:
     if args.seed is not None and args.seed < 0:
         raise TargetError(f"--seed must be >= 0, found {args.seed}")
     _lock = lock_target_store(args.target, wait=not args.no_wait)  # held to the end
-    bounds, session = _bounds(args.target)
-    seed = args.seed if args.seed is not None else _new_seed(session.target.measure.seed)
+    bounds, warned, session = _bounds(args.target)
+    training = session.target.measure.seed
+    if args.seed == training:
+        raise TargetError(f"--seed {args.seed} is the seed of the measurements the bound is "
+                          f"made from ([measure] seed): a check needs inputs of another "
+                          f"seed (without --seed, a new one)")
+    seed = args.seed if args.seed is not None else _new_seed(training)
     checks, earlier, failures = _time_and_check(args, session, seed, bounds)
     out = sys.stdout if args.json != "-" else sys.stderr
     for root, check in checks.items():
         out.write(describe(check, bounds[root][2], earlier=root in earlier,
                            failures=failures[root]))
+        if warned.get(root):
+            out.write(f"  (the analysis's {warned[root]} warning(s) on the bound: `wcetfit "
+                      f"report {args.target}`)\n")
     write_json(args.json, {"schema": "wcetfit.check/1", "seed": seed,
                            "checks": [c.to_dict() for c in checks.values()]})
     return 0 if all(c.covered and c.calls for c in checks.values()) else EXIT_NOT_COVERED
@@ -71,9 +81,38 @@ def _new_seed(training: int) -> int:
     return seed
 
 
-def _bounds(target: str) -> tuple[dict[str, tuple[float, float, float | None]], Any]:
+@contextlib.contextmanager
+def _warnings_held_back() -> Iterator[list]:
+    """The analysis's warnings are the report's (``wcetfit report`` shows them, and the
+    analysis cache keeps them for it); a check prints its verdict.  Without -v they are
+    held back from the terminal only (a filter on its handlers, not the logger's level, so
+    that the cache still records them); the list collects what was held back."""
+    held: list = []
+    logger = logging.getLogger("wcetfit")
+    if logger.getEffectiveLevel() < logging.WARNING:       # -v: the user asked for more
+        yield held
+        return
+
+    def below_errors(record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            held.append(record)
+            return False
+        return True
+    handlers = list(logger.handlers)
+    for h in handlers:
+        h.addFilter(below_errors)
+    try:
+        yield held
+    finally:
+        for h in handlers:
+            h.removeFilter(below_errors)
+
+
+def _bounds(target: str) -> tuple[dict[str, tuple[float, float, float | None]],
+                                  dict[str, int], Any]:
     """Per measured function: (bound ticks, the machine speed it covers, TSC rate), from
-    the analysis of the stored measurements (the report's, cached as ``report`` keeps it)."""
+    the analysis of the stored measurements (the report's, cached as ``report`` keeps it);
+    per function, how many of the analysis's warnings were held back; the session."""
     from wcetfit.analysis_cache import cached_report
     from wcetfit.cli.report import report_cache_extra
     from wcetfit.errors import WcetfitError
@@ -81,18 +120,20 @@ def _bounds(target: str) -> tuple[dict[str, tuple[float, float, float | None]], 
         with_stored_repeats
 
     s = with_stored_repeats(open_session(target))
-    bounds = {}
+    bounds, warned = {}, {}
     for root in s.target.functions:
         counts, times = stored_measurements(s, root)
-        report, _ = cached_report(s, root, lambda: analyze_stage(s, root, counts, times),
-                                  extra=report_cache_extra(None))
+        with _warnings_held_back() as held:
+            report, _ = cached_report(s, root, lambda: analyze_stage(s, root, counts, times),
+                                      extra=report_cache_extra(None))
+        warned[root] = len(held)
         w = report.functions[0].wcet
         if w.ipet_ticks is None:
             raise WcetfitError(f"{root}: no WCET bound to check ({w.error or 'no result'}): "
                                f"`wcetfit report {target}` says why")
         speed = float((w.dispersion_factors or {}).get("machine_speed", 1.0))
         bounds[root] = (float(w.ipet_ticks), speed, report.tsc_hz)
-    return bounds, s
+    return bounds, warned, s
 
 
 def _time_and_check(args: argparse.Namespace, session: Any, seed: int,
@@ -146,6 +187,12 @@ def describe(check: Any, hz: float | None, *, earlier: bool = False,
     own = c.calls - c.interrupted
     left = (f"; {c.interrupted:,} taken for interrupts (at least 500 ns above their input's "
             f"median, as the bound takes them) left out" if c.interrupted else "")
+    if c.interrupted_above:
+        # shown, not hidden: the rule is the bound's, and a user who knows the machine was
+        # quiet reads these as calls the bound does not hold for
+        worst = c.slowest_interrupted
+        left += (f", {c.interrupted_above:,} of them above the bound (the slowest "
+                 f"{both(worst.ticks, hz)}, fresh input {worst.input})")
     if not c.calls:
         lines.append("  nothing compared: no call was timed")
     elif c.covered:
@@ -158,8 +205,8 @@ def describe(check: Any, hz: float | None, *, earlier: bool = False,
         lines.append(f"  slowest call: {both(c.slowest.ticks, hz)}, fresh input "
                      f"{c.slowest.input}; bound / slowest = {c.bound_ticks / c.slowest.ticks:.2f}")
     if c.fresh_speed is not None:
-        lines.append(f"  machine speed: this run's slowest period ×{c.fresh_speed:.2f} its fast "
-                     f"end; the bound covers ×{c.bound_speed:.2f}")
+        lines.append(f"  machine speed: {'that' if earlier else 'this'} run's slowest period "
+                     f"×{c.fresh_speed:.2f} its fast end; the bound covers ×{c.bound_speed:.2f}")
     if c.slower_machine:
         lines.append(f"  every call above the bound is below it slowed to ×{c.bound_speed:.2f} "
                      f"(the slowest call then {both(c.slowest.at_bound_speed, hz)}): the "

@@ -45,6 +45,8 @@ class FreshCheck:
     repeats: int                 # timed calls per input
     calls: int                   # timed calls
     interrupted: int             # taken for interrupts by the bound's rule: not compared
+    interrupted_above: int       # of them, above the bound (said, not hidden)
+    slowest_interrupted: FreshCall | None
     bound_ticks: float
     bound_speed: float           # the machine's slowest speed the bound covers
     fresh_speed: float | None    # the fresh run's slowest period over its fast end (None:
@@ -92,9 +94,8 @@ def check_fresh(function: str, seed: int, indices: Any, ticks: Any, *, bound_tic
     idx = np.asarray(indices)
     timed = np.isfinite(t)
     if not timed.any():
-        return FreshCheck(function, seed, 0, t.shape[1], 0, 0, float(bound_ticks),
-                          float(bound_speed),
-                          None, 0, 0, None, tuple(failed_inputs))
+        return FreshCheck(function, seed, 0, t.shape[1], 0, 0, 0, None, float(bound_ticks),
+                          float(bound_speed), None, 0, 0, None, tuple(failed_inputs))
     quantum = detect_quantum(t[timed]) or 1.0
     profile = speed_profile(t, quantum, positions=positions)
     if profile.followed:
@@ -109,13 +110,19 @@ def check_fresh(function: str, seed: int, indices: Any, ticks: Any, *, bound_tic
     summary = summarize_repeats(at_reference, quantum=quantum)
     own = np.asarray(not_interrupted(summary, at_reference, tsc_hz), dtype=bool) & timed
     above = own & (t > bound_ticks)
-    slowest = None
-    if own.any():
-        row, col = np.unravel_index(int(np.argmax(np.where(own, t, -np.inf))), t.shape)
-        slowest = FreshCall(int(idx[row]), float(t[row, col]), float(capped[row, col]))
+    interrupted = timed & ~own
+
+    def slowest_of(calls: np.ndarray) -> FreshCall | None:
+        if not calls.any():
+            return None
+        row, col = np.unravel_index(int(np.argmax(np.where(calls, t, -np.inf))), t.shape)
+        return FreshCall(int(idx[row]), float(t[row, col]), float(capped[row, col]))
+    slowest = slowest_of(own)
     return FreshCheck(
         function=function, seed=int(seed), inputs=int(timed.any(axis=1).sum()),
-        repeats=int(t.shape[1]), calls=int(timed.sum()), interrupted=int((timed & ~own).sum()),
+        repeats=int(t.shape[1]), calls=int(timed.sum()), interrupted=int(interrupted.sum()),
+        interrupted_above=int((interrupted & (t > bound_ticks)).sum()),
+        slowest_interrupted=slowest_of(interrupted),
         bound_ticks=float(bound_ticks), bound_speed=float(bound_speed),
         fresh_speed=fresh_speed, above=int(above.sum()),
         above_at_bound_speed=int((above & (capped > bound_ticks)).sum()),

@@ -46,7 +46,13 @@ def run(args: argparse.Namespace) -> int:
               + ("" if len(bounded) == len(t.loops) else
                  f"; {len(t.loops) - len(bounded)} not natural loops (unboundable)"))
     else:
-        print("  loops: none found")
+        print("  loops: none found" + (" in the code known before it runs" if t.indirect_sites
+                                       else ""))
+    if t.indirect_sites:
+        shown_sites = ", ".join(t.indirect_sites[:3]) + (" …" if len(t.indirect_sites) > 3
+                                                         else "")
+        print(f"  calls through a pointer at {shown_sites}: `analyze` follows the functions "
+              f"the inputs reach there, and the report names their loops for [loops]")
     for note in t.notes:
         print(f"  check: {note}")
     print(f"next: edit the ranges in inputs.py if you know them, then "

@@ -49,6 +49,9 @@ class CreatedTarget:
     declaration: Declaration
     loops: tuple[LoopEntry, ...]
     notes: tuple[str, ...]   # parameters that need the user's attention
+    # calls and jumps through a pointer in the function or its static callees ("f+0x1c"):
+    # their targets, and those functions' loops, are known only once inputs run them
+    indirect_sites: tuple[str, ...] = ()
 
 
 def _is_address(name: str) -> bool:
@@ -157,10 +160,25 @@ def create_target(directory: str, binary: str, function: str, header: str | None
     os.makedirs(directory, exist_ok=True)
     _write(inputs_path, inputs.text)
     _write(toml_path, toml_text(binary, directory, name, fn, decl, loops, header,
-                                recursive_functions(model), absolute=absolute))
+                                recursive_functions(model), absolute=absolute,
+                                indirect=indirect_sites(model, function)))
     _check_inputs(directory, name)
     return CreatedTarget(directory, toml_path, inputs_path, name, fn.address, decl, loops,
-                         inputs.notes)
+                         inputs.notes, indirect_sites(model, function))
+
+
+def indirect_sites(model: BinaryModel, root: str) -> tuple[str, ...]:
+    """The calls and tail jumps through a pointer in ``root`` and the functions it calls
+    (liblzma's lzma_crc64 jumps through the pointer its resolver set: the loop is in the
+    function it reaches, which no static model of lzma_crc64 holds)."""
+    from wcetfit.model import CALL_INDIRECT
+    from wcetfit.wcet.result import loop_key
+
+    root_fn = model.function(root)
+    order = [root_fn] + sorted((f for f in model.functions.values() if f is not root_fn),
+                               key=lambda f: f.address)
+    return tuple(loop_key(f, cs.instruction) for f in order for cs in f.calls
+                 if cs.kind == CALL_INDIRECT)
 
 
 def _write(path: str, text: str) -> None:
@@ -197,8 +215,10 @@ def _toml_multiline(text: str) -> str:
 
 def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: Declaration,
               loops: tuple[LoopEntry, ...], header: str | None,
-              recursive: list[str] = (), *, absolute: bool = False) -> str:
-    """``absolute``: the user named the binary by an absolute path, which the target keeps;
+              recursive: list[str] = (), *, absolute: bool = False,
+              indirect: tuple[str, ...] = ()) -> str:
+    """``indirect``: the calls through a pointer (:func:`indirect_sites`), said beside the
+    loops.  ``absolute``: the user named the binary by an absolute path, which the target keeps;
     a relative one is written relative to the target's folder, unless that climbs more
     than one level."""
     rel = os.path.relpath(binary, directory)
@@ -230,6 +250,11 @@ def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: D
         "# longest buffer, MAX_LEN in inputs.py) by removing the '#' and setting N.",
         "[loops]",
     ]
+    if indirect:
+        lines.append(f"# (calls through a pointer at {', '.join(indirect[:4])}"
+                     f"{' …' if len(indirect) > 4 else ''}: the loops of the functions they "
+                     f"reach are not listed here; `wcetfit report` names them once inputs ran "
+                     f"them)")
     if not loops:
         lines.append("# (the static model found no loops)")
     for lp in loops:

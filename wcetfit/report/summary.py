@@ -704,10 +704,20 @@ def _top(report: Report, *, short: bool = False) -> list[str]:
             shown = F.pct(group.share) if group.share_estimable else "≈" + F.pct(group.share)
             # the blocks first: the share is mostly theirs where they are many (SHA512:
             # ≈100 % for 396 blocks and an ε of ~70 ticks read as "overhead")
+            # the loops among them, named: "16 block(s) and ε (the timed region's own
+            # overhead)" read as a group of overhead where libgmp's mpn_mul_1 loop, run
+            # up to 1,023 times a call, was most of it
+            members = set(group.blocks)
+            loops = sorted({b.loop_header for b in root.blocks
+                            if b.address in members and b.loop_header is not None
+                            and (b.count_max or 0) > 1})
+            among = (f", among them the loop{'s' if len(loops) > 1 else ''} at "
+                     + ", ".join(root.key(h) for h in loops[:3])
+                     + (" …" if len(loops) > 3 else "") + "," if loops else "")
             items.append((group.share, f"{shown:>8}  group {group.id}: "
-                                       f"{len(group.blocks)} block(s) and ε (the timed "
-                                       f"region's own overhead), which the inputs do not "
-                                       f"separate (only their sum is measured)",
+                                       f"{len(group.blocks)} block(s){among} and ε (the "
+                                       f"timed region's own overhead), which the inputs do "
+                                       f"not separate (only their sum is measured)",
                           f"ε+ {shown}"))
         else:
             what = (f"ε with the time of blocks the inputs do not separate from it "

@@ -158,6 +158,10 @@ class _Fitter:
                        f"clock); the fit divided it out and the WCET includes it, but a later "
                        f"session may see other speeds: time on an idle machine, on a core of "
                        f"its own, for tighter and more repeatable figures")
+        from wcetfit.fit.checks import interrupts_beyond_rate
+        note = interrupts_beyond_rate(self.ticks, self.call_keep, self.tsc_hz)
+        if note:
+            self._warn(note)
         active = active_columns(self)
         self.active = active
         F = o.folds if o.folds >= 2 and int(self.has.sum()) >= 2 * o.folds else 1

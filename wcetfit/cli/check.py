@@ -51,13 +51,14 @@ def run(args: argparse.Namespace) -> int:
     if args.seed is not None and args.seed < 0:
         raise TargetError(f"--seed must be >= 0, found {args.seed}")
     _lock = lock_target_store(args.target, wait=not args.no_wait)  # held to the end
-    bounds, warned, session = _bounds(args.target)
-    training = session.target.measure.seed
+    from wcetfit.target import load_target
+    training = load_target(args.target).measure.seed      # refused before any analysis
     if args.seed == training:
         raise TargetError(f"--seed {args.seed} is the seed of the measurements the bound is "
                           f"made from ([measure] seed): a check needs inputs of another "
                           f"seed (without --seed, a new one)")
     seed = args.seed if args.seed is not None else _new_seed(training)
+    bounds, warned, session = _bounds(args.target)
     checks, earlier, failures = _time_and_check(args, session, seed, bounds)
     out = sys.stdout if args.json != "-" else sys.stderr
     for root, check in checks.items():

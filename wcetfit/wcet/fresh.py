@@ -94,8 +94,12 @@ def check_fresh(function: str, seed: int, indices: Any, ticks: Any, *, bound_tic
     idx = np.asarray(indices)
     timed = np.isfinite(t)
     if not timed.any():
-        return FreshCheck(function, seed, 0, t.shape[1], 0, 0, 0, None, float(bound_ticks),
-                          float(bound_speed), None, 0, 0, None, tuple(failed_inputs))
+        return FreshCheck(function=function, seed=int(seed), inputs=0, repeats=t.shape[1],
+                          calls=0, interrupted=0, interrupted_above=0,
+                          slowest_interrupted=None, bound_ticks=float(bound_ticks),
+                          bound_speed=float(bound_speed), fresh_speed=None, above=0,
+                          above_at_bound_speed=0, slowest=None,
+                          failed_inputs=tuple(int(i) for i in failed_inputs))
     quantum = detect_quantum(t[timed]) or 1.0
     profile = speed_profile(t, quantum, positions=positions)
     if profile.followed:

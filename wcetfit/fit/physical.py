@@ -189,7 +189,13 @@ def physical_fit(fx: Any, kept: np.ndarray, theta_linear: np.ndarray) -> Physica
         return float(th @ Gw @ th - 2.0 * bw @ th) + yy
 
     s_lin = sse(theta_linear)
-    rise = (sse(theta) - s_lin) / s_lin if s_lin > 0 else 0.0
+    # An exact unconstrained fit leaves a residual of rounding, of either sign (the
+    # normal-equation form cancels): measured against the timings' own sum of squares, not
+    # divided by.  Its sign had decided whether an overruled fit was said at all (liblzma's
+    # encoder case, as many unknowns as inputs: said on one CPU, silent on another).
+    exact = s_lin <= EXACT_SHARE * yy
+    rise = ((sse(theta) - s_lin) / s_lin if not exact else
+            math.inf if sse(theta) > EXACT_SHARE * yy else 0.0)
     if not broke or rise < NOTED_RISE:
         return PhysicalFit(theta, None, fold_theta, 0, at_bound | at_ceiling, None)
     samples = [constrained_solve(Gb, bb, lower, n_cls, upper)
@@ -204,7 +210,7 @@ def physical_fit(fx: Any, kept: np.ndarray, theta_linear: np.ndarray) -> Physica
                                  f"({_ceiling_names(fx, at_ceiling, upper)})" if n_top else "",
                                  f"ε at its floor of {lower[n_cls]:,.0f} ticks" if n_eps
                                  else "") if x)
-    if s_lin > EXACT_SHARE * yy:
+    if not exact:
         effect = f"which raises the weighted residual sum of squares by {_percent(rise)} %"
     else:
         # Least squares reproduces the timings (as many unknowns as inputs): a rise over

@@ -261,3 +261,7 @@ def test_far_more_calls_set_aside_than_interrupts_explain_is_said():
     assert note is not None and "set aside as interrupted" in note, note
     assert "typically ×1.60" in note and "would land in about 40 calls" in note, note
     assert interrupts_beyond_rate(two_modes, keep, None) is None     # no TSC rate: nothing
+    # the floor is the bound's own (kept apart: the fit comes before the bound)
+    from wcetfit.fit import checks
+    from wcetfit.wcet.dispersion import MIN_INTERRUPT_NS
+    assert checks._MIN_INTERRUPT_NS == MIN_INTERRUPT_NS

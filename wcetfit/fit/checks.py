@@ -246,15 +246,17 @@ def summaries(warnings: Sequence[FitWarning]) -> list[str]:
 # interrupts on an idle core are rarer.  A call of d seconds meets one with probability
 # about d × this rate.
 INTERRUPT_RATE_HZ = 1000.0
-# The interrupt rule's floor (wcetfit.wcet.dispersion.MIN_INTERRUPT_NS): a call less than
-# this above its input's median is the function's own time whatever the repeat rule says.
+# The interrupt rule's floor, the same as the bound's (wcetfit.wcet.dispersion.MIN_INTERRUPT_NS,
+# not imported: the fit comes before the bound): a call less than this above its input's
+# median is the function's own time whatever the repeat rule says.
 _MIN_INTERRUPT_NS = 500.0
 
 
-def interrupts_beyond_rate(raw_ticks: Any, keep: Any, tsc_hz: float | None,
+def interrupts_beyond_rate(ticks: Any, keep: Any, tsc_hz: float | None,
                            rate_hz: float = INTERRUPT_RATE_HZ) -> str | None:
     """A warning when far more calls were set aside as interrupted than interrupts can
-    explain, else None.
+    explain, else None.  ``ticks`` [input, repeat] as the fit takes them (the machine's
+    speed divided out), ``keep`` the calls the repeat rule kept.
 
     The repeat rule sets aside the calls far above their input's median, and those at
     least 500 ns above it count as interrupted: left out of the fit and of the bound's
@@ -265,7 +267,7 @@ def interrupts_beyond_rate(raw_ticks: Any, keep: Any, tsc_hz: float | None,
     hyperthread's load, most likely), which nothing said.  More than three times the
     expected count, and ten more, is said (a Poisson count that far above its mean is
     not chance)."""
-    t = np.asarray(raw_ticks, dtype=float)
+    t = np.asarray(ticks, dtype=float)
     if t.ndim != 2 or not tsc_hz:
         return None
     timed = np.isfinite(t)

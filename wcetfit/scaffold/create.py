@@ -157,14 +157,15 @@ def create_target(directory: str, binary: str, function: str, header: str | None
     # declare it under any name (wcetfit.measurements.prototype_name).
     name = function if _is_address(function) else decl.function
     loops = loop_entries(model, function)
+    indirect = indirect_sites(model, function)
     os.makedirs(directory, exist_ok=True)
     _write(inputs_path, inputs.text)
     _write(toml_path, toml_text(binary, directory, name, fn, decl, loops, header,
                                 recursive_functions(model), absolute=absolute,
-                                indirect=indirect_sites(model, function)))
+                                indirect=indirect))
     _check_inputs(directory, name)
     return CreatedTarget(directory, toml_path, inputs_path, name, fn.address, decl, loops,
-                         inputs.notes, indirect_sites(model, function))
+                         inputs.notes, indirect)
 
 
 def indirect_sites(model: BinaryModel, root: str) -> tuple[str, ...]:

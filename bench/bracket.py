@@ -230,7 +230,7 @@ def stored_figures(name: str, target_dir: str) -> list[dict[str, Any]]:
             fresh_machine_speed=round(check.fresh_speed, 3)
             if check.fresh_speed is not None else None,
             training_machine_speed=round(train_speed, 3),
-            fresh_max_at_training_speed=round(check.slowest.at_bound_speed)
+            slowest_fresh_call_at_training_speed=round(check.slowest.at_bound_speed)
             if check.slowest else None,
             covers_at_training_speed=check.above_at_bound_speed == 0,
             speed_to_declare=speed_to_declare(check),

@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
                           f"made from ([measure] seed): a check needs inputs of another "
                           f"seed (without --seed, a new one)")
     seed = args.seed if args.seed is not None else _new_seed(training)
-    bounds, warned, session = _bounds(args.target)
-    checks, earlier, failures = _time_and_check(args, session, seed, bounds)
+    bounds, warned = _bounds(args.target)
+    checks, earlier, failures = _time_and_check(args, seed, bounds)
     out = sys.stdout if args.json != "-" else sys.stderr
     for root, check in checks.items():
         out.write(describe(check, bounds[root][2], earlier=root in earlier,
@@ -110,10 +110,10 @@ def _warnings_held_back() -> Iterator[list]:
 
 
 def _bounds(target: str) -> tuple[dict[str, tuple[float, float, float | None]],
-                                  dict[str, int], Any]:
+                                  dict[str, int]]:
     """Per measured function: (bound ticks, the machine speed it covers, TSC rate), from
     the analysis of the stored measurements (the report's, cached as ``report`` keeps it);
-    per function, how many of the analysis's warnings were held back; the session."""
+    per function, how many of the analysis's warnings were held back."""
     from wcetfit.analysis_cache import cached_report
     from wcetfit.cli.report import report_cache_extra
     from wcetfit.errors import WcetfitError
@@ -134,10 +134,10 @@ def _bounds(target: str) -> tuple[dict[str, tuple[float, float, float | None]],
                                f"`wcetfit report {target}` says why")
         speed = float((w.dispersion_factors or {}).get("machine_speed", 1.0))
         bounds[root] = (float(w.ipet_ticks), speed, report.tsc_hz)
-    return bounds, warned, s
+    return bounds, warned
 
 
-def _time_and_check(args: argparse.Namespace, session: Any, seed: int,
+def _time_and_check(args: argparse.Namespace, seed: int,
                     bounds: dict[str, tuple[float, float, float | None]]) -> tuple[dict, set, dict]:
     """Time the fresh inputs (stored under their seed) and check each function's calls;
     also the functions whose fresh times were already stored (timed in an earlier run),

@@ -94,8 +94,8 @@ def hull_lines(x: np.ndarray, y: np.ndarray, min_inputs: int = 5
                ) -> list[tuple[float, float]]:
     """(slope, intercept) of the lines ``y ≤ intercept + slope·x`` kept from the upper
     hull of the inputs' points: the falling edges that cut below y's observed maximum
-    within x's range, and the rising edge that ends at the peak.  None (an empty list)
-    when fewer than ``min_inputs`` inputs ran either loop or x never varies."""
+    within x's range, and the rising edge that ends at the peak.  An empty list when
+    fewer than ``min_inputs`` inputs ran either loop or x never varies."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     entered = (x > 0) | (y > 0)
     if entered.sum() < min_inputs or np.ptp(x) == 0:

@@ -31,6 +31,10 @@ Figures per target ``t``:
   most the training's speed, and the ``[wcet] machine_speed`` that would have covered them;
 * ``bracket.<t>.bound_over_fresh_max``: the bound over the slowest fresh call of the
   function's own time;
+* ``bracket.<t>.bound_over_slowest_by_exceedance``: the bound at each exceedance
+  probability per call of the report's curve (1e-3 to 1e-9) over the slowest measured
+  input, and whether it covers every fresh call: how much of the bracket is the
+  extrapolation (the goal above is at the target's own, 1e-6);
 * ``bracket.<t>.search_over_random``: the slowest *measured* candidate the search kept
   over random's (median of repeats; every kept candidate of each, timed together), with the predicted ratio beside it; goal >= 1, a
   shortfall within twice the standard error of the two medians counting as a tie (issue #16:
@@ -179,11 +183,11 @@ def stored_figures(name: str, target_dir: str) -> list[dict[str, Any]]:
     # above it are below it slowed to that speed: a machine slower than anything the bound
     # was made from, not a miss of the model (information, not the goal)
     train_speed = float(w.dispersion_factors.get("machine_speed", 1.0))
+    positions = call_positions(ft.indices, ft.ticks.shape[1], ft.environment)
     check = check_fresh(root, FRESH_SEED, ft.indices, ft.ticks, bound_ticks=bound,
                         bound_speed=train_speed, tsc_hz=ft.tsc_hz,
                         failed_inputs=tuple(f.index for f in ft.failures),
-                        positions=call_positions(ft.indices, ft.ticks.shape[1],
-                                                 ft.environment))
+                        positions=positions)
     fresh_max = check.slowest.ticks if check.slowest else float("nan")
     fresh_median_max = float(np.nanmax(np.nanmedian(ft.ticks, axis=1)))
     ratio = bound / slowest
@@ -239,6 +243,18 @@ def stored_figures(name: str, target_dir: str) -> list[dict[str, Any]]:
         fig(f"bracket.{name}.bound_over_fresh_max", round(bound / fresh_max, 3), "x",
             reference="slowest fresh call of the function's own time",
             fresh_slowest_input_over_slowest_measured=round(fresh_median_max / slowest, 3)),
+        # how much of the bracket is the extrapolation to the exceedance per call: the
+        # report's curve, each level over the slowest input and against the fresh calls
+        fig(f"bracket.{name}.bound_over_slowest_by_exceedance",
+            round(w.bound_at_exceedances()[0][1] / slowest, 3) if w.exceedance_curve
+            else None, "x",
+            levels={f"{p:.0e}": {"ratio": round(t / slowest, 3), "covers_fresh": check_fresh(
+                root, FRESH_SEED, ft.indices, ft.ticks, bound_ticks=t,
+                bound_speed=train_speed, tsc_hz=ft.tsc_hz, positions=positions).covered}
+                for p, t in w.bound_at_exceedances()},
+            reference="the bound at each exceedance probability per call (the report's "
+                      "curve; the value: at the most probable, 1e-3) over the slowest "
+                      "measured input, and whether it covers every fresh call"),
     ]
 
 

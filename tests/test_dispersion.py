@@ -600,3 +600,106 @@ def test_the_report_says_how_a_calls_excess_was_taken_to_the_worst_path():
     assert "share of the call: the calls' excess grew" in growth_note(1.0)
     assert "to the power 0.52" in growth_note(0.52)
     assert "too few calls or lengths to tell" in growth_note(None)
+
+
+def _exponential_tail(seed: int):
+    """Calls of one length whose excess is exponential (a law in the Gumbel domain the
+    extreme-value fit assumes), small enough for every call to count as the function's
+    own time (under 500 ns above its input's median); and the law, to draw fresh calls."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    n, r, path = 500, 10, 30_000.0
+    pred = np.full(n, path)
+
+    def law(shape):
+        return path * (1 + 0.002 * rng.exponential(1.0, shape))
+
+    system = SimpleNamespace(ticks=law((n, r)), counts=np.zeros((n, 1)), tsc_hz=2.6e9)
+    fit = SimpleNamespace(quantum_ticks=1.0, rejected=(),
+                          predict=lambda counts, unknown="zero": pred)
+    return system, fit, path, law
+
+
+def test_the_exceedance_curve_passes_through_each_levels_bound_and_grows_as_calls_get_rarer():
+    from wcetfit.wcet.dispersion import (CURVE_EXCEEDANCES, call_dispersion,
+                                         exceedance_curve)
+
+    system, fit, path, _ = _exponential_tail(1)
+    curve = exceedance_curve(system, fit, point=path, exceedances=CURVE_EXCEEDANCES + (3e-6,))
+    levels = [p for p, _ in curve]
+    assert levels == sorted(set(CURVE_EXCEEDANCES) | {3e-6}, reverse=True)
+    for p, excess in curve:
+        assert excess == call_dispersion(system, fit, exceedance=p, point=path).excess
+    excesses = [e for _, e in curve]
+    assert all(b >= a for a, b in zip(excesses, excesses[1:]))
+    assert excesses[-1] > excesses[0]          # 1e-9 extrapolates further than 1e-3
+
+
+def test_the_curve_is_calibrated_where_fresh_calls_can_test_it():
+    """Fresh calls of the same law, 2 million of them: above the curve's level at p about
+    p of the time or less (the extreme-value fit from 5,000 calls is an estimate: a
+    factor of 3 over p is its spread at 1e-5, measured over seeds), and at 1e-3 below it
+    (the slowest own call, a floor, is rarer than that in 5,000 calls)."""
+    from wcetfit.fit.robust import summarize_repeats
+    from wcetfit.wcet.dispersion import exceedance_curve, not_interrupted
+
+    system, fit, path, law = _exponential_tail(2)
+    curve = dict(exceedance_curve(system, fit, point=path))
+    fresh = law((200_000, 10))
+    own = not_interrupted(summarize_repeats(fresh, quantum=1.0), fresh, 2.6e9)
+    assert own.all()
+    for p in (1e-3, 1e-4, 1e-5):
+        share = float(np.mean(fresh > path * (1 + curve[p])))
+        assert share <= 3 * p, (p, share)
+        assert share >= p / 30, (p, share)     # an estimate, not a cover at any price
+
+
+def test_the_headline_gives_the_exceedance_and_the_bound_at_the_curves_ends():
+    from types import SimpleNamespace
+
+    from wcetfit.report._format import curve_level_note, curve_note
+
+    w = SimpleNamespace(exceedance=1e-6, exceedance_curve=(
+        (1e-3, 110_713.0), (1e-6, 118_818.0), (1e-9, 125_322.0)))
+    note = curve_note(w, 2.596e9)
+    assert note == ("For a single call's exceedance probability of 1e-06 ([wcet] exceedance; "
+                    "an extreme-value estimate); at 1e-03: 110,713 ticks (42,648 ns), at "
+                    "1e-09: 125,322 ticks (48,275 ns)")
+    assert curve_level_note(w, 1e-6) == "the bound above ([wcet] exceedance)"
+    # the slowest own call or the misfit set it: nothing extrapolated moves it
+    w.exceedance_curve = ((1e-3, 5_000.0), (1e-6, 5_000.0), (1e-9, 5_000.0))
+    assert curve_note(w, None).endswith("; the same from 1e-03 to 1e-09 (what sets it is "
+                                        "measured, not extrapolated)")
+    w.exceedance_curve = ()
+    assert curve_note(w, None) is None
+
+
+def test_factors_from_too_few_calls_are_said_not_to_reach_the_exceedance():
+    """Below 500 calls on the long paths the extreme-value fit does not run: the factors
+    are the largest seen, the curve is flat, and the report must not read as a bound for
+    1e-6 per call (libm's fmod rested on 347 long calls, zlib's compress2 on 89)."""
+    from types import SimpleNamespace
+
+    from wcetfit.report._format import curve_note
+    from wcetfit.wcet.dispersion import (MIN_EXTRAPOLATED_CALLS, call_dispersion,
+                                         exceedance_curve)
+
+    rng = np.random.default_rng(8)
+    pred = np.concatenate([np.full(40, 30_000.0), np.full(160, 2_000.0)])   # few long ones
+    ticks = pred[:, None] * (1 + 0.002 * rng.exponential(1.0, (200, 8)))
+    system = SimpleNamespace(ticks=ticks, counts=np.zeros((200, 1)), tsc_hz=2.6e9)
+    fit = SimpleNamespace(quantum_ticks=1.0, rejected=(),
+                          predict=lambda counts, unknown="zero": pred)
+    d = call_dispersion(system, fit, point=30_000.0)
+    assert d.calls == 40 * 8 < MIN_EXTRAPOLATED_CALLS and not d.extrapolated
+    curve = exceedance_curve(system, fit, point=30_000.0)
+    assert len({e for _, e in curve}) == 1
+    w = SimpleNamespace(exceedance=1e-6, dispersion_calls=d.calls, exceedance_curve=tuple(
+        (p, 30_000.0 * (1 + e)) for p, e in curve))
+    assert curve_note(w, None) == (
+        "Not extrapolated to 1e-06 per call ([wcet] exceedance): its factors for single "
+        "calls are the largest of 320 calls, fewer than the 500 an extreme-value fit needs "
+        "(see the warnings)")
+    many = _exponential_tail(1)
+    assert call_dispersion(many[0], many[1], point=many[2]).extrapolated

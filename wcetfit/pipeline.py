@@ -327,7 +327,7 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
                                    without_calls_to)
     from wcetfit.wcet.analyze import analyze_wcet, fit_inputs
     from wcetfit.blasthreads import limited
-    from wcetfit.wcet.dispersion import call_dispersion
+    from wcetfit.wcet.dispersion import CURVE_EXCEEDANCES, call_dispersion, exceedance_curve
 
     functions = session.functions_of(root)
     counted = {c[0] for c in system.columns}
@@ -391,10 +391,13 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
         result = replace(result, warnings=first + left_out
                          + tuple(result.warnings[len(first):]))
     p = session.target.exceedance
-    d = call_dispersion(system, fit, exceedance=p, point=result.bound_ticks,
-                        misfit_scope=session.target.misfit,
-                        machine_speed=session.target.machine_speed)
+    options = dict(misfit_scope=session.target.misfit,
+                   machine_speed=session.target.machine_speed)
+    d = call_dispersion(system, fit, exceedance=p, point=result.bound_ticks, **options)
+    curve = exceedance_curve(system, fit, point=result.bound_ticks,
+                             exceedances=CURVE_EXCEEDANCES + (p,), **options)
     return replace(result, dispersion=d.excess, dispersion_factors=d.to_dict(), exceedance=p,
+                   exceedance_curve=curve, dispersion_calls=d.calls,
                    dispersion_driver=dict(d.driver), slowest_call=dict(d.slowest_call),
                    misfit_scope=d.scope.to_dict() if d.scope else {},
                    call_growth=d.call_growth, machine_speed_measured=d.measured_speed,

@@ -31,7 +31,7 @@ from wcetfit.fit.result import KIND_OVERHEAD
 from wcetfit.model import (CALL_IMPORTED, CALL_INDIRECT, FunctionModel, hexaddr,
                            parse_addr)
 from wcetfit.report.fitread import FitBlock, FitFunction, FitGroup, _by_function, _num, read_fit
-from wcetfit.wcet.dispersion import factor_setter
+from wcetfit.wcet.dispersion import MIN_EXTRAPOLATED_CALLS, factor_setter
 from wcetfit.wcet.relations import ObservedRowSpace
 from wcetfit.wcet.result import (SOURCE_OBSERVED, CallOutcome, LoopOutcome, PathStep,
                                  WcetResult, describe_block, loop_key)
@@ -179,6 +179,12 @@ class WcetSummary:
     # [wcet] machine_speed declared it (None: not declared; root only)
     machine_speed_measured: float | None = None
     machine_speed_declared: float | None = None
+    # the bound at other exceedances per call, (exceedance, ticks), most probable first,
+    # the bound's own among them (wcetfit.wcet.dispersion.exceedance_curve; root only)
+    exceedance_curve: tuple[tuple[float, float], ...] = ()
+    # the calls the single-call factors were taken from (root only; below
+    # wcetfit.wcet.dispersion.MIN_EXTRAPOLATED_CALLS: the largest seen, not extrapolated)
+    dispersion_calls: int | None = None
     # measured inputs that break the constraints the bound keeps to (a [loops] or [flow]
     # fact they contradict; wcetfit.wcet.result.BrokenInputs): the bound is only for the
     # calls that keep them (root only)
@@ -725,6 +731,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         if (ires and is_root) else None,
         machine_speed_declared=getattr(wres, "machine_speed_declared", None)
         if (ires and is_root) else None,
+        exceedance_curve=wres.bound_at_exceedances() if (ires and is_root) else (),
+        dispersion_calls=wres.dispersion_calls if (ires and is_root) else None,
         broken_inputs=ires.broken_inputs if (ires and is_root) else None,
         envelopes=tuple(wres.envelopes) if (ires and is_root) else (),
         relations=tuple(getattr(wres, "relations", ())) if (ires and is_root) else (),
@@ -925,6 +933,20 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             "machine (`wcetfit time --fresh` with this run's --inputs and --repeats); if the "
             "function can take that long (a cold cache or TLB), the bound rightly covers it; "
             "[wcet] exceedance sets the probability"))
+    few = summary.dispersion_calls
+    if is_root and summary.ipet_ticks is not None and few is not None \
+            and 0 < few < MIN_EXTRAPOLATED_CALLS:
+        # the factors claim the exceedance only when fitted: from fewer calls they are the
+        # largest seen (libm's fmod, 347 long calls; zlib's compress2, 89), and the bound
+        # is for about one call in that many, whatever [wcet] exceedance says
+        warns.append(Finding(
+            f"the bound is not extrapolated to {summary.exceedance or 1e-6:.0e} per call: "
+            f"its factors for single calls are the largest of {few:,} calls (those of "
+            f"inputs predicted at least a quarter of the worst path), fewer than the "
+            f"{MIN_EXTRAPOLATED_CALLS:,} an extreme-value fit needs, so about one call in "
+            f"{few:,} may pass what they give",
+            "time more inputs near the worst path, or more calls of each ([measure] "
+            "repeats), for the probability asked"))
     if is_root and summary.ipet_ticks is not None and raw_max is not None \
             and raw_max > summary.ipet_ticks:
         # a call above the bound was taken for an interrupted one (far above its input's

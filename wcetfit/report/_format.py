@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from wcetfit.report import BlockRow, input_label, ticks_to_ns
-from wcetfit.wcet.dispersion import excess_of, factor_setter
+from wcetfit.wcet.dispersion import MIN_EXTRAPOLATED_CALLS, excess_of, factor_setter
 
 
 def num(v: float | None, digits: int = 1) -> str:
@@ -123,6 +123,41 @@ def dispersion_source(w) -> str:  # type: ignore[no-untyped-def]
                 f"(×{speed:.2f}{', declared' if given else ''}); "
                 f"calls as timed, misfit included, showed less")
     return f"for {' · '.join(named)}"
+
+
+def curve_note(w, tsc_hz: float | None) -> str | None:  # type: ignore[no-untyped-def]
+    """The probability per call the bound is for, and the bound at the curve's two ends
+    (wcetfit.wcet.dispersion.exceedance_curve): what a looser or a stricter exceedance
+    would give, so that the user sees how much of the bound is the extrapolation.  None
+    without a curve."""
+    curve = tuple(getattr(w, "exceedance_curve", ()) or ())
+    p = getattr(w, "exceedance", None)
+    if not curve or p is None:
+        return None
+    calls = getattr(w, "dispersion_calls", None)
+    if calls is not None and 0 < calls < MIN_EXTRAPOLATED_CALLS:
+        return (f"Not extrapolated to {p:.0e} per call ([wcet] exceedance): its factors for "
+                f"single calls are the largest of {calls:,} calls, fewer than the "
+                f"{MIN_EXTRAPOLATED_CALLS:,} an extreme-value fit needs (see the warnings)")
+    ends = [c for c in (curve[0], curve[-1]) if not math.isclose(c[0], p, rel_tol=1e-9)]
+    head = (f"For a single call's exceedance probability of {p:.0e} ([wcet] exceedance; an "
+            f"extreme-value estimate)")
+    if not ends:
+        return head
+    if max(t for _, t in curve) <= min(t for _, t in curve) * (1 + 1e-3):
+        # the misfit, the machine's speed or the slowest own call set the factor: nothing
+        # in it is extrapolated
+        return (f"{head}; the same from {curve[0][0]:.0e} to {curve[-1][0]:.0e} (what sets "
+                f"it is measured, not extrapolated)")
+    return head + "; at " + ", at ".join(f"{q:.0e}: {both(t, tsc_hz)}" for q, t in ends)
+
+
+def curve_level_note(w, q: float) -> str:  # type: ignore[no-untyped-def]
+    """The note beside the bound at exceedance ``q`` in the full tables."""
+    own = getattr(w, "exceedance", None)
+    if own is not None and math.isclose(q, own, rel_tol=1e-9):
+        return "the bound above ([wcet] exceedance)"
+    return "for this exceedance probability per call"
 
 
 def misfit_scope_note(w, tsc_hz: float | None, *, short: bool = False) -> str | None:  # type: ignore[no-untyped-def]

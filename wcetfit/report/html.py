@@ -87,6 +87,8 @@ def _wcet_table(report: Report, fr: FunctionReport) -> str:
             "95% critical value × standard error of the path's predicted time")
         if w.dispersion_ticks is not None:
             row("call dispersion", w.dispersion_ticks, F.dispersion_note(w))
+        for q, ticks in w.exceedance_curve:
+            row(f"bound at {q:.0e} per call", ticks, F.curve_level_note(w, q))
     if fr.is_root:
         row("max observed", w.max_observed_ticks,
             f"median of the repeats of {report.input_name(w.max_observed_input)}")

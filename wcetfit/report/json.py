@@ -23,6 +23,7 @@ Layout::
         "coverage": {blocks, executed, never_executed: [address]},
         "wcet": {ipet_ticks, ipet_ns, no_bound_of_its_own, point_ticks, point_ns, margin_ticks, margin_ns,
                  dispersion, dispersion_ticks, dispersion_ns, exceedance_per_call,
+                 exceedance_curve: [{exceedance_per_call, ticks, ns}], dispersion_calls,
                  dispersion_factors: {misfit, call, machine_speed[, joint][, cover]},
                  call_growth,
                  machine_speed: {measured, declared} | null,
@@ -63,6 +64,12 @@ not below ``call`` × ``machine_speed`` (wcetfit.wcet.dispersion.calls_at_slowes
 ``cover`` (when above 1) is the slowest call that is the function's own time over the
 worst path's point (``slowest_call``): 1 + ``dispersion`` is never below it, and where it is
 the larger, it is what set the factor.
+``exceedance_curve``: the bound at other exceedances per call, most probable first, from
+1e-3 to 1e-9 and the target's own (wcetfit.wcet.dispersion.exceedance_curve): the point and
+the margin are the same along it, the dispersion is taken again at each; [] for a callee.
+``dispersion_calls``: the calls the single-call factors (``call``, ``joint``) were taken
+from; below 500 (wcetfit.wcet.dispersion.MIN_EXTRAPOLATED_CALLS) they are the largest seen,
+not extrapolated to ``exceedance_per_call`` (a warning says so); null for a callee.
 ``call_growth``: how a call's excess over its input's mean grows with the input's length,
 the exponent ``call`` was taken to the worst path with (0: events of a fixed size in ticks,
 1: a share of the call; measured, two standard errors above the estimate;
@@ -207,6 +214,9 @@ def _function(fr: FunctionReport, hz: float | None,
         "dispersion": _f(w.dispersion), "dispersion_ticks": _f(w.dispersion_ticks),
         "dispersion_ns": _ns(w.dispersion_ticks, hz),
         "exceedance_per_call": _f(w.exceedance),
+        "exceedance_curve": [{"exceedance_per_call": _f(q), "ticks": _f(t), "ns": _ns(t, hz)}
+                             for q, t in w.exceedance_curve],
+        "dispersion_calls": w.dispersion_calls,
         "dispersion_factors": {k: _f(v) for k, v in w.dispersion_factors.items()},
         "call_growth": _f(w.call_growth),
         "machine_speed": ({"measured": _f(w.machine_speed_measured),

@@ -219,6 +219,9 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
         if w.dispersion:
             made = f"({made}) × {1 + w.dispersion:.2f} {F.dispersion_source(w)}"
         _line(console, f"= {made}", indent="    ")
+        curve = F.curve_note(w, hz)
+        if curve:
+            _line(console, curve, indent="    ")
         if w.broken_inputs is not None:
             # a user's fact the measurements contradict: the headline must not read as a
             # bound for every call (libgmp's popcount, [loops] at 10: 467 of 501 broke it)

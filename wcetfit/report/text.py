@@ -110,6 +110,10 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
             t.add_row("  call dispersion", F.num(w.dispersion_ticks),
                       F.num(report.ns(w.dispersion_ticks)),
                       _escape(F.dispersion_note(w)))
+        for q, ticks in w.exceedance_curve:
+            # the probabilistic WCET curve: only the dispersion moves along it
+            t.add_row(f"  bound at {q:.0e} per call", F.num(ticks), F.num(report.ns(ticks)),
+                      _escape(F.curve_level_note(w, q)))
         if w.recursion_depth:
             t.add_row("  recursion depth", str(w.recursion_depth), "", _escape("from [recursion] or observed (see the warnings)"))
     if fr.is_root:

@@ -234,6 +234,12 @@ class WcetResult:
     # the mean of a call, a WCET must cover single calls.
     dispersion: float = 0.0
     exceedance: float = 1e-6                   # the probability per call it is set for
+    # the dispersion at other exceedances (wcetfit.wcet.dispersion.exceedance_curve):
+    # (exceedance per call, excess) pairs, most probable first, the bound's own among them
+    exceedance_curve: tuple[tuple[float, float], ...] = ()
+    # the calls the dispersion's call and joint factors were taken from: below
+    # wcetfit.wcet.dispersion.MIN_EXTRAPOLATED_CALLS the largest seen, not extrapolated
+    dispersion_calls: int | None = None
     # its factors (wcetfit.wcet.dispersion.Dispersion): misfit, call, machine_speed
     dispersion_factors: Mapping[str, float] = field(default_factory=dict)
     # the call farthest above its input's mean: input (number), call_ticks, mean_ticks
@@ -263,6 +269,12 @@ class WcetResult:
     def upper_ticks(self) -> float:
         """The bound: (point + margin) × (1 + dispersion)."""
         return (self.bound_ticks + (self.margin_ticks or 0.0)) * (1.0 + self.dispersion)
+
+    def bound_at_exceedances(self) -> tuple[tuple[float, float], ...]:
+        """(exceedance per call, bound in ticks) along the curve: the point and margin are
+        the same at every level, only the dispersion moves."""
+        base = self.bound_ticks + (self.margin_ticks or 0.0)
+        return tuple((p, base * (1.0 + e)) for p, e in self.exceedance_curve)
 
     @property
     def dispersion_ticks(self) -> float:

@@ -197,3 +197,59 @@ def test_a_failure_is_said_once_per_session(caplog):
         run_isolated(AbortingWorker, range(30), timeout=5.0)
         assert len([m for m in warnings() if "crash: SIGABRT" in m]) == LOGGED_FAILURES
     assert len(said) == LOGGED_FAILURES + 1
+
+
+class MostlyAbortingWorker:
+    """A timing worker's shape: untimed warm-up calls of its inputs first, then each
+    input's timed call.  Two inputs in three abort, as libpng's png_get_uint_31 did on
+    init's random bytes (its png_error on a value above 2^31 - 1), after writing a line
+    to standard error as libpng does."""
+
+    warm_up_inputs = 50
+
+    def _call(self, index):
+        if index % 3:
+            os.write(2, b"toylib error: value out of range\n")
+            os.abort()
+        return index
+
+    def untimed(self, index, start):
+        start(f"(n={index})")
+        self._call(index)
+
+    def run(self, index, start):
+        start(f"(n={index})")
+        return self._call(index)
+
+
+def test_warm_up_calls_that_return_are_successes_the_early_stop_sees(tmp_path):
+    """Each worker warms up on its first inputs, and with two in three aborting every
+    worker met one there: 20 failures came before any timed call, and the run stopped
+    saying "none succeeded" while a third of the inputs ran (libpng's png_get_uint_31).
+    A warm-up call that returned counts; the inputs that work get timed."""
+    from wcetfit.measurements import measure_saving
+
+    results, failures, returned = {}, [], []
+    measure_saving(MostlyAbortingWorker, list(range(60)), timeout=5.0,
+                   store_result=results.__setitem__, failures=failures,
+                   save=lambda: None, done=lambda: len(results), wanted=60, progress=None)
+    assert sorted(results) == [i for i in range(60) if i % 3 == 0]
+    assert sorted(f.index for f in failures) == [i for i in range(60) if i % 3]
+    run_isolated(MostlyAbortingWorker, [0, 3, 1], timeout=5.0, on_returned=returned.append)
+    assert 0 in returned and 3 in returned and 1 not in returned
+
+
+def test_the_targets_own_output_is_summed_up_not_mixed_into_the_analyzers(capfd, caplog):
+    """What the function writes to standard output and error goes to a file the analyzer
+    sums up in one warning: its line count and the first (libpng printed 87 "libpng
+    error: …" lines between the analyzer's warnings)."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="wcetfit.isolate"):
+        run = run_isolated(MostlyAbortingWorker, range(9), timeout=5.0)
+    assert len(run.failures) == 6
+    out, err = capfd.readouterr()
+    assert "toylib" not in out and "toylib" not in err
+    said = [r.getMessage() for r in caplog.records if "standard output or error" in r.getMessage()]
+    assert len(said) == 1 and said[0].endswith("the first: toylib error: value out of range")
+    assert "wrote 6 line(s)" in said[0]          # one per aborting input, each once

@@ -43,6 +43,8 @@ import resource
 import select
 import signal
 import struct
+import sys
+import tempfile
 import time
 import traceback
 from collections import Counter
@@ -153,6 +155,52 @@ def _contain_child() -> None:
         pass
 
 
+def _divert_output(fd: int) -> None:
+    """The target's writes to standard output and error go to ``fd``, a file the parent
+    sums up after the run (:func:`_sum_up_output`), instead of into the analyzer's output
+    (libpng's png_get_uint_31 printed "libpng error: …" for each of 87 failed calls,
+    between the analyzer's warnings); the worker's own logging keeps the analyzer's
+    standard error."""
+    try:
+        kept = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+        for logger in (logging.getLogger(), logging.getLogger("wcetfit")):
+            for h in logger.handlers:
+                if isinstance(h, logging.StreamHandler) and h.stream is sys.stderr:
+                    h.setStream(kept)
+        sys.stderr = kept
+        sys.stdout.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    except (OSError, ValueError):
+        pass
+
+
+# The target's output already summed up in this process, by its first line: a session
+# runs the count, the timing and the search one after the other on the same inputs.
+_OUTPUT_SUMMED: set[str] = set()
+# How much of the target's output is read to sum it up.
+OUTPUT_READ_LIMIT = 1 << 24
+
+
+def _sum_up_output(f: Any) -> None:
+    """One warning for what the target wrote to standard output and error during a run:
+    how many lines and the first, unless an earlier run of the session said the same."""
+    size = f.seek(0, os.SEEK_END)
+    if not size:
+        return
+    f.seek(0)
+    data = f.read(OUTPUT_READ_LIMIT)
+    lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    first = next((ln.strip() for ln in data.decode("utf-8", "replace").splitlines()
+                  if ln.strip()), "")[:200]
+    if first in _OUTPUT_SUMMED:
+        return
+    _OUTPUT_SUMMED.add(first)
+    more = "more than " if size > len(data) else ""
+    log.warning("the function wrote %s%d line(s) to its standard output or error while "
+                "measured, kept out of this output; the first: %s", more, lines, first)
+
+
 def _process_state() -> tuple[int, frozenset[str], frozenset[int]]:
     """(threads, executable mappings, child processes) of this process, for comparing
     before and after a call of the target."""
@@ -197,13 +245,16 @@ def _what_changed(before: tuple[int, frozenset[str], frozenset[int]],
     return None
 
 
-def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: int) -> None:
+def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: int,
+                output: int | None = None) -> None:
     # The parent handles Ctrl-C and kills us; a core dump per crashing input would
     # fill the disk.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.disable()  # the target's crash is reported by the parent, not dumped here
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     _contain_child()
+    if output is not None:
+        _divert_output(output)
     me = os.getpid()
     current: int | None = None
     completed = 0               # inputs this worker finished: its machinery works
@@ -326,8 +377,13 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                  timeout: float, setup_timeout: float = 120.0,
                  build_timeout: float = BUILD_TIMEOUT_S,
                  on_result: Callable[[int, Any], None] | None = None,
-                 on_failure: Callable[[InputFailure], None] | None = None) -> IsolatedRun:
+                 on_failure: Callable[[InputFailure], None] | None = None,
+                 on_returned: Callable[[int], None] | None = None) -> IsolatedRun:
     """Run ``make_worker().run(i)`` for every ``i`` in a child process.
+
+    ``on_returned``: called with an input's number when one of its untimed calls (a
+    worker's warm-up, the call a timed one follows) returned: the function ran on it,
+    whatever happens to its timed call.
 
     ``timeout``: seconds one input may take after its "start" before it counts as a hang;
     ``build_timeout``: seconds its arguments may take to build before it (:data:`BUILD_TIMEOUT_S`).
@@ -336,7 +392,26 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
     results received so far were handed to ``on_result``.  KeyboardInterrupt stops the
     worker and returns what was measured with ``interrupted=True``.
     """
-    pending = list(indices)
+    output = tempfile.TemporaryFile(prefix="wcetfit-target-output-")
+    try:
+        return _run_workers(make_worker, list(indices), output.fileno(), timeout=timeout,
+                            setup_timeout=setup_timeout, build_timeout=build_timeout,
+                            on_result=on_result, on_failure=on_failure,
+                            on_returned=on_returned)
+    finally:
+        try:
+            _sum_up_output(output)
+        finally:
+            output.close()
+
+
+def _run_workers(make_worker: Callable[[], Worker], pending: list[int], output: int, *,
+                 timeout: float, setup_timeout: float, build_timeout: float,
+                 on_result: Callable[[int, Any], None] | None,
+                 on_failure: Callable[[InputFailure], None] | None,
+                 on_returned: Callable[[int], None] | None) -> IsolatedRun:
+    """:func:`run_isolated`'s loop: a worker per stretch of inputs, the next one after a
+    failure; the target's output goes to ``output``."""
     run = IsolatedRun()
     setup_failures = 0
     while pending:
@@ -346,7 +421,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
             os.close(rfd)
             code = 0
             try:
-                _child_main(make_worker, pending, wfd)
+                _child_main(make_worker, pending, wfd, output)
             except BaseException:
                 code = 70
             finally:
@@ -436,6 +511,10 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
                     pending = _after_failure(pending, index, warming)
                     break
                 kind = msg[0]
+                if warming and in_progress is not None and on_returned is not None and \
+                        kind in ("warming", "warmed", "build", "start"):
+                    # the next message after an untimed call's announcement: it returned
+                    on_returned(in_progress[0])
                 if kind == "ready":
                     ready = True
                 elif kind == "warming":
@@ -553,6 +632,7 @@ def forget_said_failures() -> None:
     """A new session: its failures are said again."""
     _WARNED.clear()
     _SUMMED.clear()
+    _OUTPUT_SUMMED.clear()
 
 
 def _record_failure(run: IsolatedRun, failure: InputFailure,

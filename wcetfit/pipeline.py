@@ -485,7 +485,7 @@ def _with_load_warning(report: Any, times: Any) -> Any:
     warnings: the user reads there that something else ran while the times were taken."""
     from dataclasses import replace
 
-    from wcetfit.report import Finding
+    from wcetfit.report import RETIME, Finding
 
     text = ((getattr(times, "environment", None) or {}).get("load") or {}).get("warning")
     if not text:
@@ -494,8 +494,8 @@ def _with_load_warning(report: Any, times: Any) -> Any:
     # explains much of what the other warnings say (preempted calls, a wide dispersion),
     # and BZ2_bzBuffToBuffCompress's report hid it behind "… 23 more"
     return replace(report, warnings=(
-        Finding(text, "time again when the machine is quiet: `wcetfit time --fresh` with "
-                      "the --inputs and --repeats this run used"),) + tuple(report.warnings))
+        Finding(text, f"time again when the machine is quiet: {RETIME}"),)
+        + tuple(report.warnings))
 
 
 def _with_reach_verdicts(report: Any, reached: Any) -> Any:

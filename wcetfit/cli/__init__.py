@@ -99,6 +99,18 @@ def _setup_logging(verbosity: int) -> None:
         logging.getLogger(noisy).setLevel(logging.ERROR if verbosity < 2 else logging.WARNING)
 
 
+def _remedy(args: argparse.Namespace, exc: Exception) -> str:
+    """What the command the user ran offers against a run whose inputs all failed: its
+    own option, not another command's (`check` has no --fresh; its inputs are of a seed
+    of their own)."""
+    from wcetfit.errors import NothingMeasured
+    if not isinstance(exc, NothingMeasured):
+        return ""
+    if hasattr(args, "fresh"):
+        return "; fix generate() in the target's inputs module and start over with --fresh"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -116,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         return status
     except WcetfitError as exc:
         # one line, whatever the message echoes of the user's input
-        sys.stderr.write("error: " + " ".join(str(exc).splitlines()) + "\n")
+        sys.stderr.write("error: " + " ".join(str(exc).splitlines()) + _remedy(args, exc)
+                         + "\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write("interrupted: measurements taken so far are kept in the store\n")

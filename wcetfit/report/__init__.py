@@ -199,6 +199,13 @@ class WcetSummary:
                              self.max_observed_ticks)
 
 
+# How to time everything again, said where a disturbed timing run is the likely cause:
+# the command, and what it costs (a new user read "`wcetfit time --fresh`" as re-timing
+# only, where --fresh discards every stored measurement and the searched inputs).
+RETIME = ("`wcetfit analyze --fresh` measures everything again, the worst-case search "
+          "included: it discards what is stored")
+
+
 def _ticks_and_ns(ticks: float, tsc_hz: float | None) -> str:
     """'1,234 ticks (475 ns)': every figure of a warning with its unit and its time."""
     ns = ticks_to_ns(ticks, tsc_hz)
@@ -911,7 +918,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             f"{summary.slowest_call_ticks:,.0f} ticks{others} (below what an interrupt "
             f"costs, so it counts as the function's)",
             "if that call was the machine (another process, the host), time again on a quiet "
-            "machine (`wcetfit time --fresh` with this run's --inputs and --repeats); if the "
+            f"machine ({RETIME}); if the "
             "function can take that long (a cold cache or TLB), the bound rightly covers it"))
     elif is_root and summary.dispersion and drv and factors.get("call", 1.0) >= 1.5:
         # one call far above its input's other calls sets the extreme-value extrapolation
@@ -930,7 +937,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             f"and the extreme-value fit extrapolates calls like it to a probability of "
             f"{summary.exceedance or 1e-6:.0e} per call",
             "if that call was the machine (another process, the host), time again on a quiet "
-            "machine (`wcetfit time --fresh` with this run's --inputs and --repeats); if the "
+            f"machine ({RETIME}); if the "
             "function can take that long (a cold cache or TLB), the bound rightly covers it; "
             "[wcet] exceedance sets the probability"))
     few = summary.dispersion_calls
@@ -968,8 +975,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             f"{both(summary.ipet_ticks)}: "
             + why,
             "if the machine was quiet and that input can take so long, the bound does not "
-            "hold for it: time again on an idle core (`wcetfit time --fresh` with the "
-            "same --inputs/--repeats) and compare"))
+            "hold for it: `wcetfit check` on an idle machine times fresh inputs against "
+            "the bound and keeps what is stored"))
     val = dict(ff.validation) if ff else {}
     if is_root and ff is not None:
         for item in ff.extra.get("warnings", []) or []:

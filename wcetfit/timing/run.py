@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from wcetfit.isolate import InputFailure, run_isolated
-from wcetfit.measurements import (TIMED_STATE, Progress, TimeSet, load_times,
+from wcetfit.measurements import (TIMED_STATE, Progress, TimeSet, load_counts, load_times,
                                   measure_saving, prototype_name, save_times)
 from wcetfit.store import Store
 from wcetfit.target import Target, describe_args, generate_input, load_inputs_module
@@ -252,6 +252,16 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
         old_state = (old.environment.get("state") or {}).get(f)
         if old_state:
             env.setdefault("state", {})[f] = dict(old_state)
+    # inputs the count run of the same seed saw fail (crash, hang, a check): the same
+    # arguments fail the original code the same way, and without counts they are no row
+    # of the fit.  Timing them cost a worker each (libpng's png_get_uint_31, 52 of 80
+    # inputs aborting: a fresh worker and its 50 warm-up calls per abort), and the
+    # failures are already stored and reported with the counts
+    uncounted = set()
+    for f in functions:
+        cs = load_counts(store, f, m.seed)
+        if cs is not None:
+            uncounted |= {x.index for x in cs.failures}
     load = env.setdefault("load", {})
     # whether each input's timed calls returned what its first call did (wcetfit.timing.state)
     state = env.setdefault("state", {})
@@ -269,7 +279,7 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     machine = None
     try:
         for r in range(m.repeats):
-            failed = {x.index for x in failures}
+            failed = {x.index for x in failures} | uncounted
             start = env["passes"]["starts"][r]
             todo = [i for i in (*range(start, n), *range(start))
                     if not done[i, r] and i not in failed]

@@ -55,6 +55,10 @@ class FreshCheck:
     above_at_bound_speed: int    # of them, still above once slowed to the bound's speed
     slowest: FreshCall | None    # the slowest own call
     failed_inputs: tuple[int, ...]   # inputs whose calls crashed or hung
+    # the fresh run's load (wcetfit.timing.run.load_warning): other processes runnable
+    # while it ran, which slow every call alike, and a speed followed against the run's
+    # own fast end does not show that (None: nothing else ran, or not sampled)
+    load_warning: str | None = None
 
     @property
     def covered(self) -> bool:
@@ -76,7 +80,8 @@ class FreshCheck:
 
 def check_fresh(function: str, seed: int, indices: Any, ticks: Any, *, bound_ticks: float,
                 bound_speed: float, tsc_hz: float | None,
-                failed_inputs: tuple[int, ...] = (), positions: Any = None) -> FreshCheck:
+                failed_inputs: tuple[int, ...] = (), positions: Any = None,
+                load_warning: str | None = None) -> FreshCheck:
     """Each fresh call (``ticks`` [input, repeat], NaN where not timed) against the bound.
 
     The fresh run's speed is followed as the fit follows the timing run's
@@ -99,7 +104,8 @@ def check_fresh(function: str, seed: int, indices: Any, ticks: Any, *, bound_tic
                           slowest_interrupted=None, bound_ticks=float(bound_ticks),
                           bound_speed=float(bound_speed), fresh_speed=None, above=0,
                           above_at_bound_speed=0, slowest=None,
-                          failed_inputs=tuple(int(i) for i in failed_inputs))
+                          failed_inputs=tuple(int(i) for i in failed_inputs),
+                          load_warning=load_warning)
     quantum = detect_quantum(t[timed]) or 1.0
     profile = speed_profile(t, quantum, positions=positions)
     if profile.followed:
@@ -130,7 +136,8 @@ def check_fresh(function: str, seed: int, indices: Any, ticks: Any, *, bound_tic
         bound_ticks=float(bound_ticks), bound_speed=float(bound_speed),
         fresh_speed=fresh_speed, above=int(above.sum()),
         above_at_bound_speed=int((above & (capped > bound_ticks)).sum()),
-        slowest=slowest, failed_inputs=tuple(int(i) for i in failed_inputs))
+        slowest=slowest, failed_inputs=tuple(int(i) for i in failed_inputs),
+        load_warning=load_warning)
 
 
 def speed_to_declare(check: FreshCheck) -> float | None:

@@ -245,8 +245,20 @@ def _what_changed(before: tuple[int, frozenset[str], frozenset[int]],
     return None
 
 
+# Set in a measurement worker, the child process that runs the target's code: the
+# analyzer's own process never calls it (wcetfit.target.LibraryFunctions).
+_IN_WORKER = False
+
+
+def in_worker() -> bool:
+    """Whether this process is a measurement worker (a child of :func:`run_isolated`)."""
+    return _IN_WORKER
+
+
 def _child_main(make_worker: Callable[[], Worker], indices: Sequence[int], fd: int,
                 output: int | None = None) -> None:
+    global _IN_WORKER
+    _IN_WORKER = True
     # The parent handles Ctrl-C and kills us; a core dump per crashing input would
     # fill the disk.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -156,6 +156,9 @@ _dlmopen.restype = ctypes.c_void_p
 _dlmopen.argtypes = (ctypes.c_long, ctypes.c_char_p, ctypes.c_int)
 _dlerror = _libc.dlerror
 _dlerror.restype = ctypes.c_char_p
+_dlsym = _libc.dlsym
+_dlsym.restype = ctypes.c_void_p
+_dlsym.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
 LM_ID_NEWLM = -1
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
@@ -265,6 +268,19 @@ def load_binary(path: str) -> LoadedBinary:
         _loaded[key] = lb
         log.debug("loaded %s (%s) at bias %#x", path, lb.kind, bias)
         return lb
+
+
+def symbol_address(binary: LoadedBinary, name: str) -> int:
+    """The run-time address of ``name`` in ``binary`` as loaded (its own link-map namespace
+    when it has one: the code the measured function calls and the data it uses are that
+    copy's).  BinaryError when the binary exports no such symbol."""
+    _dlerror()                                   # clear a stale error
+    address = _dlsym(ctypes.c_void_p(binary.handle), os.fsencode(name))
+    if not address:
+        why = (_dlerror() or b"").decode(errors="replace")
+        raise BinaryError(f"{binary.path} exports no symbol {name}"
+                          + (f" ({why})" if why else ""))
+    return int(address)
 
 
 # --- memory near the binary ---------------------------------------------------------------------

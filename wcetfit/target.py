@@ -394,6 +394,77 @@ class InputContext:
     ffi: Any
     index: int
     function: str
+    # the target binary's functions the prototype declares, callable to make what the
+    # measured function takes (LibraryFunctions)
+    lib: Any = None
+
+
+class LibraryFunctions:
+    """``ctx.lib``: the target binary's own functions, called from ``generate`` to make
+    what the measured function takes: a key schedule (libcrypto's ``AES_set_encrypt_key``
+    for ``AES_encrypt``), a parser (expat's ``XML_ParserCreate``), a stream.  A function
+    is callable once wcetfit.toml's ``prototype`` declares it beside the measured ones;
+    it runs the binary as the measurement loaded it (its own link-map namespace), so what
+    it makes is that copy's, as the measured function expects.  A second copy of the
+    library, opened by the inputs module itself, would make state holding the other
+    copy's pointers, whose code the count run does not see.
+
+    ``generate`` also runs in the analyzer's own process, which never runs the target's
+    code (the worst-case search records an input's draws there, the report describes an
+    input's arguments): there a call returns the zero of its type (NULL for a pointer)
+    without running, so generate's draws must not depend on what these calls return."""
+
+    def __init__(self, target: "Target"):
+        self._target = target
+        self._harness: Any = None
+
+    def __repr__(self) -> str:
+        return f"<ctx.lib: functions of {self._target.binary} the prototype declares>"
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args: self._call(name, args)
+
+    def _call(self, name: str, args: tuple) -> Any:
+        from wcetfit.isolate import in_worker
+        from wcetfit.timing.thunk import build_harness
+
+        if self._harness is None:
+            self._harness = build_harness(self._target.prototype, self._target.cdef)
+        harness = self._harness
+        if name not in harness.functions:
+            raise InputsError(f"ctx.lib.{name}: not declared in wcetfit.toml's prototype "
+                              f"(declared: {', '.join(harness.functions)}): add its "
+                              f"declaration there to call it from generate()")
+        sig = harness.signature(name)
+        ffi = harness.ffi
+        if not in_worker():
+            return (None if sig.returns_void
+                    else ffi.new(ffi.getctype(ffi.typeof(sig.result), "*"))[0])
+        from wcetfit.errors import BinaryError
+        from wcetfit.loader import load_binary, symbol_address
+        try:
+            address = symbol_address(load_binary(self._target.binary), name)
+        except BinaryError as exc:
+            raise InputsError(f"ctx.lib.{name}: {exc}") from None
+        try:
+            pack = harness.pack(name, args)
+        except InputsError as exc:
+            raise InputsError(f"ctx.lib.{name}: {exc}") from None
+        return harness.call(name, address, pack, restore=False, convert=False)
+
+
+# one per target set-up: its harness is built once
+_LIBRARIES: dict[tuple[str, str, str], LibraryFunctions] = {}
+
+
+def library_functions(target: "Target") -> LibraryFunctions:
+    key = (target.binary, target.prototype, target.cdef)
+    lib = _LIBRARIES.get(key)
+    if lib is None:
+        lib = _LIBRARIES[key] = LibraryFunctions(target)
+    return lib
 
 
 def input_rng(seed: int, index: int) -> np.random.Generator:
@@ -439,7 +510,7 @@ def generate_input(generate: Callable[[InputContext], Any], target: Target, ffi:
     worst-case search replays recorded draws, :mod:`wcetfit.search.choices`)."""
     ctx = InputContext(rng=input_rng(target.measure.seed, index) if rng is None else rng,
                        ffi=ffi, index=index if ctx_index is None else ctx_index,
-                       function=function)
+                       function=function, lib=library_functions(target))
     try:
         args = generate(ctx)
     except Exception as exc:

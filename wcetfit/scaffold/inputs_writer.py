@@ -568,12 +568,13 @@ class _Writer:
             return [f"    {name} = ffi.NULL  # {t.cname}: build what it points to"]
         if not self.buffer_kind(t):
             self.notes.append(f"{p.name}: {t.cname} points to an opaque type, left NULL "
-                              "(create it with the library's own constructor in generate; "
-                              "its state is not restored between the timed calls, so a "
-                              "function that changes it, a parser or a stream, must be timed "
-                              "through a wrapper that makes it in each call)")
+                              "(create it in generate with the library's own constructor, "
+                              "ctx.lib.NAME(...), once the prototype declares it; its state "
+                              "is not restored between the timed calls, so a function that "
+                              "changes it, a parser or a stream, must be timed through a "
+                              "wrapper that makes it in each call)")
             return [f"    {name} = ffi.NULL  # {t.cname}: an opaque handle; create one with "
-                    "the library's constructor"]
+                    "the library's constructor: ctx.lib.NAME(...), declared in the prototype"]
         const = _const_pointee(p.spelling, self.decl.cdef)
         role = "input" if const else "output or in-out"
         if item.kind in ("struct", "union"):     # never paired with a length (pairs())
@@ -587,6 +588,13 @@ class _Writer:
                     f"if {p.name} is an array of {nxt.name} {item.kind}s, make it "
                     f"ffi.new(\"{item.cname}[]\", n) and keep {nxt.name} within it (a count "
                     f"beyond it reads past the {item.kind})")
+            if const and item.kind == "struct":
+                # (libcrypto's AES_encrypt: its AES_KEY of random fields, a round count
+                # among them, crashed every call)
+                self.notes.append(
+                    f"{p.name}: its {item.cname}, which the function only reads, has random "
+                    f"fields: if the library sets it up (a key schedule, a context), make it "
+                    f"with that function through ctx.lib, declared in the prototype")
             helper = self.struct_helper(item, p.name) if item.kind == "struct" else None
             init = f", {helper}(rng)" if helper else ""
             return [f"    {name} = ffi.new(\"{ptype}\"{init})  # {t.cname}: one "

@@ -254,20 +254,24 @@ class CallHarness:
             raise MeasurementError(f"arguments packed for {pack.function}, not {function}")
         return sig
 
-    def call(self, function: str, fn_address: int, pack: ArgPack, restore: bool = True) -> Any:
+    def call(self, function: str, fn_address: int, pack: ArgPack, restore: bool = True,
+             convert: bool = True) -> Any:
         """One plain call of the code at ``fn_address`` with the packed arguments.
 
         With ``restore`` (default) the argument memory is first reset to its packed
         state, so two calls — of the original and of an instrumented copy, say — start
         from identical bytes; compare their return values and :meth:`snapshot` after.
         Returns the C return value as Python (None for void, int for pointers, dict
-        for structs)."""
+        for structs), or with ``convert`` False as the cdata itself (a pointer another
+        call takes: a handle, a context)."""
         sig = self._check_pack(function, pack)
         if restore:
             self.restore(pack)
         ret = self._ret(sig)
         getattr(self.lib, f"wf_call_{function}")(self._fn(fn_address), pack.struct, ret)
-        return None if sig.returns_void else _to_python(self.ffi, ret[0])
+        if sig.returns_void:
+            return None
+        return _to_python(self.ffi, ret[0]) if convert else ret[0]
 
     def time(self, function: str, fn_address: int, pack: ArgPack, repeats: int,
              warmup: int = 2, method: str | int = "lfence") -> TimedCalls:

@@ -249,3 +249,26 @@ def test_a_failed_differential_check_names_the_input_and_what_it_may_mean(tmp_pa
     assert "differential check for input 2" in line
     assert "the input's arguments: (long[1] {0}, 0)" in line
     assert "narrow generate()" in line and "wcetfit bug" in line
+
+
+def test_a_report_after_every_input_failed_says_so(tmp_path, capsys):
+    """Counted and timed, every input crashed: the report says that no input ran, how
+    they failed and the first one (it said "no input has both counts and times", and a
+    new user with init's AES_encrypt target could not tell why)."""
+    from wcetfit.cli import main
+
+    _crashing_target(tmp_path, 4)
+    assert main(["count", str(tmp_path)]) == 2
+    capsys.readouterr()
+    # nothing to time: said as such, once, not "0 inputs × 2 calls" with status 0
+    assert main(["time", str(tmp_path), "--no-wait"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: crc32_bitwise: no input to time, the count run saw every "
+                          "one fail: 4 failed (crash ×4)") and err.count("--fresh") == 1, err
+    # and the report says no input ran, not "run `wcetfit time` first"
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: crc32_bitwise: no input ran: 4 failed (crash ×4), the first "
+                          "input 0 (NULL, 64): crash: SIGSEGV"), err
+    assert err.rstrip().endswith("make generate() give arguments the function accepts, then "
+                                 "`wcetfit analyze --fresh`") and err.count("\n") == 1

@@ -558,6 +558,11 @@ def stored_measurements(session: Session, root: str, *,
         raise FitError(f"{root}: no counts stored for seed {m.seed}: run `wcetfit count "
                        f"{session.target.directory} --seed {m.seed}` (or `wcetfit analyze "
                        f"--seed {m.seed}`) first")
+    if not len(counts.indices) and counts.failures:
+        # every input failed in the count run: there is nothing to time, and "run `wcetfit
+        # time` first" sent the user to a run with nothing to do
+        from wcetfit.fit.system import nothing_ran
+        raise FitError(nothing_ran(root, counts.failures))
     method, _ = resolve_method(session.target)
     times = load_times(session.store, root, m.seed, method, m.repeats,
                       warmup=m.warmup)

@@ -104,7 +104,7 @@ def _remedy(args: argparse.Namespace, exc: Exception) -> str:
     own option, not another command's (`check` has no --fresh; its inputs are of a seed
     of their own)."""
     from wcetfit.errors import NothingMeasured
-    if not isinstance(exc, NothingMeasured):
+    if not isinstance(exc, NothingMeasured) or "--fresh" in str(exc):
         return ""
     if hasattr(args, "fresh"):
         return "; fix generate() in the target's inputs module and start over with --fresh"

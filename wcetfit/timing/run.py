@@ -262,6 +262,14 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
         cs = load_counts(store, f, m.seed)
         if cs is not None:
             uncounted |= {x.index for x in cs.failures}
+    if uncounted and not done.any() and uncounted >= set(range(n)):
+        # nothing to time: a run of no input would store nothing and say "0 inputs"
+        from wcetfit.errors import NothingMeasured
+        from wcetfit.fit.system import nothing_ran
+        failed = [x for f in functions
+                  for x in (load_counts(store, f, m.seed).failures or ())]
+        raise NothingMeasured(nothing_ran(", ".join(functions), failed,
+                                          "no input to time, the count run saw every one fail"))
     load = env.setdefault("load", {})
     # whether each input's timed calls returned what its first call did (wcetfit.timing.state)
     state = env.setdefault("state", {})

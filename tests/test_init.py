@@ -691,3 +691,25 @@ def test_init_says_a_call_through_a_pointer_hides_loops_it_cannot_list(tmp_path,
     assert re.search(r"^# \(calls through a pointer at lzma_crc64\+0x[0-9a-f]+: the loops",
                      toml, re.M), toml
     assert load_target(str(d)).functions == ("lzma_crc64",)
+
+
+LIBC = f"{LIBDIR}/libc.so.6"
+
+
+@pytest.mark.skipif(not os.path.exists(LIBC) or not os.path.exists("/usr/include/stdlib.h"),
+                    reason="the system's libc.so.6 or stdlib.h is absent: the refusal is "
+                           "checked at analyze only (tests/test_shared_blocks.py)")
+def test_init_refuses_what_analyze_would_refuse_before_writing_a_target(tmp_path):
+    """libc's qsort reaches memcpy and mempcpy, which share blocks (one jumps into the
+    other's body): init wrote a target and analyze refused it at once.  Now init says
+    so, in one line, and writes nothing."""
+    res = subprocess.run([sys.executable, "-m", "wcetfit", "init", str(tmp_path / "qsort"),
+                          "--binary", LIBC, "--function", "qsort",
+                          "--header", "/usr/include/stdlib.h"],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and re.match(
+        r"error: qsort: \S+ and \S+ share \d+ block\(s\) .*cannot model one block in two "
+        r"functions yet", errors[0]), res.stderr
+    assert not (tmp_path / "qsort").exists()

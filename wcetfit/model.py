@@ -268,6 +268,25 @@ class BinaryModel:
 
 # --- JSON (schema wcetfit.cfg/1) --------------------------------------------------------
 
+def reached_functions(model: "BinaryModel", root: FunctionModel) -> dict[str, FunctionModel]:
+    """``root`` and the binary's own functions it reaches through its calls, transitively
+    (an indirect call's targets as observed), by name."""
+    out = {root.name: root}
+    todo = [root]
+    while todo:
+        fn = todo.pop()
+        for call in fn.calls:
+            for t in call.entries:         # an indirect call's: observed
+                try:
+                    callee = model.function(t)
+                except KeyError:
+                    continue          # an observed target the model could not load
+                if callee.name not in out:
+                    out[callee.name] = callee
+                    todo.append(callee)
+    return out
+
+
 def function_to_json(fn: FunctionModel, disassembly: bool = False) -> dict[str, Any]:
     def block_json(b: Block) -> dict[str, Any]:
         d: dict[str, Any] = {"address": hexaddr(b.address), "size": b.size,

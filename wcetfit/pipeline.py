@@ -35,21 +35,8 @@ class Session:
 
     def functions_of(self, name: str) -> dict[str, FunctionModel]:
         """The measured function and the binary's own functions it reaches, transitively."""
-        root = self.root_model(name)
-        out = {root.name: root}
-        todo = [root]
-        while todo:
-            fn = todo.pop()
-            for call in fn.calls:
-                for t in call.entries:         # an indirect call's: observed
-                    try:
-                        callee = self.model.function(t)
-                    except KeyError:
-                        continue          # an observed target the model could not load
-                    if callee.name not in out:
-                        out[callee.name] = callee
-                        todo.append(callee)
-        return out
+        from wcetfit.model import reached_functions
+        return reached_functions(self.model, self.root_model(name))
 
 
 def open_session(target_dir: str, *, fresh: bool = False, inputs_changed: str = "refuse",

@@ -144,6 +144,11 @@ def create_target(directory: str, binary: str, function: str, header: str | None
 
     model = static.load_model(binary, [function], with_callees=True)
     fn = model.function(function)
+    # what analyze refuses, refused before a target is written (libc's qsort: init wrote
+    # one, and analyze stopped on memcpy and mempcpy sharing 57 blocks)
+    from wcetfit.fit.system import refuse_shared_blocks
+    from wcetfit.model import reached_functions
+    refuse_shared_blocks(fn.name, reached_functions(model, fn))
     decl = find_declaration(binary, model, function, header)
     try:
         build_harness(decl.prototype, decl.cdef)

@@ -45,3 +45,11 @@ def test_a_loop_no_input_iterated_is_the_first_warning(tmp_path):
     first = fn["warnings"][0]
     assert "never iterated on any input" in first["message"], fn["warnings"][:2]
     assert "[loops]" in first["advice"]
+    # the list of what the bound rests on says it in the same words, not "≤ 0 iterations
+    # per entry and ≤ 0 per call (the most the inputs reached)" beside the loops that ran
+    import subprocess
+    text = " ".join(subprocess.run([sys.executable, "-m", "wcetfit", "report", str(d)],
+                                   capture_output=True, text=True, check=True).stdout.split())
+    assert ("never iterated on any input, so the bound takes it not to iterate (add a "
+            "[loops] bound if inputs can)") in text, text
+    assert "≤ 0 iterations" not in text

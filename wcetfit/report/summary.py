@@ -423,6 +423,14 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
         src = (("observed only" if short else "the most the inputs reached: add a [loops] "
                 "bound if inputs can iterate more") if b.source == SOURCE_OBSERVED else
                "from [loops]" if b.source == "fact" else b.source)
+        if b.source == SOURCE_OBSERVED and (b.total == 0 or (b.total is None
+                                                            and b.per_entry == 0)):
+            # ("≤ 0 iterations per entry and ≤ 0 per call (the most the inputs reached)"
+            # read as a bound like the others: it is the loop's body left out)
+            out.append(f"loop {lo.name}: never iterated on any input, so the bound takes "
+                       f"it not to iterate" + ("" if short else
+                                               " (add a [loops] bound if inputs can)"))
+            continue
         bound = " and ".join(x for x in (
             f"≤ {b.per_entry} iterations per entry" if b.per_entry is not None else "",
             f"≤ {b.total} per call" if b.total is not None else "") if x)

@@ -65,6 +65,29 @@ def test_unsized_output_holds_the_sum_of_the_lengths(gcc, tmp_path):
     assert any(n.startswith("arg1: ") and "a guess" in n for n in text.notes)
 
 
+def test_one_unnamed_length_after_the_buffers_sizes_each_of_them(gcc, tmp_path):
+    """gmp's mpn_add_n(rp, s1p, s2p, n), unnamed in gmp.h: the length after the buffers
+    is every one's.  Only s2p, the buffer right before it, was sized from it; s1p got
+    5,120 limbs whatever n was ("no length parameter found")."""
+    decl = _decl(tmp_path, """
+        typedef unsigned long limb_t;
+        typedef limb_t *limb_ptr;
+        typedef const limb_t *limb_srcptr;
+        typedef long size_type;
+        limb_t add_n(limb_ptr, limb_srcptr, limb_srcptr, size_type);
+    """, "add_n")
+    mod, ffi, text = _module(tmp_path, decl)
+    args = _inputs(mod, ffi, "add_n", n=40)
+    assert len({n for *_, n in args}) > 5
+    for rp, s1, s2, n in args:
+        assert ffi.sizeof(s2) == 8 * max(n, 1)
+        # sized from n, with init's spare where the pairing is a guess
+        assert 8 * max(n, 1) <= ffi.sizeof(s1) <= 8 * (n + mod.OUT_SPARE)
+        assert ffi.sizeof(rp) >= 8 * max(n, 1)
+    assert "no length parameter found" not in text.text
+    assert "arg4 + OUT_SPARE" in _line(text.text, "arg2")
+
+
 def test_unsized_output_holds_an_encoding_of_its_input(gcc, tmp_path):
     """EVP_EncodeBlock(t, f, n) writes 4 * ceil(n / 3) + 1 bytes to t (n + 512 was too
     small from n = 1534 on); a hex encoder 2 n + 1."""

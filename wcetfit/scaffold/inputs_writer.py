@@ -415,8 +415,11 @@ class _Writer:
                     or _UNNAMED.fullmatch(params[nxt].name)):
                 out[b] = nxt
                 continue
-            lengthy = [c for c in sorted(value_len) if _LENGTHY.search(params[c].name)
-                       and c not in named]
+            # a length named so, or unnamed: a header without parameter names gives one
+            # length after the buffers it serves (gmp.h's mpn_add_n (mp_ptr, mp_srcptr,
+            # mp_srcptr, mp_size_t): the first two were left 5,120 limbs long)
+            lengthy = [c for c in sorted(value_len) if c not in named and (
+                _LENGTHY.search(params[c].name) or _UNNAMED.fullmatch(params[c].name))]
             after = [c for c in lengthy if c > b]
             before = [c for c in lengthy if c < b]
             if after or before:

@@ -1118,10 +1118,11 @@ def test_bracket_width_splits_bound_over_slowest_and_names_an_over_predicted_pat
     assert f"input {slow}, the input predicted slowest" in found[0]
     assert f"{width.model - 1:.0%} above its measured" in found[0] and " ns)" in found[0]
     text = " ".join(summary.to_text(report).split())
-    assert f"Bound / slowest {width.total:.2f} = beyond inputs ×" in text
-    assert f"model ×{width.model:.2f} at input {slow} · it / slowest" in text
+    assert f"Bound / slowest {width.total:.2f} = the worst path beyond every input ×" in text
+    assert (f"the model's prediction over the measured time ×{width.model:.2f} at input "
+            f"{slow} (predicted slowest) · it over the slowest") in text
     # not on the screen where neither the path nor the model widens the bracket
-    assert "beyond inputs ×" not in summary.to_text(built[-1])
+    assert "beyond every input ×" not in summary.to_text(built[-1])
     doc = to_json(report)["functions"][0]["wcet"]
     assert doc["bracket_width"]["model"] == pytest.approx(width.model)
     assert doc["max_predicted_measured_ticks"] == pytest.approx(np.median(times[slow]))

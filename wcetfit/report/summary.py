@@ -269,11 +269,13 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
             # (the model's part is at the input predicted slowest: the warning on an
             # over-predicted path, and --full, say it in words)
             x = F.factor
-            _line(console, f"Bound / slowest {width.total:.2f} = beyond inputs "
-                           f"×{x(width.beyond)} · model ×{x(width.model)} at "
-                           f"{report.input_name(w.max_predicted_input)} · it / slowest "
-                           f"×{x(width.input)} · margin ×{x(width.margin)} · calls "
-                           f"×{x(width.dispersion)}", indent="  ")
+            _line(console, f"Bound / slowest {width.total:.2f} = the worst path beyond "
+                           f"every input ×{x(width.beyond)} · the model's prediction over "
+                           f"the measured time ×{x(width.model)} at "
+                           f"{report.input_name(w.max_predicted_input)} (predicted slowest) · "
+                           f"it over the slowest ×{x(width.input)} · the 95% margin "
+                           f"×{x(width.margin)} · single calls ×{x(width.dispersion)}",
+                  indent="  ")
         if w.beyond:
             _line(console, "The worst path goes beyond every input at:", indent="  ")
             for b in w.beyond[:4]:

@@ -147,8 +147,9 @@ def speed_profile(ticks: np.ndarray, quantum: float, *, window: int = WINDOW_CAL
         k = when[in_time][take]
         used = int(k.size)
         if used < 4 * window:
-            return flat_profile(t, f"{used} calls of at least {min_quanta:g} TSC steps: too "
-                                   f"few to follow the machine's speed (need {4 * window})")
+            return flat_profile(t, f"its calls are too short to follow the speed by: "
+                                   f"{used} of them last {min_quanta:g} TSC steps or more, "
+                                   f"it takes {4 * window}")
         # mirrored at the ends: padding with the end value would weigh one call many times
         smooth = median_filter(series[take], size=window, mode="mirror")
         factor = np.interp(when, k, smooth).reshape(n, reps)

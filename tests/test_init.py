@@ -713,3 +713,27 @@ def test_init_refuses_what_analyze_would_refuse_before_writing_a_target(tmp_path
         r"error: qsort: \S+ and \S+ share \d+ block\(s\) .*cannot model one block in two "
         r"functions yet", errors[0]), res.stderr
     assert not (tmp_path / "qsort").exists()
+
+
+@pytest.mark.skipif(not os.path.exists(f"{LIBDIR}/libz.so.1") or
+                    not os.path.exists("/usr/include/zlib.h"),
+                    reason="the system's libz.so.1 or zlib.h is absent: the [loops] order is "
+                           "not checked")
+def test_loops_are_listed_nearest_calls_first(tmp_path):
+    """[loops] lists the root's loops, then those of the functions one call away, two …,
+    each distance under a heading (libcrypto's SHA256 reaches 109 loops, most in error
+    and engine functions far down its calls; by address those came first)."""
+    res = subprocess.run([sys.executable, "-m", "wcetfit", "init", str(tmp_path / "c2"),
+                          "--binary", f"{LIBDIR}/libz.so.1", "--function", "compress2",
+                          "--header", "/usr/include/zlib.h"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    text = (tmp_path / "c2" / "wcetfit.toml").read_text()
+    body = text[text.index("[loops]"):text.index("[wcet]")]
+    lines = [ln for ln in body.splitlines() if ln.startswith("# ")]
+    entries = [ln for ln in lines if ln.startswith('# "')]
+    assert entries[0].startswith('# "compress2+')            # the root's own loop first
+    headings = [int(re.match(r"# -- in functions (\d+) calls? away", ln).group(1))
+                for ln in lines if ln.startswith("# -- in functions ") and "away" in ln]
+    assert headings[:2] == [1, 2] and headings == sorted(headings)
+    first_deflate = next(i for i, ln in enumerate(lines) if ln.startswith('# "deflate+'))
+    assert lines[first_deflate - 1] == "# -- in functions 1 call away"

@@ -37,6 +37,7 @@ class LoopEntry:
     # the direct calls of its function, "f+0x61", when there are several: a loop whose
     # bound differs between them takes a fact per site ("h+0x24 @ f+0x61")
     sites: tuple[str, ...] = ()
+    calls_away: int = 0      # calls from the root to its function (0: the root's own)
 
 
 @dataclass(frozen=True)
@@ -74,16 +75,20 @@ def _names_of(model: BinaryModel, requested: str, fn: FunctionModel) -> list[str
 
 
 def loop_entries(model: BinaryModel, root: str) -> tuple[LoopEntry, ...]:
-    """Every loop of the function and of the binary's functions it reaches, root first."""
+    """Every loop of the function and of the binary's functions it reaches: the root's
+    first, then by how many calls away their function is (libcrypto's SHA256 reaches 109
+    loops, most of them in error and engine functions far down its calls; by address,
+    those came first), then by address."""
     from wcetfit.wcet.result import loop_key
 
     root_fn = model.function(root)
-    order = [root_fn] + sorted((f for f in model.functions.values() if f is not root_fn),
-                               key=lambda f: f.address)
     from wcetfit.wcet.interproc import entry_names
     from wcetfit.wcet.loops import functions_called
 
     by_addr = entry_names(model.functions)
+    away = _calls_away(model, root_fn)
+    order = sorted(model.functions.values(),
+                   key=lambda f: (away.get(f.name, len(model.functions)), f.address))
     sites: dict[str, list[str]] = {}
     for caller in order:
         for cs in caller.calls:
@@ -93,8 +98,28 @@ def loop_entries(model: BinaryModel, root: str) -> tuple[LoopEntry, ...]:
     return tuple(LoopEntry(loop_key(fn, lp.header), fn.name, lp.header, len(lp.body),
                            lp.depth, lp.reducible,
                            tuple(sites.get(fn.name, ())) if len(sites.get(fn.name, ())) > 1
-                           else ())
+                           else (), away.get(fn.name, -1))
                  for fn in order for lp in sorted(fn.loops, key=lambda lp: lp.header))
+
+
+def _calls_away(model: BinaryModel, root: FunctionModel) -> dict[str, int]:
+    """How many calls from ``root`` each function it reaches is, at the fewest."""
+    away = {root.name: 0}
+    frontier = [root]
+    while frontier:
+        nxt = []
+        for fn in frontier:
+            for call in fn.calls:
+                for t in call.entries:
+                    try:
+                        callee = model.function(t)
+                    except KeyError:
+                        continue
+                    if callee.name not in away:
+                        away[callee.name] = away[fn.name] + 1
+                        nxt.append(callee)
+        frontier = nxt
+    return away
 
 
 def find_declaration(binary: str, model: BinaryModel, function: str,
@@ -263,7 +288,15 @@ def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: D
                      f"them)")
     if not loops:
         lines.append("# (the static model found no loops)")
+    last_away = None
     for lp in loops:
+        if lp.calls_away != last_away and lp.calls_away != 0:
+            # a heading per call distance: the nearest loops are what the bound is most
+            # likely made of; the far ones are mostly error and set-up paths
+            lines.append(f"# -- in functions {lp.calls_away} call"
+                         f"{'' if lp.calls_away == 1 else 's'} away" if lp.calls_away > 0
+                         else "# -- in functions the model holds beside them")
+        last_away = lp.calls_away
         what = (f"{lp.function}: loop at {hexaddr(lp.header)}, {lp.blocks} block"
                 f"{'' if lp.blocks == 1 else 's'}, depth {lp.depth}")
         if not lp.reducible:

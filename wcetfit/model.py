@@ -12,7 +12,7 @@ them (a shared object starts at 0), never a loader's rebased ones.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 SCHEMA_CFG = "wcetfit.cfg/1"
 
@@ -268,23 +268,42 @@ class BinaryModel:
 
 # --- JSON (schema wcetfit.cfg/1) --------------------------------------------------------
 
+def _callees(model: "BinaryModel", fn: FunctionModel) -> Iterator[FunctionModel]:
+    """The binary's functions ``fn`` calls (an indirect call's targets as observed)."""
+    for call in fn.calls:
+        for t in call.entries:
+            try:
+                yield model.function(t)
+            except KeyError:
+                continue          # an observed target the model could not load
+
+
 def reached_functions(model: "BinaryModel", root: FunctionModel) -> dict[str, FunctionModel]:
-    """``root`` and the binary's own functions it reaches through its calls, transitively
-    (an indirect call's targets as observed), by name."""
+    """``root`` and the binary's own functions it reaches through its calls, transitively,
+    by name."""
     out = {root.name: root}
     todo = [root]
     while todo:
-        fn = todo.pop()
-        for call in fn.calls:
-            for t in call.entries:         # an indirect call's: observed
-                try:
-                    callee = model.function(t)
-                except KeyError:
-                    continue          # an observed target the model could not load
-                if callee.name not in out:
-                    out[callee.name] = callee
-                    todo.append(callee)
+        for callee in _callees(model, todo.pop()):
+            if callee.name not in out:
+                out[callee.name] = callee
+                todo.append(callee)
     return out
+
+
+def calls_away(model: "BinaryModel", root: FunctionModel) -> dict[str, int]:
+    """How many calls from ``root`` each function it reaches is, at the fewest (0: root)."""
+    away = {root.name: 0}
+    frontier = [root]
+    while frontier:
+        nxt = []
+        for fn in frontier:
+            for callee in _callees(model, fn):
+                if callee.name not in away:
+                    away[callee.name] = away[fn.name] + 1
+                    nxt.append(callee)
+        frontier = nxt
+    return away
 
 
 def function_to_json(fn: FunctionModel, disassembly: bool = False) -> dict[str, Any]:

@@ -79,14 +79,14 @@ def loop_entries(model: BinaryModel, root: str) -> tuple[LoopEntry, ...]:
     first, then by how many calls away their function is (libcrypto's SHA256 reaches 109
     loops, most of them in error and engine functions far down its calls; by address,
     those came first), then by address."""
+    from wcetfit.model import calls_away
+    from wcetfit.wcet.interproc import entry_names
+    from wcetfit.wcet.loops import functions_called
     from wcetfit.wcet.result import loop_key
 
     root_fn = model.function(root)
-    from wcetfit.wcet.interproc import entry_names
-    from wcetfit.wcet.loops import functions_called
-
     by_addr = entry_names(model.functions)
-    away = _calls_away(model, root_fn)
+    away = calls_away(model, root_fn)
     order = sorted(model.functions.values(),
                    key=lambda f: (away.get(f.name, len(model.functions)), f.address))
     sites: dict[str, list[str]] = {}
@@ -101,25 +101,6 @@ def loop_entries(model: BinaryModel, root: str) -> tuple[LoopEntry, ...]:
                            else (), away.get(fn.name, -1))
                  for fn in order for lp in sorted(fn.loops, key=lambda lp: lp.header))
 
-
-def _calls_away(model: BinaryModel, root: FunctionModel) -> dict[str, int]:
-    """How many calls from ``root`` each function it reaches is, at the fewest."""
-    away = {root.name: 0}
-    frontier = [root]
-    while frontier:
-        nxt = []
-        for fn in frontier:
-            for call in fn.calls:
-                for t in call.entries:
-                    try:
-                        callee = model.function(t)
-                    except KeyError:
-                        continue
-                    if callee.name not in away:
-                        away[callee.name] = away[fn.name] + 1
-                        nxt.append(callee)
-        frontier = nxt
-    return away
 
 
 def find_declaration(binary: str, model: BinaryModel, function: str,

@@ -256,19 +256,20 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     # arguments fail the original code the same way, and without counts they are no row
     # of the fit.  Timing them cost a worker each (libpng's png_get_uint_31, 52 of 80
     # inputs aborting: a fresh worker and its 50 warm-up calls per abort), and the
-    # failures are already stored and reported with the counts
+    # failures are stored with the times too, so that every input is in the one or the
+    # other
     uncounted = set()
     for f in functions:
         cs = load_counts(store, f, m.seed)
         if cs is not None:
             uncounted |= {x.index for x in cs.failures}
+            known = {x.index for x in failures}
+            failures.extend(x for x in cs.failures if x.index not in known)
     if uncounted and not done.any() and uncounted >= set(range(n)):
         # nothing to time: a run of no input would store nothing and say "0 inputs"
         from wcetfit.errors import NothingMeasured
         from wcetfit.fit.system import nothing_ran
-        failed = [x for f in functions
-                  for x in (load_counts(store, f, m.seed).failures or ())]
-        raise NothingMeasured(nothing_ran(", ".join(functions), failed,
+        raise NothingMeasured(nothing_ran(", ".join(functions), failures,
                                           "no input to time, the count run saw every one fail"))
     load = env.setdefault("load", {})
     # whether each input's timed calls returned what its first call did (wcetfit.timing.state)

@@ -39,6 +39,34 @@ def write_target(d: Path, binary: str, function: str, prototype: str, generate_b
     return d
 
 
+LIBZ = Path("/lib/x86_64-linux-gnu/libz.so.1")
+
+
+def zlib_crc32_target(d: Path, max_len: int, *, inputs: int, repeats: int) -> Path:
+    """``d`` holding a target of the system zlib's ``crc32`` on random buffers of
+    0..``max_len`` bytes (the caller skips where LIBZ is absent)."""
+    return write_target(d, str(LIBZ), "crc32",
+                        "unsigned long crc32(unsigned long crc, const unsigned char *buf, "
+                        "unsigned int len);",
+                        f"    n = int(ctx.rng.integers(0, {max_len}))\n"
+                        "    data = ctx.rng.integers(0, 256, max(n, 1)).astype('uint8')\n"
+                        "    return (0, ctx.ffi.from_buffer('unsigned char[]', data), n)",
+                        inputs=inputs, repeats=repeats)
+
+
+def report_json_and_text(d: Path, out: Path) -> tuple[dict[str, Any], str]:
+    """The root of ``wcetfit report``'s JSON (written to ``out``) and its text summary,
+    of the stored measurements (``report`` only reads the store)."""
+    import sys
+
+    from wcetfit.cli import main
+
+    assert main(["report", str(d), "--json", str(out)]) == 0
+    text = subprocess.run([sys.executable, "-m", "wcetfit", "report", str(d)],
+                          capture_output=True, text=True, check=True).stdout
+    return json.loads(out.read_text())["functions"][0], text
+
+
 def analyzed_root(d: Path, out: Path, command: str = "analyze") -> dict[str, Any]:
     """The first function of the JSON report ``wcetfit analyze`` (or ``report``) writes."""
     from wcetfit.cli import main

@@ -14,8 +14,6 @@ Skips, saying so, when the system's zlib is absent."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,29 +22,21 @@ LIBZ = Path("/lib/x86_64-linux-gnu/libz.so.1")
 
 
 def _report(d: Path, out: Path) -> tuple[dict, str]:
-    from wcetfit.cli import main
+    from smalltarget import report_json_and_text
 
-    assert main(["report", str(d), "--json", str(out)]) == 0
-    text = subprocess.run([sys.executable, "-m", "wcetfit", "report", str(d)],
-                          capture_output=True, text=True, check=True).stdout
-    return json.loads(out.read_text())["functions"][0]["wcet"], " ".join(text.split())
+    root, text = report_json_and_text(d, out)
+    return root["wcet"], " ".join(text.split())
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not LIBZ.exists(), reason="the system's libz.so.1 is absent: the curve "
                     "is checked on synthetic calls only (tests/test_dispersion.py)")
 def test_zlibs_curve_passes_through_the_bound_each_exceedance_gives(tmp_path):
-    from smalltarget import write_target
+    from smalltarget import zlib_crc32_target
     from wcetfit.cli import main
     from wcetfit.wcet.dispersion import CURVE_EXCEEDANCES
 
-    d = write_target(tmp_path / "crc", str(LIBZ), "crc32",
-                     "unsigned long crc32(unsigned long crc, const unsigned char *buf, "
-                     "unsigned int len);",
-                     "    n = int(ctx.rng.integers(0, 8000))\n"
-                     "    data = ctx.rng.integers(0, 256, max(n, 1)).astype('uint8')\n"
-                     "    return (0, ctx.ffi.from_buffer('unsigned char[]', data), n)",
-                     inputs=150, repeats=6)
+    d = zlib_crc32_target(tmp_path / "crc", 8000, inputs=150, repeats=6)
     assert main(["analyze", str(d), "--no-wait"]) == 0
     w, text = _report(d, tmp_path / "default.json")
     curve = {c["exceedance_per_call"]: c for c in w["exceedance_curve"]}

@@ -114,16 +114,10 @@ def _wcetfit(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(not LIBZ.exists(), reason="the system's libz.so.1 is absent: the check "
                     "is tested on synthetic calls only (this file's other tests)")
 def test_check_times_fresh_crc32_inputs_that_do_not_join_the_fit(tmp_path):
-    from smalltarget import write_target
+    from smalltarget import zlib_crc32_target
     from wcetfit.cli import main
 
-    d = write_target(tmp_path / "crc", str(LIBZ), "crc32",
-                     "unsigned long crc32(unsigned long crc, const unsigned char *buf, "
-                     "unsigned int len);",
-                     "    n = int(ctx.rng.integers(0, 4000))\n"
-                     "    data = ctx.rng.integers(0, 256, max(n, 1)).astype('uint8')\n"
-                     "    return (0, ctx.ffi.from_buffer('unsigned char[]', data), n)",
-                     inputs=60, repeats=5)
+    d = zlib_crc32_target(tmp_path / "crc", 4000, inputs=60, repeats=5)
     # nothing measured yet: one line, exit 2
     res = _wcetfit("check", str(d), "--inputs", "5")
     assert res.returncode == 2 and res.stderr.startswith("error: ") \

@@ -15,7 +15,6 @@ Skips, saying so, when the system's zlib is absent."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -25,16 +24,8 @@ LIBZ = Path("/lib/x86_64-linux-gnu/libz.so.1")
 
 
 def _report(d: Path, out: Path) -> tuple[dict, str]:
-    """The JSON report's root and the text summary of the stored measurements."""
-    import subprocess
-    import sys
-
-    from wcetfit.cli import main
-
-    assert main(["report", str(d), "--json", str(out)]) == 0
-    text = subprocess.run([sys.executable, "-m", "wcetfit", "report", str(d)],
-                          capture_output=True, text=True, check=True).stdout
-    return json.loads(out.read_text())["functions"][0], text
+    from smalltarget import report_json_and_text
+    return report_json_and_text(d, out)
 
 
 @pytest.mark.slow

@@ -140,6 +140,13 @@ def test_check_times_fresh_crc32_inputs_that_do_not_join_the_fit(tmp_path):
     assert first[0].startswith("crc32: 40 fresh inputs (seed 77) × 5 calls timed now, "
                                "against the bound "), res.stdout
     assert ("covered: every one of" if c["covered"] else "NOT COVERED:") in first[1]
+    # the slowest call's input in short: seed 77's input of that number (its length is
+    # generate()'s first draw from that input's generator)
+    import numpy as np
+    n = int(np.random.default_rng([77, c["slowest"]["input"]]).integers(0, 4000))
+    assert c["slowest_arguments"].endswith(f", {n})") and \
+        f"unsigned char[{max(n, 1)}]" in c["slowest_arguments"], c
+    assert f"    arguments {c['slowest_arguments']}" in res.stdout
 
     # the fresh inputs stayed out of the fit: the bound is the same, on the same 60 inputs
     assert main(["report", str(d), "--json", str(tmp_path / "r.json")]) == 0

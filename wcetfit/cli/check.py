@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     bounds, warned = _bounds(args.target)
     from wcetfit.errors import MeasurementError
     try:
-        checks, earlier, failures = _time_and_check(args, seed, bounds)
+        checks, earlier, failures, arguments = _time_and_check(args, seed, bounds)
     except MeasurementError as exc:
         # the fresh inputs' seed, which nothing printed yet: what was timed is stored
         # under it, and --seed goes on from there
@@ -70,12 +70,13 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stdout if args.json != "-" else sys.stderr
     for root, check in checks.items():
         out.write(describe(check, bounds[root][2], earlier=root in earlier,
-                           failures=failures[root]))
+                           failures=failures[root], arguments=arguments[root]))
         if warned.get(root):
             out.write(f"  (the analysis's {warned[root]} warning(s) on the bound: `wcetfit "
                       f"report {args.target}`)\n")
     write_json(args.json, {"schema": "wcetfit.check/1", "seed": seed,
-                           "checks": [c.to_dict() for c in checks.values()]})
+                           "checks": [dict(c.to_dict(), slowest_arguments=arguments[r])
+                                      for r, c in checks.items()]})
     return 0 if all(c.covered and c.calls for c in checks.values()) else EXIT_NOT_COVERED
 
 
@@ -165,7 +166,8 @@ def _time_and_check(args: argparse.Namespace, seed: int,
     with progress_bars() as update:
         times = run_times(fs.target, fs.store, fs.roots, wait=not args.no_wait,
                           progress=lambda d, t: update("time", d, t))
-    checks, failures = {}, {}
+    from wcetfit.search.candidates import describe_input
+    checks, failures, arguments = {}, {}, {}
     for root, (bound, speed, hz) in bounds.items():
         ts = times[root]
         positions = call_positions(ts.indices, ts.ticks.shape[1], ts.environment)
@@ -175,11 +177,15 @@ def _time_and_check(args: argparse.Namespace, seed: int,
                                    positions=positions, load_warning=(
                                        (ts.environment or {}).get("load") or {}).get("warning"))
         failures[root] = tuple(f.describe() for f in ts.failures)
-    return checks, earlier, failures
+        # the slowest call's input in short, what the user makes more inputs like
+        slowest = checks[root].slowest
+        arguments[root] = (describe_input(fs.target, root, slowest.input)
+                           if slowest is not None else None)
+    return checks, earlier, failures, arguments
 
 
 def describe(check: Any, hz: float | None, *, earlier: bool = False,
-             failures: tuple[str, ...] = ()) -> str:
+             failures: tuple[str, ...] = (), arguments: str | None = None) -> str:
     """The check in a few lines: what was timed, covered or not and why, the slowest call,
     the machine's speed against the bound's, what to do, and the fresh inputs that
     failed (``failures``: their descriptions)."""
@@ -216,6 +222,8 @@ def describe(check: Any, hz: float | None, *, earlier: bool = False,
     if c.slowest is not None:
         lines.append(f"  slowest call: {both(c.slowest.ticks, hz)}, fresh input "
                      f"{c.slowest.input}; bound / slowest = {c.bound_ticks / c.slowest.ticks:.2f}")
+        if arguments:
+            lines.append(f"    arguments {arguments}")
     if c.fresh_speed is not None:
         lines.append(f"  machine speed: {'that' if earlier else 'this'} run's slowest period "
                      f"×{c.fresh_speed:.2f} its fast end; the bound covers ×{c.bound_speed:.2f}")

@@ -316,6 +316,22 @@ class _Saver:
         self._last = time.monotonic()
 
 
+def nothing_ran(function: str, failures: Sequence[InputFailure],
+                lead: str = "no input ran") -> str:
+    """The error when no input of ``function`` ran (every one failed: ``failures``, the
+    stored InputFailure records): ``lead``, how many failed, how, the first, and what to
+    do."""
+    from collections import Counter
+
+    by_input = {f.index: f for f in failures}
+    kinds = Counter(f.kind for f in by_input.values())
+    first = by_input[min(by_input)]
+    return (f"{function}: {lead}: {len(by_input)} failed ("
+            + ", ".join(f"{k} ×{n}" for k, n in kinds.most_common())
+            + f"), the first {first.describe()}: make generate() give arguments the "
+              f"function accepts, then `wcetfit analyze --fresh`")
+
+
 # Inputs in a row that fail the same way (kind and message) before any succeeds: the
 # set-up or the function is broken for every input, not one input; the run stops.
 EARLY_STOP_FAILURES = 20

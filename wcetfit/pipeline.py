@@ -548,7 +548,7 @@ def stored_measurements(session: Session, root: str, *,
     if not len(counts.indices) and counts.failures:
         # every input failed in the count run: there is nothing to time, and "run `wcetfit
         # time` first" sent the user to a run with nothing to do
-        from wcetfit.fit.system import nothing_ran
+        from wcetfit.measurements import nothing_ran
         raise FitError(nothing_ran(root, counts.failures))
     method, _ = resolve_method(session.target)
     times = load_times(session.store, root, m.seed, method, m.repeats,

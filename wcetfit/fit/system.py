@@ -139,21 +139,6 @@ def structural_basis(functions: Sequence[FunctionModel], root: str) -> np.ndarra
     return orth(N[keep, :]).T.copy()
 
 
-def nothing_ran(function: str, failures: Sequence[Any], lead: str = "no input ran") -> str:
-    """The error when no input of ``function`` ran (every one failed: ``failures``, the
-    stored InputFailure records): ``lead``, how many failed, how, the first, and what to
-    do."""
-    from collections import Counter
-
-    by_input = {f.index: f for f in failures}
-    kinds = Counter(f.kind for f in by_input.values())
-    first = by_input[min(by_input)]
-    return (f"{function}: {lead}: {len(by_input)} failed ("
-            + ", ".join(f"{k} ×{n}" for k, n in kinds.most_common())
-            + f"), the first {first.describe()}: make generate() give arguments the "
-              f"function accepts, then `wcetfit analyze --fresh`")
-
-
 def build_system(functions: Mapping[str, FunctionModel], counts: CountSet,
                  times: TimeSet) -> LinearSystem:
     """Join counts and times of the inputs that have both."""
@@ -172,6 +157,7 @@ def build_system(functions: Mapping[str, FunctionModel], counts: CountSet,
         if failed:
             # every input crashed (libcrypto's AES_encrypt on init's random AES_KEY): say
             # so, not that counts and times do not meet
+            from wcetfit.measurements import nothing_ran
             raise FitError(nothing_ran(counts.function, failed))
         raise FitError(f"{counts.function}: no input has both counts and times")
     matrix = np.hstack([fc.counts[ci] for fc in fcs]).astype(np.int64)

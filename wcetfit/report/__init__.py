@@ -948,8 +948,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         # is for about one call in that many, whatever [wcet] exceedance says
         warns.append(Finding(
             f"the bound is not extrapolated to {summary.exceedance or 1e-6:.0e} per call: "
-            f"its factors for single calls are the largest of {few:,} calls (those of "
-            f"inputs predicted at least a quarter of the worst path), fewer than the "
+            f"its factors for single calls are the largest of {few:,} calls (of the long "
+            f"paths, interrupted ones left out), fewer than the "
             f"{MIN_EXTRAPOLATED_CALLS:,} an extreme-value fit needs, so about one call in "
             f"{few:,} may pass what they give",
             "time more inputs near the worst path, or more calls of each ([measure] "

@@ -15,7 +15,7 @@ import numpy as np
 
 from wcetfit.isolate import InputFailure, run_isolated
 from wcetfit.measurements import (TIMED_STATE, Progress, TimeSet, load_counts, load_times,
-                                  measure_saving, prototype_name, save_times)
+                                  measure_saving, nothing_ran, prototype_name, save_times)
 from wcetfit.store import Store
 from wcetfit.target import Target, describe_args, generate_input, load_inputs_module
 
@@ -268,7 +268,6 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     if uncounted and not done.any() and uncounted >= set(range(n)):
         # nothing to time: a run of no input would store nothing and say "0 inputs"
         from wcetfit.errors import NothingMeasured
-        from wcetfit.fit.system import nothing_ran
         raise NothingMeasured(nothing_ran(", ".join(functions), failures,
                                           "no input to time, the count run saw every one fail"))
     load = env.setdefault("load", {})

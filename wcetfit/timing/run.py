@@ -262,9 +262,10 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     for f in functions:
         cs = load_counts(store, f, m.seed)
         if cs is not None:
-            uncounted |= {x.index for x in cs.failures}
+            mine = [x for x in cs.failures if x.index < n]   # of this run's inputs
+            uncounted |= {x.index for x in mine}
             known = {x.index for x in failures}
-            failures.extend(x for x in cs.failures if x.index not in known)
+            failures.extend(x for x in mine if x.index not in known)
     if uncounted and not done.any() and uncounted >= set(range(n)):
         # nothing to time: a run of no input would store nothing and say "0 inputs"
         from wcetfit.errors import NothingMeasured

@@ -98,7 +98,7 @@ def test_too_short_or_too_few_calls_leave_the_speed_alone_and_say_why():
     ticks = np.full((400, 10), 10 * Q)                       # every call ~ 10 steps
     p = speed_profile(ticks, Q)
     assert not p.followed and np.all(p.factors == 1)
-    assert f"{MIN_QUANTA}" in p.reason and "too few" in p.reason
+    assert f"{MIN_QUANTA}" in p.reason and "too short to follow the speed by" in p.reason
     one, _ = _run(seed=5, r=1)
     p1 = speed_profile(one, Q)
     assert not p1.followed and "one repeat" in p1.reason

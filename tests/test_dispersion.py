@@ -663,14 +663,13 @@ def test_the_headline_gives_the_exceedance_and_the_bound_at_the_curves_ends():
     w = SimpleNamespace(exceedance=1e-6, exceedance_curve=(
         (1e-3, 110_713.0), (1e-6, 118_818.0), (1e-9, 125_322.0)))
     note = curve_note(w, 2.596e9)
-    assert note == ("For a single call's exceedance probability of 1e-06 ([wcet] exceedance; "
-                    "an extreme-value estimate); at 1e-03: 110,713 ticks (42,648 ns), at "
-                    "1e-09: 125,322 ticks (48,275 ns)")
+    assert note == ("Exceedance 1e-06 per call ([wcet] exceedance); at 1e-03: 110,713 ticks "
+                    "(42,648 ns), at 1e-09: 125,322 ticks (48,275 ns)")
     assert curve_level_note(w, 1e-6) == "the bound above ([wcet] exceedance)"
     # the slowest own call or the misfit set it: nothing extrapolated moves it
     w.exceedance_curve = ((1e-3, 5_000.0), (1e-6, 5_000.0), (1e-9, 5_000.0))
-    assert curve_note(w, None).endswith("; the same from 1e-03 to 1e-09 (what sets it is "
-                                        "measured, not extrapolated)")
+    assert curve_note(w, None).endswith("; the same from 1e-03 to 1e-09: what sets it is "
+                                        "measured, not extrapolated")
     w.exceedance_curve = ()
     assert curve_note(w, None) is None
 
@@ -698,8 +697,7 @@ def test_factors_from_too_few_calls_are_said_not_to_reach_the_exceedance():
     w = SimpleNamespace(exceedance=1e-6, dispersion_calls=d.calls, exceedance_curve=tuple(
         (p, 30_000.0 * (1 + e)) for p, e in curve))
     assert curve_note(w, None) == (
-        "Not extrapolated to 1e-06 per call ([wcet] exceedance): its factors for single "
-        "calls are the largest of 320 calls, fewer than the 500 an extreme-value fit needs "
-        "(see the warnings)")
+        "Not extrapolated to 1e-06 per call ([wcet] exceedance): the largest of 320 calls, "
+        "fewer than an extreme-value fit needs (500)")
     many = _exponential_tail(1)
     assert call_dispersion(many[0], many[1], point=many[2]).extrapolated

@@ -134,21 +134,21 @@ def curve_note(w, tsc_hz: float | None) -> str | None:  # type: ignore[no-untype
     p = getattr(w, "exceedance", None)
     if not curve or p is None:
         return None
+    # one line on the default report's screen: the details are in --full and the README
     calls = getattr(w, "dispersion_calls", None)
     if calls is not None and 0 < calls < MIN_EXTRAPOLATED_CALLS:
-        return (f"Not extrapolated to {p:.0e} per call ([wcet] exceedance): its factors for "
-                f"single calls are the largest of {calls:,} calls, fewer than the "
-                f"{MIN_EXTRAPOLATED_CALLS:,} an extreme-value fit needs (see the warnings)")
+        return (f"Not extrapolated to {p:.0e} per call ([wcet] exceedance): the largest of "
+                f"{calls:,} calls, fewer than an extreme-value fit needs "
+                f"({MIN_EXTRAPOLATED_CALLS:,})")
     ends = [c for c in (curve[0], curve[-1]) if not math.isclose(c[0], p, rel_tol=1e-9)]
-    head = (f"For a single call's exceedance probability of {p:.0e} ([wcet] exceedance; an "
-            f"extreme-value estimate)")
+    head = f"Exceedance {p:.0e} per call ([wcet] exceedance)"
     if not ends:
         return head
     if max(t for _, t in curve) <= min(t for _, t in curve) * (1 + 1e-3):
         # the misfit, the machine's speed or the slowest own call set the factor: nothing
         # in it is extrapolated
-        return (f"{head}; the same from {curve[0][0]:.0e} to {curve[-1][0]:.0e} (what sets "
-                f"it is measured, not extrapolated)")
+        return (f"{head}; the same from {curve[0][0]:.0e} to {curve[-1][0]:.0e}: what sets "
+                f"it is measured, not extrapolated")
     return head + "; at " + ", at ".join(f"{q:.0e}: {both(t, tsc_hz)}" for q, t in ends)
 
 

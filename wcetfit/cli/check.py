@@ -32,6 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "checked reuses its stored times, which are then not of this session")
     p.add_argument("--repeats", type=int, metavar="R",
                    help="timed calls per input (default: [measure] repeats)")
+    p.add_argument("--adopt", action="store_true",
+                   help="make the fresh inputs the bound misses (a call above it at the "
+                        "machine speed it covers) inputs of the training: counted and timed "
+                        "now, kept with the searched inputs; the next report bounds them")
     p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' = stdout)")
     from wcetfit.locks import add_wait_option
     add_wait_option(p)
@@ -74,10 +78,42 @@ def run(args: argparse.Namespace) -> int:
         if warned.get(root):
             out.write(f"  (the analysis's {warned[root]} warning(s) on the bound: `wcetfit "
                       f"report {args.target}`)\n")
+    adopted = _adopt(args, seed, checks, out) if args.adopt else {}
     write_json(args.json, {"schema": "wcetfit.check/1", "seed": seed,
-                           "checks": [dict(c.to_dict(), slowest_arguments=arguments[r])
+                           "checks": [dict(c.to_dict(), slowest_arguments=arguments[r],
+                                           adopted={str(i): k for i, k in
+                                                    adopted.get(r, {}).items()})
                                       for r, c in checks.items()]})
     return 0 if all(c.covered and c.calls for c in checks.values()) else EXIT_NOT_COVERED
+
+
+def _adopt(args: argparse.Namespace, seed: int, checks: dict, out: Any) -> dict:
+    """``--adopt``: the fresh inputs each function's bound missed, counted and timed now
+    and kept among the training's searched inputs (wcetfit.search.adopt); what became of
+    them, said.  Returns function → {fresh input: its search input number}."""
+    from wcetfit.numbering import input_label
+    from wcetfit.pipeline import open_session
+    from wcetfit.search.adopt import adopt_fresh
+
+    done: dict = {}
+    session = None
+    for root, c in checks.items():
+        if not c.missed_inputs:
+            out.write(f"{root}: --adopt: nothing to adopt, no call is above the bound at the "
+                      f"machine speed it covers\n")
+            continue
+        session = session or open_session(args.target)
+        a = adopt_fresh(session, root, seed, c.missed_inputs, wait=not args.no_wait)
+        done[root] = a.numbers
+        pairs = ", ".join(f"fresh input {i} → {input_label(k)}"
+                          for i, k in list(a.numbers.items())[:4])
+        more = " …" if len(a.numbers) > 4 else ""
+        out.write(f"{root}: adopted {len(a.numbers)} of the {len(c.missed_inputs)} fresh "
+                  f"input(s) the bound missed into the training ({pairs}{more}): `wcetfit "
+                  f"report {args.target}` bounds them; check again with a new seed\n")
+        for f in a.failures[:3]:
+            out.write(f"  left out, failed when counted or timed: {f.describe()}\n")
+    return done
 
 
 def _new_seed(training: int) -> int:
@@ -245,18 +281,19 @@ def describe(check: Any, hz: float | None, *, earlier: bool = False,
                      f"along ({shared}; the speed is followed against the run's own fast "
                      f"end, which that slows too)")
         lines.append(f"  → check again on a quiet machine, with a new seed; calls still above "
-                     f"the bound are inputs the model misses: raise [measure] inputs, or "
-                     f"[search] budget, so that the training holds more like fresh input "
-                     f"{c.slowest.input if c.slowest else '?'} (seed {c.seed}), and analyze "
-                     f"again")
+                     f"the bound are inputs the model misses: `--adopt` makes them inputs of "
+                     f"the training, and more [measure] inputs or [search] budget finds more "
+                     f"like fresh input {c.slowest.input if c.slowest else '?'} (seed "
+                     f"{c.seed})")
     elif c.above:
         lines.append(f"  {c.above_at_bound_speed:,} of them are above it at the bound's own "
                      f"speed: the model misses those inputs (costs that depend on the data, "
                      f"or a path the training inputs did not try)")
         lines.append(f"  → the bound does not hold for inputs like fresh input "
-                     f"{c.slowest.input if c.slowest else '?'} (seed {c.seed}): raise [measure] "
-                     f"inputs, or [search] budget, so that the training holds more like it, "
-                     f"and analyze again; then check with a new seed")
+                     f"{c.slowest.input if c.slowest else '?'} (seed {c.seed}): `wcetfit "
+                     f"check --seed {c.seed} --adopt` makes the ones it missed inputs of the "
+                     f"training; raise [measure] inputs, or [search] budget, for more like "
+                     f"them; then check with a new seed")
     elif c.load_warning:
         lines.append(f"  the run shared the machine: "
                      f"{c.load_warning.split(': the times', 1)[0]}")

@@ -709,7 +709,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         numbers = (np.asarray(input_numbers) if input_numbers is not None
                    else np.arange(n_inputs))
         number = int(numbers[max_obs_i])
-        from wcetfit.search.candidates import SEARCH_BASE
+        from wcetfit.numbering import ADOPT_BASE, SEARCH_BASE
         own_call = dict(getattr(wres, "slowest_call", {}) or {}) if wres is not None else {}
         bracket_fields = dict(
             slowest_call_ticks=own_call.get("ticks"),
@@ -719,7 +719,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             max_predicted_measured_ticks=(
                 float(at_reference[max_pred_i]) if at_reference is not None
                 and max_pred_i is not None and np.isfinite(at_reference[max_pred_i]) else None),
-            slowest_number=number, slowest_searched=number >= SEARCH_BASE,
+            slowest_number=number, slowest_searched=SEARCH_BASE <= number < ADOPT_BASE,
             slowest_arguments=describe_input(number) if describe_input else None,
             beyond=beyond_inputs(fn, ires.block_counts, cols, counts, numbers)
             if ires is not None else ())

@@ -76,10 +76,12 @@ def render(reports: Sequence[Report], console: Console,
     failed = max(r.failed_inputs for r in reports)
     # the worst-case search's inputs said apart: "90 inputs" read wrong where
     # [measure] inputs is 80 (libcrypto's SHA256, 10 of them searched)
-    from wcetfit.search.candidates import SEARCH_BASE
-    searched = sum(1 for n in first.input_numbers if n >= SEARCH_BASE)
-    made = (f"{first.n_inputs - searched:,} inputs + {searched:,} found by the worst-case "
-            f"search" if searched else f"{first.n_inputs:,} inputs")
+    from wcetfit.numbering import ADOPT_BASE, REACH_BASE, SEARCH_BASE
+    searched = sum(1 for n in first.input_numbers if SEARCH_BASE <= n < ADOPT_BASE)
+    adopted = sum(1 for n in first.input_numbers if ADOPT_BASE <= n < REACH_BASE)
+    made = f"{first.n_inputs - searched - adopted:,} inputs" + (
+        f" + {searched:,} found by the worst-case search" if searched else "") + (
+        f" + {adopted:,} adopted from checks" if adopted else "")
     _line(console, f"wcetfit report — {names}; {made} × "
                    f"{first.n_repeats} timed calls"
                    + (f" ({failed:,} more failed and are in no figure: the first warning)"

@@ -45,7 +45,7 @@ class Replay:
     def __call__(self, generate: Callable, target: Target, ffi: Any, function: str,
                  index: int) -> tuple:
         seq = self.sequences[index]
-        rng = ChoiceRng(input_rng(target.measure.seed, seq.index), seq.choices)
+        rng = ChoiceRng(input_rng(seq.base_seed(target.measure.seed), seq.index), seq.choices)
         return generate_input(generate, target, ffi, function, index, rng=rng,
                               ctx_index=seq.index)
 
@@ -70,14 +70,15 @@ class Normaliser:
 
     def normalise(self, seq: ChoiceSequence) -> ChoiceSequence | None:
         """The effective draws of ``seq`` (None when ``generate`` rejects it)."""
-        rng = ChoiceRng(input_rng(self.target.measure.seed, seq.index), seq.choices)
+        rng = ChoiceRng(input_rng(seq.base_seed(self.target.measure.seed), seq.index),
+                        seq.choices)
         try:
             generate_input(self._generate, self.target, self._ffi, self.function, seq.index,
                            rng=rng, ctx_index=seq.index)
         except InputsError as exc:
             log.debug("candidate rejected by generate(): %s", exc)
             return None
-        return ChoiceSequence(seq.index, tuple(rng.recorded))
+        return ChoiceSequence(seq.index, tuple(rng.recorded), seq.seed)
 
 
 def uncounted_callees(target: Target, model: Any, root: str) -> dict[str, list[str]]:

@@ -52,9 +52,17 @@ class ChoiceSequence:
 
     index: int
     choices: tuple[Choice, ...] = field(default_factory=tuple)
+    # the seed of the generator the draws came from (None: the target's [measure] seed).
+    # A fresh input `wcetfit check --adopt` keeps has its own: draws the record does not
+    # hold (dirichlet, shuffle: not RECORDED) then come out as they did for it
+    seed: int | None = None
 
     def with_choices(self, choices: Sequence[Choice]) -> "ChoiceSequence":
-        return ChoiceSequence(self.index, tuple(choices))
+        return ChoiceSequence(self.index, tuple(choices), self.seed)
+
+    def base_seed(self, target_seed: int) -> int:
+        """The seed of the generator its draws replay on."""
+        return target_seed if self.seed is None else self.seed
 
 
 def _bounds(method: str, args: tuple, kwargs: dict) -> tuple[float, float, bool] | None:

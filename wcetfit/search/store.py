@@ -86,16 +86,20 @@ def _value_from_json(d: dict[str, Any]) -> Any:
 
 
 def sequence_to_json(seq: ChoiceSequence) -> dict[str, Any]:
-    return {"index": seq.index,
-            "choices": [{"method": c.method, "value": _value_to_json(c.value),
-                         "bounds": list(c.bounds) if c.bounds else None}
-                        for c in seq.choices]}
+    d = {"index": seq.index,
+         "choices": [{"method": c.method, "value": _value_to_json(c.value),
+                      "bounds": list(c.bounds) if c.bounds else None}
+                     for c in seq.choices]}
+    if seq.seed is not None:        # an adopted fresh input's own (absent: the target's)
+        d["seed"] = int(seq.seed)
+    return d
 
 
 def sequence_from_json(d: dict[str, Any]) -> ChoiceSequence:
     return ChoiceSequence(int(d["index"]), tuple(
         Choice(c["method"], _value_from_json(c["value"]),
-               tuple(c["bounds"]) if c["bounds"] else None) for c in d["choices"]))
+               tuple(c["bounds"]) if c["bounds"] else None) for c in d["choices"]),
+        None if d.get("seed") is None else int(d["seed"]))
 
 
 # --- the store ------------------------------------------------------------------------------

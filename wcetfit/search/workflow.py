@@ -73,8 +73,8 @@ def run_search(session: Any, root: str, options: SearchOptions = SearchOptions()
     # after every stored number: the stored ones are the kept candidates' own numbers,
     # not consecutive (numbering from the count of rows gave a second search numbers
     # the first had kept, and two inputs with one number)
-    first_key = (int(old.indices.max()) + 1 if old is not None and len(old.indices)
-                 else SEARCH_BASE)
+    from wcetfit.numbering import ADOPT_BASE, next_number
+    first_key = next_number(old.indices if old is not None else (), SEARCH_BASE, ADOPT_BASE)
     stored = dict(zip(old.indices.tolist(), old.sequences)) if old is not None else {}
     # made once for both phases: the harness's ffi and generate, and the callees the count
     # run leaves uncounted (a relocation analysis)

@@ -59,6 +59,9 @@ class FreshCheck:
     # while it ran, which slow every call alike, and a speed followed against the run's
     # own fast end does not show that (None: nothing else ran, or not sampled)
     load_warning: str | None = None
+    # fresh inputs with an own call above the bound at the bound's own speed: those the
+    # model misses (what `wcetfit check --adopt` makes inputs of the training)
+    missed_inputs: tuple[int, ...] = ()
 
     @property
     def covered(self) -> bool:
@@ -75,6 +78,7 @@ class FreshCheck:
         d["covered"] = self.covered
         d["slower_machine"] = self.slower_machine
         d["failed_inputs"] = list(self.failed_inputs)
+        d["missed_inputs"] = list(self.missed_inputs)
         return d
 
 
@@ -137,7 +141,9 @@ def check_fresh(function: str, seed: int, indices: Any, ticks: Any, *, bound_tic
         fresh_speed=fresh_speed, above=int(above.sum()),
         above_at_bound_speed=int((above & (capped > bound_ticks)).sum()),
         slowest=slowest, failed_inputs=tuple(int(i) for i in failed_inputs),
-        load_warning=load_warning)
+        load_warning=load_warning,
+        missed_inputs=tuple(int(i) for i in np.unique(
+            idx[(above & (capped > bound_ticks)).any(axis=1)])))
 
 
 def speed_to_declare(check: FreshCheck) -> float | None:

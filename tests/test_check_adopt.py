@@ -81,7 +81,7 @@ def test_adopted_fresh_inputs_the_bound_missed_join_the_training(tmp_path):
     assert after["ipet_ticks"] >= c["slowest"]["ticks"] > before["ipet_ticks"]
     text = " ".join(res.stdout.split())
     assert f"{TRAINING} inputs + {len(c['missed_inputs'])} adopted from checks" in text, text
-    assert "Slowest measured input: adopted input" in text, text
+    assert "Slowest measured input: adopted input" in text and "(adopted from a check)" in text
     # each adopted input rebuilds exactly: its arguments as the check described its own
     assert after["slowest_input"]["arguments"].endswith(", 1000)"), after["slowest_input"]
 

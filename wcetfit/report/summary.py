@@ -248,7 +248,10 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
         ratio = (f"; bound / slowest = {w.ipet_ticks / w.max_observed_ticks:.2f}"
                  .replace(" ", "\u00a0").replace(";\u00a0", "; ", 1)
                  if w.ipet_ticks and w.max_observed_ticks > 0 else "")
-        found = " (found by the worst-case search)" if w.slowest_searched else ""
+        from wcetfit.numbering import ADOPT_BASE, REACH_BASE
+        found = (" (found by the worst-case search)" if w.slowest_searched else
+                 " (adopted from a check)" if w.slowest_number is not None
+                 and ADOPT_BASE <= w.slowest_number < REACH_BASE else "")
         _line(console, f"Slowest measured input: {_slowest_name(report, w)}{found}, "
                        f"{F.both(w.max_observed_ticks, hz)} (median of its calls){ratio}",
               indent="  ")

@@ -76,8 +76,11 @@ def run(args: argparse.Namespace) -> int:
         out.write(describe(check, bounds[root][2], earlier=root in earlier,
                            failures=failures[root], arguments=arguments[root]))
         if warned.get(root):
-            out.write(f"  (the analysis's {warned[root]} warning(s) on the bound: `wcetfit "
-                      f"report {args.target}`)\n")
+            # (the count of lines the analysis logged, not of the report's warnings: a user
+            # read "2 warning(s)" here and "Warnings (104)" in the report)
+            out.write(f"  (the analysis logged {warned[root]} warning line(s), held back "
+                      f"here; the report lists all its warnings: `wcetfit report "
+                      f"{args.target}`)\n")
     adopted = _adopt(args, seed, checks, out) if args.adopt else {}
     write_json(args.json, {"schema": "wcetfit.check/1", "seed": seed,
                            "checks": [dict(c.to_dict(), slowest_arguments=arguments[r],

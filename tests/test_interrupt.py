@@ -90,3 +90,34 @@ def test_an_interrupt_swallowed_after_the_last_input_still_exits_130(monkeypatch
         signal.signal(signal.SIGINT, before)
         interrupt._requested.clear()
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_an_interrupt_landing_in_logging_is_recorded_not_raised_there(handler):
+    """In logging's own code (its lock released after a fork) a KeyboardInterrupt is
+    ignored with a traceback printed on the user's screen (a second CI run of the
+    interrupted-count test): the handler records it there, and the next input raises it."""
+    import logging
+
+    frames = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            # the signal as if it came while logging's code ran
+            import sys as _sys
+            frames.append(_sys._getframe())
+            interrupt._on_sigint(signal.SIGINT, _sys._getframe().f_back)
+
+    log = logging.getLogger("wcetfit.test_interrupt")
+    h = Catch()
+    log.addHandler(h)
+    try:
+        log.warning("a record")          # no KeyboardInterrupt out of logging
+    finally:
+        log.removeHandler(h)
+    assert frames
+    with pytest.raises(KeyboardInterrupt):
+        interrupt.raise_if_interrupted()
+    # elsewhere it is raised where it lands, as ever
+    interrupt._requested.clear()
+    with pytest.raises(KeyboardInterrupt):
+        interrupt._on_sigint(signal.SIGINT, None)

@@ -1337,3 +1337,23 @@ def test_a_stack_protector_failure_is_not_an_input_to_add(built):
                                      TSC_HZ).function("f").warnings
              if "never executed by the inputs" in w.message]
     assert plain and "add inputs that reach them" in plain[0].advice
+
+
+def test_the_summary_of_one_root_stays_one_screen_whatever_its_warnings_say(built):
+    """The warnings get the lines the rest of the summary left of one screen: adpcm's
+    default report ran to 61 lines when the bound's own lines grew by two."""
+    from dataclasses import replace
+
+    from wcetfit.report import Finding
+    from wcetfit.report.summary import SCREEN_LINES
+
+    report = built[-1]
+    root = report.functions[0]
+    long = "the measured calls say something at length " * 6
+    warns = tuple(Finding(f"{i}: {long}", f"do this and that, {long}") for i in range(12))
+    crowded = replace(report, functions=(replace(root, warnings=warns),)
+                      + tuple(report.functions[1:]))
+    lines = summary.to_text(crowded).splitlines()
+    assert len(lines) <= SCREEN_LINES, len(lines)
+    assert any(ln.strip().startswith("… ") and "more: wcetfit report --function" in ln
+               for ln in lines)

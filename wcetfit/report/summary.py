@@ -41,6 +41,12 @@ WARNINGS_MANY_ROOTS = 2
 # ... and at most this many lines of warnings for one root, so that the summary stays one
 # screen (adpcm with ten warnings ran to 62 lines; the rest is one --function away)
 WARNING_LINES = 30
+# ... and fewer where the rest of the root's summary took more: the whole of one root's
+# summary within this many lines (the header, the bound, what it rests on … grew with what
+# they say, and adpcm's ran to 61), less the closing lines (a "… N more" line, a blank one,
+# the pointer to --full, wrapped)
+SCREEN_LINES = 60
+CLOSING_LINES = 4
 MIN_SHARE = 0.005      # a block or group below this share is not among the few that matter
 COMPACT_FROM = 5       # this many roots or more: each in about six lines
 
@@ -60,6 +66,7 @@ def render(reports: Sequence[Report], console: Console,
     reports = list(reports)
     if not reports:
         return
+    _printed[id(console)] = 0
     # Warnings the same, word for word, for every root are said once, at the end.
     common: list[Finding] = []
     if len(reports) > 1:
@@ -125,6 +132,12 @@ def _line(console: Console, text: str, *, style: str = "", indent: str = "",
         lines[-1] = lines[-1][:width - 1].rstrip() + "…"
     for line in lines:
         console.print(Text(line, style=style), overflow="fold", soft_wrap=False)
+    _printed[id(console)] = _printed.get(id(console), 0) + len(lines)
+
+
+# lines _line printed to each console (by id) since the summary began, for the one-screen
+# budget of the warnings
+_printed: dict[int, int] = {}
 
 
 def _root_warnings(report: Report) -> list[Finding]:
@@ -311,8 +324,9 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
          and not x.message.startswith("no WCET bound")])), fr.name)
     if warns:
         _line(console, f"Warnings ({len(warns)}):", indent="  ", style="bold")
+        room = min(WARNING_LINES, SCREEN_LINES - CLOSING_LINES - _printed.get(id(console), 0))
         shown = _warnings(console, warns, max_warn, indent="    ",
-                          lines=WARNING_LINES if max_warn == WARNINGS_ONE_ROOT else None)
+                          lines=room if max_warn == WARNINGS_ONE_ROOT else None)
         if len(warns) > shown:
             _line(console, f"… {len(warns) - shown} more: wcetfit report --function "
                            f"{fr.name}", indent="    ", style="dim")

@@ -258,6 +258,12 @@ def describe(check: Any, hz: float | None, *, earlier: bool = False,
     else:
         lines.append(f"  NOT COVERED: {c.above:,} of {own:,} calls of the function's own time "
                      f"above the bound{left}")
+    if c.calls and c.unresolved:
+        # read above the bound by at most one TSC step: the timer cannot tell them from
+        # calls at the bound, said so that nobody reads them as covered with room
+        lines.append(f"  {c.unresolved:,} call(s) read above the bound by no more than one "
+                     f"TSC step ({c.quantum_ticks:g} ticks), the timer's resolution: not told "
+                     f"apart from calls at the bound, not counted above it")
     if c.slowest is not None:
         lines.append(f"  slowest call: {both(c.slowest.ticks, hz)}, fresh input "
                      f"{c.slowest.input}; bound / slowest = {c.bound_ticks / c.slowest.ticks:.2f}")

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
                           f"made from ([measure] seed): a check needs inputs of another "
                           f"seed (without --seed, a new one)")
     seed = args.seed if args.seed is not None else _new_seed(training)
-    bounds, warned = _bounds(args.target)
+    session, bounds, warned = _bounds(args.target)
     from wcetfit.errors import MeasurementError
     try:
         checks, earlier, failures, arguments = _time_and_check(args, seed, bounds)
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
             out.write(f"  (the analysis logged {warned[root]} warning line(s), held back "
                       f"here; the report lists all its warnings: `wcetfit report "
                       f"{args.target}`)\n")
-    adopted = _adopt(args, seed, checks, out) if args.adopt else {}
+    adopted = _adopt(args, session, seed, checks, out) if args.adopt else {}
     write_json(args.json, {"schema": "wcetfit.check/1", "seed": seed,
                            "checks": [dict(c.to_dict(), slowest_arguments=arguments[r],
                                            adopted={str(i): k for i, k in
@@ -90,22 +90,20 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(c.covered and c.calls for c in checks.values()) else EXIT_NOT_COVERED
 
 
-def _adopt(args: argparse.Namespace, seed: int, checks: dict, out: Any) -> dict:
+def _adopt(args: argparse.Namespace, session: Any, seed: int, checks: dict,
+           out: Any) -> dict:
     """``--adopt``: the fresh inputs each function's bound missed, counted and timed now
     and kept among the training's searched inputs (wcetfit.search.adopt); what became of
     them, said.  Returns function → {fresh input: its search input number}."""
     from wcetfit.numbering import input_label
-    from wcetfit.pipeline import open_session
     from wcetfit.search.adopt import adopt_fresh
 
     done: dict = {}
-    session = None
     for root, c in checks.items():
         if not c.missed_inputs:
             out.write(f"{root}: --adopt: nothing to adopt, no call is above the bound at the "
                       f"machine speed it covers\n")
             continue
-        session = session or open_session(args.target)
         a = adopt_fresh(session, root, seed, c.missed_inputs, wait=not args.no_wait)
         done[root] = a.numbers
         pairs = ", ".join(f"fresh input {i} → {input_label(k)}"
@@ -156,11 +154,12 @@ def _warnings_held_back() -> Iterator[list]:
             h.removeFilter(below_errors)
 
 
-def _bounds(target: str) -> tuple[dict[str, tuple[float, float, float | None]],
+def _bounds(target: str) -> tuple[Any, dict[str, tuple[float, float, float | None]],
                                   dict[str, int]]:
-    """Per measured function: (bound ticks, the machine speed it covers, TSC rate), from
-    the analysis of the stored measurements (the report's, cached as ``report`` keeps it);
-    per function, how many of the analysis's warnings were held back."""
+    """The training's session (``--adopt`` joins its rows); per measured function: (bound
+    ticks, the machine speed it covers, TSC rate), from the analysis of the stored
+    measurements (the report's, cached as ``report`` keeps it); per function, how many of
+    the analysis's warnings were held back."""
     from wcetfit.analysis_cache import cached_report
     from wcetfit.cli.report import report_cache_extra
     from wcetfit.errors import WcetfitError
@@ -181,7 +180,7 @@ def _bounds(target: str) -> tuple[dict[str, tuple[float, float, float | None]],
                                f"`wcetfit report {target}` says why")
         speed = float((w.dispersion_factors or {}).get("machine_speed", 1.0))
         bounds[root] = (float(w.ipet_ticks), speed, report.tsc_hz)
-    return bounds, warned
+    return s, bounds, warned
 
 
 def _time_and_check(args: argparse.Namespace, seed: int,

@@ -31,7 +31,8 @@ from wcetfit.fit.result import KIND_OVERHEAD
 from wcetfit.model import (CALL_IMPORTED, CALL_INDIRECT, FunctionModel, hexaddr,
                            parse_addr)
 from wcetfit.report.fitread import FitBlock, FitFunction, FitGroup, _by_function, _num, read_fit
-from wcetfit.wcet.dispersion import MIN_EXTRAPOLATED_CALLS, factor_setter
+from wcetfit.wcet.dispersion import (MIN_EXTRAPOLATED_CALLS, factor_setter,
+                                     too_few_to_extrapolate)
 from wcetfit.wcet.relations import ObservedRowSpace
 from wcetfit.wcet.result import (SOURCE_OBSERVED, CallOutcome, LoopOutcome, PathStep,
                                  WcetResult, describe_block, loop_key)
@@ -941,8 +942,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             "function can take that long (a cold cache or TLB), the bound rightly covers it; "
             "[wcet] exceedance sets the probability"))
     few = summary.dispersion_calls
-    if is_root and summary.ipet_ticks is not None and few is not None \
-            and 0 < few < MIN_EXTRAPOLATED_CALLS:
+    if is_root and summary.ipet_ticks is not None and too_few_to_extrapolate(few):
         # the factors claim the exceedance only when fitted: from fewer calls they are the
         # largest seen (libm's fmod, 347 long calls; zlib's compress2, 89), and the bound
         # is for about one call in that many, whatever [wcet] exceedance says

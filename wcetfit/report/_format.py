@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from wcetfit.report import BlockRow, input_label, ticks_to_ns
-from wcetfit.wcet.dispersion import MIN_EXTRAPOLATED_CALLS, excess_of, factor_setter
+from wcetfit.wcet.dispersion import (MIN_EXTRAPOLATED_CALLS, excess_of, factor_setter,
+                                     too_few_to_extrapolate)
 
 
 def num(v: float | None, digits: int = 1) -> str:
@@ -136,7 +137,7 @@ def curve_note(w, tsc_hz: float | None) -> str | None:  # type: ignore[no-untype
         return None
     # one line on the default report's screen: the details are in --full and the README
     calls = getattr(w, "dispersion_calls", None)
-    if calls is not None and 0 < calls < MIN_EXTRAPOLATED_CALLS:
+    if too_few_to_extrapolate(calls):
         return (f"Not extrapolated to {p:.0e} per call ([wcet] exceedance): the largest of "
                 f"{calls:,} calls, fewer than an extreme-value fit needs "
                 f"({MIN_EXTRAPOLATED_CALLS:,})")

@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.text import Text
 
 from wcetfit.fit.result import KIND_OVERHEAD
+from wcetfit.numbering import ADOPT_BASE, REACH_BASE, SEARCH_BASE
 from wcetfit.report import (GOAL_MEDIAN_REL, GOAL_P95_REL, TICKS_NOTE, Finding,
                             FunctionReport, Report, _num, input_label)
 from wcetfit.report import _format as F
@@ -83,7 +84,6 @@ def render(reports: Sequence[Report], console: Console,
     failed = max(r.failed_inputs for r in reports)
     # the worst-case search's inputs said apart: "90 inputs" read wrong where
     # [measure] inputs is 80 (libcrypto's SHA256, 10 of them searched)
-    from wcetfit.numbering import ADOPT_BASE, REACH_BASE, SEARCH_BASE
     searched = sum(1 for n in first.input_numbers if SEARCH_BASE <= n < ADOPT_BASE)
     adopted = sum(1 for n in first.input_numbers if ADOPT_BASE <= n < REACH_BASE)
     made = f"{first.n_inputs - searched - adopted:,} inputs" + (
@@ -261,7 +261,6 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
         ratio = (f"; bound / slowest = {w.ipet_ticks / w.max_observed_ticks:.2f}"
                  .replace(" ", "\u00a0").replace(";\u00a0", "; ", 1)
                  if w.ipet_ticks and w.max_observed_ticks > 0 else "")
-        from wcetfit.numbering import ADOPT_BASE, REACH_BASE
         found = (" (found by the worst-case search)" if w.slowest_searched else
                  " (adopted from a check)" if w.slowest_number is not None
                  and ADOPT_BASE <= w.slowest_number < REACH_BASE else "")

@@ -54,7 +54,7 @@ class Dispersion:
 
     @property
     def extrapolated(self) -> bool:
-        return self.calls >= MIN_EXTRAPOLATED_CALLS
+        return not too_few_to_extrapolate(self.calls)
 
     @property
     def excess(self) -> float:
@@ -482,6 +482,12 @@ EXCEEDANCE_PER_CALL = 1e-6
 GUMBEL_BLOCK = 50
 GUMBEL_MIN_BLOCKS = 10
 MIN_EXTRAPOLATED_CALLS = GUMBEL_BLOCK * GUMBEL_MIN_BLOCKS
+
+
+def too_few_to_extrapolate(calls: int | None) -> bool:
+    """Whether single-call factors taken from ``calls`` calls are the largest seen, not an
+    extreme-value fit (None or 0: no calls, no such factors to speak of)."""
+    return calls is not None and 0 < calls < MIN_EXTRAPOLATED_CALLS
 
 
 def gumbel_quantile(values: Any, block: int = GUMBEL_BLOCK,

@@ -132,6 +132,7 @@ def check_fresh(function: str, seed: int, indices: Any, ticks: Any, *, bound_tic
     # with a step of 26, against a bound of 95.4: five readings of 104 "not covered")
     above = own & (t > bound_ticks + quantum)
     unresolved = own & (t > bound_ticks) & ~above
+    missed = above & (capped > bound_ticks + quantum)       # above at the bound's speed
     interrupted = timed & ~own
 
     def slowest_of(calls: np.ndarray) -> FreshCall | None:
@@ -147,12 +148,11 @@ def check_fresh(function: str, seed: int, indices: Any, ticks: Any, *, bound_tic
         slowest_interrupted=slowest_of(interrupted),
         bound_ticks=float(bound_ticks), bound_speed=float(bound_speed),
         fresh_speed=fresh_speed, above=int(above.sum()),
-        above_at_bound_speed=int((above & (capped > bound_ticks + quantum)).sum()),
+        above_at_bound_speed=int(missed.sum()),
         slowest=slowest, failed_inputs=tuple(int(i) for i in failed_inputs),
         load_warning=load_warning, unresolved=int(unresolved.sum()),
         quantum_ticks=float(quantum),
-        missed_inputs=tuple(int(i) for i in np.unique(
-            idx[(above & (capped > bound_ticks + quantum)).any(axis=1)])))
+        missed_inputs=tuple(int(i) for i in np.unique(idx[missed.any(axis=1)])))
 
 
 def speed_to_declare(check: FreshCheck) -> float | None:

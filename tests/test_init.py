@@ -246,6 +246,23 @@ def test_buffers_sized_from_their_length_parameters(built, tmp_path):
     assert mod.UNSIZED_LEN >= mod.MAX_LEN + mod.MAX_LEN // 100 + 600
 
 
+def test_a_text_without_a_length_is_the_longest_on_every_slow_input(tmp_path):
+    """strlen(const char *s): a C string no parameter gives the length of.  Its length is
+    drawn as a buffer's, MAX_LEN on every SLOW_EVERY-th input (drawn uniform in
+    0..MAX_LEN, the longest text came one input in 4,097, and the bound rested on the
+    loop bound the inputs happened to reach); the text is printable, NUL-terminated, and
+    its length varies on the others."""
+    from wcetfit.scaffold.header import declaration_from_header
+
+    mod, ffi, _ = _module(tmp_path, declaration_from_header("/usr/include/string.h",
+                                                            ["strlen"]))
+    texts = [ffi.string(s) for (s,) in _inputs(mod, ffi, "strlen", n=40)]
+    slow = [t for i, t in enumerate(texts) if i % mod.SLOW_EVERY == mod.SLOW_EVERY - 1]
+    assert len(slow) == 4 and all(len(t) == mod.MAX_LEN for t in slow)
+    assert len({len(t) for t in texts}) > 20
+    assert all(32 <= c < 127 for t in texts for c in t)
+
+
 SHA_H = "/usr/include/openssl/sha.h"
 LIBCRYPTO = f"{LIBDIR}/libcrypto.so.3"
 

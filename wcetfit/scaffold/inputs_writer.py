@@ -603,8 +603,11 @@ class _Writer:
             return [f"    {name} = ffi.new(\"{ptype}\"{init})  # {t.cname}: one "
                     f"{item.kind}, {role}"]
         if i not in pairs and item.cname == "char" and const:   # a C string: no length
-            return [f"    {name} = ffi.new(\"char[]\", _text(rng, MAX_LEN))  # a NUL-"
-                    "terminated text; input"]
+            # its length drawn as a buffer's: the longest on every SLOW_EVERY-th input,
+            # the slow case of whatever walks it (drawn uniform in 0..MAX_LEN, libc's
+            # strlen met its longest text on one input in 4,097)
+            return [f"    {name} = ffi.new(\"char[]\", _text_of(rng, _length(ctx)))  # a "
+                    "NUL-terminated text of _length(ctx) characters; input"]
         fill = None                                # elements holding generated data
         total = self.total(item) if not const else None
         if i in self.borrowed and total is None:
@@ -949,7 +952,11 @@ def _buffer(ffi, ctype, n, size, rng):
 
 def _text(rng, most):
     """Printable ASCII of random length up to ``most`` (cffi adds the NUL)."""
-    n = int(rng.integers(0, most + 1)) if most else 0
+    return _text_of(rng, int(rng.integers(0, most + 1)) if most else 0)
+
+
+def _text_of(rng, n):
+    """n characters of printable ASCII (cffi adds the NUL)."""
     return bytes(rng.integers(32, 127, n, dtype=np.uint8)){helpers}
 
 

@@ -263,6 +263,28 @@ def test_a_text_without_a_length_is_the_longest_on_every_slow_input(tmp_path):
     assert all(32 <= c < 127 for t in texts for c in t)
 
 
+def test_system_header_lengths_with_underscores_size_their_buffers(tmp_path):
+    """glibc's string.h names parameters __s, __n: memcmp(const void *__s1, const void
+    *__s2, size_t __n) drew __n over 0..2**32 - 1 beside buffers of 5,120 bytes (the
+    length rule took n, not __n), and memchr's __s, whose length comes after another
+    parameter, was sized n + OUT_SPARE and called a guess."""
+    from wcetfit.scaffold.header import declaration_from_header
+
+    def made(function):
+        decl = declaration_from_header("/usr/include/string.h", [function])
+        mod, ffi, text = _module(tmp_path, decl)
+        return mod, ffi, text, _inputs(mod, ffi, function, n=40)
+
+    mod, ffi, text, args = made("memcmp")
+    assert max(n for *_, n in args) == mod.MAX_LEN
+    for s1, s2, n in args:
+        assert ffi.sizeof(s2) == max(n, 1) and ffi.sizeof(s1) >= n
+    mod, ffi, text, args = made("memchr")
+    assert max(n for *_, n in args) == mod.MAX_LEN
+    assert all(ffi.sizeof(s) == max(n, 1) for s, _, n in args)
+    assert not [note for note in text.notes if note.startswith("__s:")]
+
+
 SHA_H = "/usr/include/openssl/sha.h"
 LIBCRYPTO = f"{LIBDIR}/libcrypto.so.3"
 

@@ -112,7 +112,10 @@ UNSIZED_LEN = MAX_LEN + MAX_LEN // 8 + OUT_SPARE
 OUT_GROWTH = 2
 
 _LENGTH_WORD = r"(len|length|size|sz|count|cnt|num|nbytes|bytes|nelem|nelems|nmemb|items|taps)"
-_LENGTHY = re.compile(rf"(?i)({_LENGTH_WORD}|^n$|^n_|^n[A-Z])")
+# A length named n takes the leading underscores of a system header (glibc's string.h:
+# memcmp(const void *__s1, const void *__s2, size_t __n), whose __n was drawn over
+# 0..2**32 - 1 beside buffers of 5,120 bytes).
+_LENGTHY = re.compile(rf"(?i)({_LENGTH_WORD}|^_*n$|^_*n_|^_*n[A-Z])")
 # The names a declaration without names gets ("arg2"): they say nothing, so only the
 # position can pair such an integer with the pointer before it (gmp's unnamed mpn_*).
 _UNNAMED = re.compile(r"arg\d+")
@@ -425,6 +428,14 @@ class _Writer:
             if after or before:
                 out[b] = after[0] if after else before[-1]
                 self.borrowed.add(b)
+        # A length no buffer is paired with directly, borrowed by one buffer only, is that
+        # buffer's length with other parameters between them (memchr(const void *s, int c,
+        # size_t n), memset(void *s, int c, size_t n)): sized from it exactly, not a guess
+        # with room to spare.
+        for b in sorted(self.borrowed):
+            c = out[b]
+            if all(b2 == b for b2, c2 in out.items() if c2 == c):
+                self.borrowed.discard(b)
         return out, {c for c in out.values() if c in inout}
 
     def buffer_kind(self, t: Any) -> bool:

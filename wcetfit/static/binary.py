@@ -49,6 +49,7 @@ from wcetfit.static.cfgcache import CfgCache
 from wcetfit.static.elfinfo import ElfInfo
 from wcetfit.static.jumptables import (CALLER_SAVED, _TABLE_ABS, _TABLE_REL, _bound_from,
                                       _writes, unguarded_table_size)
+from wcetfit.static.shared import separate_shared_code
 from wcetfit.static.symbols import SymbolIndex
 from wcetfit.static.whole import _recover_all, _warn_whole_binary, summary_of, with_fdes
 
@@ -75,7 +76,9 @@ RECOVERY_ROUNDS = 16
 # 14: a table of 4-byte offsets with no bounds check, sized by where its entries stop
 #     landing in the function (wcetfit.static.descent)
 # 15: ... in every recovery alike (a guard is never read in another function's code)
-MODEL_FORMAT = 15
+# 16: a block of prefix bytes alone (``lock`` before ``1: cmpxchg``) falls through into
+#     the rest of its instruction
+MODEL_FORMAT = 16
 
 # CFGFast options, chosen deliberately (a default CFGFast of libm takes ~40 s, this ~10 s):
 CFG_OPTIONS = dict(
@@ -634,6 +637,12 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
         for a in keep:
             have[a] = (_with_observed(have[a][0], indirect, have, index), have[a][1])
     models = {have[a][0].name: have[a][0] for a in keep}
+    if with_callees:
+        # code two of them share (mempcpy jumping into memcpy's body) as a function of
+        # its own: the fit holds one cost per block and function
+        observed = {have[a][0].name for a in keep
+                    if any(t.address == a for ts in indirect.values() for t in ts)}
+        models = separate_shared_code(models, observed=observed)
     requested = tuple(dict.fromkeys(have[a][0].name for a in wanted))
     aliases = _aliases(index, {a: have[a][0] for a in keep})
     for spec, a in zip(functions, wanted):

@@ -68,6 +68,10 @@ class _BlockFacts:
     warnings: list[str] = field(default_factory=list)
 
 
+# lock, repne, rep; the segment overrides cs ss ds es fs gs; operand and address size
+_LEGACY_PREFIXES = frozenset(b"\xf0\xf2\xf3\x2e\x36\x3e\x26\x64\x65\x66\x67")
+
+
 class Builder:
     def __init__(self, path: str, elf: ElfInfo, index: SymbolIndex, raw: RawCFG):
         import capstone
@@ -169,6 +173,15 @@ class Builder:
             bf.warnings.append(f"block {hexaddr(addr)}: {note}")
         self.facts[addr] = bf
         if not insns:
+            end = addr + self.raw.blocks[addr]
+            if self._prefixes_only(addr) and end in self.raw.blocks:
+                # ``je 1f; lock; 1: cmpxchg`` (glibc's locks, taken only when the process
+                # has threads): the jump lands inside the prefixed instruction, so the
+                # prefix alone is a block, which runs the instruction that follows it.
+                # The count run's copy runs it whole there (relocate: prefix blocks); the
+                # model's edge is the fall-through into the rest of the instruction.
+                bf.warnings.clear()
+                bf.succ.append((end, "fall"))
             return bf
         last = insns[-1]
         mnem = last.mnemonic.split()[-1] if last.mnemonic else ""
@@ -265,6 +278,17 @@ class Builder:
                 continue   # VEX models a rep-prefixed string instruction as a self-loop
             bf.succ.append((dst, "jump" if dst == cond_target else "fall"))  # type: ignore[arg-type]
         return bf
+
+    def _prefixes_only(self, addr: int) -> bool:
+        """Whether the block at ``addr`` is legacy prefix bytes alone (lock, rep,
+        segment, operand or address size), as many as an instruction takes."""
+        size = self.raw.blocks[addr]
+        try:
+            off = self.elf.file_offset(addr, size)
+        except BinaryError:
+            return False
+        code = self.data[off:off + size]
+        return 0 < size <= 4 and all(b in _LEGACY_PREFIXES for b in code)
 
     # -- jump tables read from the code --
 
@@ -409,8 +433,15 @@ class Builder:
             blocks.append(b)
             bf = self.block(b)
             warnings += bf.warnings
-            if not bf.insns:
+            if not bf.insns and not bf.succ:
                 exits.add(b)
+                continue
+            if not bf.insns:                # a prefix block: on into its instruction
+                for dst, _ in bf.succ:
+                    edges.append((b, dst))
+                    if dst not in seen:
+                        seen.add(dst)
+                        todo.append(dst)
                 continue
             last = bf.insns[-1]
             if bf.returns:

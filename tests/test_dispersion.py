@@ -701,3 +701,27 @@ def test_factors_from_too_few_calls_are_said_not_to_reach_the_exceedance():
         "fewer than an extreme-value fit needs (500)")
     many = _exponential_tail(1)
     assert call_dispersion(many[0], many[1], point=many[2]).extrapolated
+
+
+def test_the_full_tables_do_not_claim_an_exceedance_the_calls_cannot_support():
+    """libbz2's compress rested on 379 long calls: the one-screen report said "not
+    extrapolated", while --full listed seven identical bounds "for this exceedance
+    probability per call" from 1e-3 to 1e-9 and a call factor "passed with probability
+    ≤ 1e-06 per call (extreme-value fit)".  Now the levels are left out and the factor
+    says it is the largest of the calls seen."""
+    from types import SimpleNamespace
+
+    from wcetfit.report._format import curve_levels, dispersion_note
+
+    curve = tuple((p, 3_694_157.0) for p in (1e-3, 1e-6, 1e-9))
+    factors = {"misfit": 1.3, "call": 1.197, "machine_speed": 1.05}
+    w = SimpleNamespace(exceedance=1e-6, dispersion_calls=379, exceedance_curve=curve,
+                        dispersion=0.63, dispersion_factors=factors, call_growth=None)
+    assert curve_levels(w) == ()
+    note = dispersion_note(w)
+    assert "the largest of 379 calls, not extrapolated to 1e-06 per call" in note
+    assert "probability" not in note and "extreme-value fit;" not in note
+    w.dispersion_calls = 5_000
+    assert curve_levels(w) == curve
+    assert "passed with probability ≤ 1e-06 per call ×1.197 (extreme-value fit;" in \
+        dispersion_note(w)

@@ -39,12 +39,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {os.path.join(shown, 'wcetfit.toml')} and {os.path.join(shown, 'inputs.py')} "
           f"for {what}")
     print(f"  prototype ({t.declaration.source}): {t.declaration.prototype}")
+    if t.ifunc:
+        # the address above is not the symbol's (nm shows the resolver): say which code
+        # is measured (libm's sin: the FMA variant this CPU's resolver picks)
+        print(f"  IFUNC: {t.ifunc}; that implementation is what is measured")
     bounded = [lp for lp in t.loops if lp.reducible]
     if t.loops:
         print(f"  loops: {len(t.loops)} found, listed commented in [loops]; until you give "
               f"bounds, each is bounded by the most the inputs showed"
               + ("" if len(bounded) == len(t.loops) else
-                 f"; {len(t.loops) - len(bounded)} not natural loops (unboundable)"))
+                 f"; {len(t.loops) - len(bounded)} entered at several blocks (bounded "
+                 f"by returns to the header per entry)"))
     else:
         print("  loops: none found" + (" in the code known before it runs" if t.indirect_sites
                                        else ""))

@@ -806,8 +806,9 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                         "with its own instances of them" if "per call site" in co.note else
                         "; the largest WCET of the callees in this binary is in the bound")
                        if inside and co.callee_wcet_ticks is not None else "") \
-                    + ("; the time of those outside the binary stays in the calling block, "
-                       "not in the bound" if len(inside) < len(site.observed) else "")
+                    + ("; the time of those outside the binary is in the calling block's "
+                       "cost, as its mean over the inputs, not as their worst case"
+                       if len(inside) < len(site.observed) else "")
                 key = (site.tail, tuple(t.describe() for t in site.observed), how)
                 indirect.setdefault(key, []).append(co)
             elif co.kind == CALL_INDIRECT and co.count > 0:
@@ -934,9 +935,12 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                 f"×{1 + summary.dispersion:.2f}, with the misfit and the machine's speed)")
         warns.append(Finding(
             f"{what}: one call of "
-            f"{input_label(int(drv['input']))} took {drv['call_ticks']:,.0f} ticks{others}, "
-            f"and the extreme-value fit extrapolates calls like it to a probability of "
-            f"{summary.exceedance or 1e-6:.0e} per call",
+            f"{input_label(int(drv['input']))} took {drv['call_ticks']:,.0f} ticks{others}"
+            + (f", one of the {summary.dispersion_calls:,} calls the factor is the largest "
+               f"of (too few to extrapolate: the warning below)"
+               if too_few_to_extrapolate(summary.dispersion_calls) else
+               f", and the extreme-value fit extrapolates calls like it to a probability "
+               f"of {summary.exceedance or 1e-6:.0e} per call"),
             "if that call was the machine (another process, the host), time again on a quiet "
             f"machine ({RETIME}); if the "
             "function can take that long (a cold cache or TLB), the bound rightly covers it; "

@@ -153,6 +153,38 @@ def curve_note(w, tsc_hz: float | None) -> str | None:  # type: ignore[no-untype
     return head + "; at " + ", at ".join(f"{q:.0e}: {both(t, tsc_hz)}" for q, t in ends)
 
 
+# The lines of a long list a table cell shows (a group's estimable combinations: one per
+# combination, hundreds in a large group); the JSON report has them all.
+CELL_LINES = 8
+
+
+def first_lines(lines, most: int = CELL_LINES) -> str:  # type: ignore[no-untyped-def]
+    """``lines`` joined one per line, the first ``most`` and how many more."""
+    lines = list(lines)
+    if len(lines) <= most:
+        return "\n".join(lines)
+    return "\n".join(lines[:most] + [f"… {len(lines) - most:,} more (--json lists them)"])
+
+
+def curve_levels(w) -> tuple:  # type: ignore[no-untyped-def]
+    """The bound at each exceedance of the curve, as the full tables list them: none when
+    the single-call factors are not extrapolated (every level would be the same largest
+    call seen, a probability the calls cannot support; the dispersion's row says so)."""
+    if too_few_to_extrapolate(getattr(w, "dispersion_calls", None)):
+        return ()
+    return tuple(getattr(w, "exceedance_curve", ()) or ())
+
+
+def _per_call(w) -> str:  # type: ignore[no-untyped-def]
+    """How the single-call factors hold: 'passed with probability ≤ p per call' when
+    extrapolated, else the largest of the calls seen."""
+    calls = getattr(w, "dispersion_calls", None)
+    if too_few_to_extrapolate(calls):
+        return (f"the largest of {calls:,} calls, not extrapolated to {w.exceedance:.0e} per "
+                f"call (an extreme-value fit needs {MIN_EXTRAPOLATED_CALLS:,})")
+    return f"passed with probability ≤ {w.exceedance:.0e} per call"
+
+
 def curve_level_note(w, q: float) -> str:  # type: ignore[no-untyped-def]
     """The note beside the bound at exceedance ``q`` in the full tables."""
     own = getattr(w, "exceedance", None)
@@ -196,8 +228,10 @@ def dispersion_note(w) -> str:  # type: ignore[no-untyped-def]
              else "an input seen")
     parts = [f"+{100 * (w.dispersion or 0):.1f}% = "
              f"worst misfit of {whose} ×{f.get('misfit', 1.0):.3f}{SHARE_OF}",
-             f"call-to-call excess passed with probability ≤ {w.exceedance:.0e} per call "
-             f"×{f.get('call', 1.0):.3f} (extreme-value fit; [wcet] exceedance"
+             f"call-to-call excess {_per_call(w)} "
+             f"×{f.get('call', 1.0):.3f} ("
+             + ("" if too_few_to_extrapolate(getattr(w, "dispersion_calls", None)) else
+                "extreme-value fit; ") + "[wcet] exceedance"
              + growth_note(getattr(w, "call_growth", None)) + ")"]
     if f.get("machine_speed", 1.0) != 1.0:
         parts.append(f"slowest sustained machine speed seen ×{f['machine_speed']:.3f} "
@@ -213,8 +247,8 @@ def dispersion_note(w) -> str:  # type: ignore[no-untyped-def]
     if setter == "calls":
         # the joint factor came out below a call's excess at the slowest speed: the two are
         # independent events a longer run brings together
-        return (f"+{100 * (w.dispersion or 0):.1f}% = call-to-call excess passed with "
-                f"probability ≤ {w.exceedance:.0e} per call ×{f.get('call', 1.0):.3f} at the "
+        return (f"+{100 * (w.dispersion or 0):.1f}% = call-to-call excess "
+                f"{_per_call(w)} ×{f.get('call', 1.0):.3f} at the "
                 f"slowest sustained machine speed seen ×{f.get('machine_speed', 1.0):.3f} "
                 f"(calls as timed showed ×{f.get('joint', 1.0):.3f}, but a longer run brings "
                 f"a call's excess and a slow period together; the misfit, "
@@ -222,8 +256,8 @@ def dispersion_note(w) -> str:  # type: ignore[no-untyped-def]
     if setter == "joint":
         # the three did not come together on any call measured: the joint factor is kept
         return (f"+{100 * (w.dispersion or 0):.1f}% = a timed call over its input's "
-                f"prediction{SHARE_OF}, passed with probability ≤ {w.exceedance:.0e} per call "
-                f"×{f['joint']:.3f} (extreme-value fit of every call as timed, slow periods "
+                f"prediction{SHARE_OF}, {_per_call(w)} "
+                f"×{f['joint']:.3f} (every call as timed, slow periods "
                 f"included; below the product of its parts: "
                 + " × ".join(parts).split(" = ", 1)[1] + ")")
     return " × ".join(parts) + " − 1"

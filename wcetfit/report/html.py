@@ -80,6 +80,10 @@ def _wcet_table(report: Report, fr: FunctionReport) -> str:
 
     if w.error:
         rows.append(f"<tr><th>IPET bound</th><td colspan=3>not computed: {E(w.error)}</td></tr>")
+    elif w.ipet_ticks is not None and fr.no_bound_of_its_own:
+        rows.append("<tr><th>IPET bound</th><td colspan=2>—</td><td>no bound of its own: the "
+                    "inputs do not determine its blocks' costs apart from its callers' (its "
+                    "time is counted in theirs)</td></tr>")
     elif w.ipet_ticks is not None:
         row("IPET bound", w.ipet_ticks, F.bound_note(w))
         row("with point costs", w.point_ticks, "Σ cost · count on the worst-case path")
@@ -87,7 +91,7 @@ def _wcet_table(report: Report, fr: FunctionReport) -> str:
             "95% critical value × standard error of the path's predicted time")
         if w.dispersion_ticks is not None:
             row("call dispersion", w.dispersion_ticks, F.dispersion_note(w))
-        for q, ticks in w.exceedance_curve:
+        for q, ticks in F.curve_levels(w):
             row(f"bound at {q:.0e} per call", ticks, F.curve_level_note(w, q))
     if fr.is_root:
         row("max observed", w.max_observed_ticks,

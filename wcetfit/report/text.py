@@ -98,8 +98,13 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
     elif w.ipet_ticks is not None:
         note = F.bound_note(w)
         if fr.no_bound_of_its_own:
-            note = ("no bound of its own: the inputs do not determine its blocks' costs apart "
-                    "from its callers' (its time is counted in theirs)")
+            # its blocks' costs are its callers' (0 here): a number would read as a bound
+            # of 0 ticks (libcrypto's MD5_Init, OPENSSL_cleanse)
+            t.add_row("[bold]IPET bound[/bold]", "—", "—",
+                      "no bound of its own: the inputs do not determine its blocks' costs "
+                      "apart from its callers' (its time is counted in theirs)")
+            t.add_row("max observed", "—", "—", "callees are not timed on their own")
+            return t
         t.add_row("[bold]IPET bound[/bold]", F.num(w.ipet_ticks), F.num(report.ns(w.ipet_ticks)),
                   note)
         t.add_row("  with point costs", F.num(w.point_ticks), F.num(report.ns(w.point_ticks)),
@@ -110,7 +115,7 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
             t.add_row("  call dispersion", F.num(w.dispersion_ticks),
                       F.num(report.ns(w.dispersion_ticks)),
                       _escape(F.dispersion_note(w)))
-        for q, ticks in w.exceedance_curve:
+        for q, ticks in F.curve_levels(w):
             # the probabilistic WCET curve: only the dispersion moves along it
             t.add_row(f"  bound at {q:.0e} per call", F.num(ticks), F.num(report.ns(ticks)),
                       _escape(F.curve_level_note(w, q)))
@@ -244,7 +249,8 @@ def _groups(fr: FunctionReport, shown: dict) -> Table:
         share = F.pct(g.share) if g.share_estimable else (("≈" + F.pct(g.share))
                                                            if g.share is not None else "—")
         t.add_row(str(g.id), g.kind, ", ".join(fr.key(a) for a in g.blocks),
-                  _escape("\n".join(g.combinations)) or "—", share, _escape(g.advice or ""))
+                  _escape(F.first_lines(g.combinations)) or "—", share,
+                  _escape(g.advice or ""))
     return t
 
 

@@ -53,6 +53,8 @@ class CreatedTarget:
     # calls and jumps through a pointer in the function or its static callees ("f+0x1c"):
     # their targets, and those functions' loops, are known only once inputs run them
     indirect_sites: tuple[str, ...] = ()
+    # an IFUNC symbol: the implementation its resolver selects here (IfuncChoice.describe)
+    ifunc: str | None = None
 
 
 def _is_address(name: str) -> bool:
@@ -176,7 +178,8 @@ def create_target(directory: str, binary: str, function: str, header: str | None
                                 indirect=indirect))
     _check_inputs(directory, name)
     return CreatedTarget(directory, toml_path, inputs_path, name, fn.address, decl, loops,
-                         inputs.notes, indirect)
+                         inputs.notes, indirect,
+                         ifunc=fn.ifunc.describe() if fn.ifunc is not None else None)
 
 
 def indirect_sites(model: BinaryModel, root: str) -> tuple[str, ...]:
@@ -281,7 +284,10 @@ def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: D
         what = (f"{lp.function}: loop at {hexaddr(lp.header)}, {lp.blocks} block"
                 f"{'' if lp.blocks == 1 else 's'}, depth {lp.depth}")
         if not lp.reducible:
-            what += "; not a natural loop: it cannot be bounded"
+            # bounded like the others (wcetfit.static.structure: a loop with several
+            # entries); the old words told users not to bound what they can and should
+            what += ("; entered at several blocks (not a natural loop): N counts returns "
+                     "to its header per entry")
         lines.append(f"# {_toml_string(lp.key)} = N    # {what}")
         for site in lp.sites:
             lines.append(f"# {_toml_string(f'{lp.key} @ {site}')} = N    # only when "

@@ -512,9 +512,17 @@ class _Writer:
                 if lo < 0:             # a negative length is meaningless, not slow
                     cap = "MAX_LEN" if hi >= MAX_LEN else f"min(MAX_LEN, {_pow(hi)})"
                     low, zero = self.length_low(i)
+                    # MAX_LEN keeps buffers short; a length that sizes none may run far
+                    # longer (zlib's crc32_combine: len2 up to 2**63 - 1 takes its loop 62
+                    # times, 0..4096 at most 12, and the bound came out below such a call)
+                    self.notes.append(
+                        f"{p.name}: a length no buffer is sized by, drawn in 0..MAX_LEN as "
+                        f"buffers are only to keep them short: a guess; widen it to the "
+                        f"values {self.decl.function} takes (the bound covers only the "
+                        f"iterations the inputs reach)")
                     return [f"    {name} = _length(ctx, {cap}{low})  # {t.cname}: a length, "
-                            "count or size by its name (no buffer pairs with it): 0..MAX_LEN "
-                            f"like the lengths, never negative{zero}"]
+                            "count or size by its name (no buffer pairs with it): 0..MAX_LEN, "
+                            f"never negative, a guess{zero}"]
             named = self.named_values(p, t) if _is_int(t) else None
             if named is not None:
                 return [f"    {name} = {named}"]

@@ -190,6 +190,16 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
     functions = session.functions_of(root)
     refuse_shared_blocks(root, functions)
     system = build_system(functions, counts, times)
+    # counted and timed calls that cannot have run the same path (wcetfit.fit.too_fast)
+    from wcetfit.fit.too_fast import too_fast_rows, too_fast_warning, without_rows
+    too_fast = too_fast_rows(system, functions)
+    too_fast_note = too_fast_warning(system, functions, too_fast) if too_fast.any() else None
+    if too_fast.all():
+        from wcetfit.errors import FitError
+        raise FitError(f"{root}: no input's timed calls ran the counted path: "
+                       + too_fast_note.split(": ", 1)[1])
+    if too_fast.any():
+        system = without_rows(system, too_fast)
     if session.target.follow_speed:
         if options.quantum_ticks is None:       # detected once, for the profile and the fit
             options = replace(options, quantum_ticks=detect_quantum(system.ticks))
@@ -215,6 +225,8 @@ def fit_stage(session: Session, root: str, counts: Any, times: Any,
                                         calibration=calibration, cost_model=options.costs,
                                         bootstrap=options.bootstrap)
         fit = apply_activation_fits(fit, analysis)
+    if too_fast_note is not None:
+        fit = replace(fit, warnings=(too_fast_note, *fit.warnings))
     return system, fit
 
 

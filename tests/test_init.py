@@ -795,3 +795,28 @@ def test_init_says_an_ifunc_is_measured_as_the_implementation_selected_here(tmp_
     assert re.match(r"  IFUNC: sin → sin@impl\+0x[0-9a-f]+ at 0x[0-9a-f]+, selected by its "
                     r"IFUNC resolver \(0x[0-9a-f]+\) on this CPU; that implementation is "
                     r"what is measured$", line), line
+
+
+def test_array_parameters_are_pointers_and_a_capacity_pairs_by_its_stem(tmp_path):
+    """brotli's decode.h declares `BrotliDecoderDecompress(size_t encoded_size, const
+    uint8_t encoded_buffer[encoded_size], size_t *decoded_size, uint8_t
+    decoded_buffer[*decoded_size])`: init refused the header (cffi cannot parse the size
+    expressions), and with pointers written in, took the in-out capacity decoded_size for
+    a buffer of random 64-bit numbers (up to 2**64 bytes of room, the decoder was told)."""
+    from wcetfit.scaffold.header import declaration_from_header
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    h = tmp_path / "dec.h"
+    h.write_text("#include <stddef.h>\n#include <stdint.h>\n"
+                 "int decode(size_t encoded_size, const uint8_t encoded_buffer[(encoded_size)],"
+                 " size_t *decoded_size, uint8_t decoded_buffer[(*decoded_size)]);\n")
+    decl = declaration_from_header(str(h), ["decode"])     # as BROTLI_ARRAY_PARAM expands
+    assert decl.prototype == ("int decode(size_t encoded_size, const uint8_t *encoded_buffer, "
+                              "size_t *decoded_size, uint8_t *decoded_buffer);")
+    mod, ffi, text = _module(tmp_path, decl)
+    for n, enc, cap, dec in _inputs(mod, ffi, "decode"):
+        assert ffi.sizeof(enc) == max(n, 1)
+        assert ffi.typeof(cap).cname == "size_t *" and cap[0] == mod.UNSIZED_LEN
+        assert ffi.sizeof(dec) == cap[0]
+    assert not [note for note in text.notes if note.startswith("decoded_size")]

@@ -191,6 +191,12 @@ class _Extractor:
         fdecl = decl.type
         params = self._params(fdecl)
         for p in params:
+            # A parameter declared as an array is a pointer (C11 6.7.6.3): brotli's
+            # `const uint8_t encoded_buffer[encoded_size]` (BROTLI_ARRAY_PARAM), whose
+            # size expression cffi cannot parse, and init refused the header
+            if isinstance(p.type, c_ast.ArrayDecl):
+                p.type = c_ast.PtrDecl(quals=list(p.type.dim_quals or []), type=p.type.type)
+        for p in params:
             self._walk(p.type, need=True, follow_ptr=True)
         self._walk(fdecl.type, need=False, follow_ptr=False)
         self._rename(decl)

@@ -402,6 +402,17 @@ class _Writer:
                     out[b] = c
                     named.add(c)
                     break
+        for b in buffers:                       # by stem: decoded_buffer/decoded_size
+            if b in out or "_" not in params[b].name.strip("_"):
+                continue
+            stem = params[b].name.strip("_").rsplit("_", 1)[0].lower()
+            for c in sorted((value_len | inout) - named):
+                cname = params[c].name.strip("_")
+                if "_" in cname and cname.rsplit("_", 1)[0].lower() == stem and re.fullmatch(
+                        rf"(?i){_LENGTH_WORD}|n|len", cname.rsplit("_", 1)[1]):
+                    out[b] = c
+                    named.add(c)
+                    break
         for b in buffers:
             if b in out:
                 continue

@@ -90,6 +90,18 @@ def test_adopted_fresh_inputs_the_bound_missed_join_the_training(tmp_path):
     # each adopted input rebuilds exactly: its arguments as the check described its own
     assert after["slowest_input"]["arguments"].endswith(", 1000)"), after["slowest_input"]
 
+    # the same fresh inputs are not adopted twice (lzma_crc64: "+ 2 adopted from checks"
+    # of one input, and a check that still missed it advised --adopt again)
+    from wcetfit.pipeline import open_session
+    from wcetfit.search.adopt import adopt_fresh, adopted_before
+    session = open_session(str(d))
+    again = adopt_fresh(session, "mix", fresh, tuple(c["missed_inputs"]), wait=False)
+    assert again.numbers == {} and sorted(again.before) == c["missed_inputs"]
+    assert adopted_before(session, "mix", fresh) == again.before
+    res = _wcetfit("report", str(d))
+    assert f"{TRAINING} inputs + {len(c['missed_inputs'])} adopted from checks" in \
+        " ".join(res.stdout.split())
+
     # a check of the training's own seed is still refused; another seed is checked as ever
     res = _wcetfit("check", str(d), "--inputs", "20", "--no-wait")
     assert res.returncode in (0, 1) and "Traceback" not in res.stderr

@@ -93,9 +93,31 @@ def test_interrupted_calls_are_left_out_as_the_bound_leaves_them_a_cheap_excess_
     assert c.interrupted_above == 1 and c.slowest_interrupted.input == 11
     from wcetfit.cli.check import describe
     assert "1 taken for interrupts (far from their input's other calls and at least 500 ns " \
-           "above their median, as the " \
-           "bound takes them) left out, 1 of them above the bound (the slowest" in \
-           " ".join(describe(c, TSC_HZ).split())
+           "above their median, or preempted: over twice their input's fastest call and " \
+           "100 µs above it; as the bound takes them) left out, 1 of them above the bound " \
+           "(the slowest" in " ".join(describe(c, TSC_HZ).split())
+
+
+def test_an_input_most_of_whose_calls_were_preempted_is_not_a_model_miss():
+    """libbz2's compress checked beside a test suite: one input's calls took 11.6, 1.0,
+    11.5, 22.1 and 1.0 M ticks.  Judged against their median (a preempted call's) the
+    three slow ones were the function's own time, and the check said the model missed
+    that input.  A call over twice its input's fastest and 100 µs above it is preempted."""
+    means, t = _calls(seed=6, r=5)
+    ticks = _q(t)
+    bound = 1.3 * ticks.max()
+    ticks[7] = [11_591_788, 994_630, 11_540_594, 22_096_516, 1_045_148]
+    bound = max(bound, 2_000_000.0)
+    c = check_fresh("f", 9, np.arange(len(means)), ticks, bound_ticks=bound,
+                    bound_speed=1.0, tsc_hz=TSC_HZ)
+    assert c.covered and c.above == 0
+    assert c.interrupted == 3 and c.interrupted_above == 3
+    # calls less than twice their input's fastest are the function's own, most of them
+    # slow or not
+    ticks[7] = [1_900_000, 994_630, 1_900_000, 1_900_000, 1_045_148]
+    c = check_fresh("f", 9, np.arange(len(means)), ticks, bound_ticks=1_500_000.0,
+                    bound_speed=1.0, tsc_hz=TSC_HZ)
+    assert not c.covered and c.slowest.input == 7 and c.slowest.ticks == 1_900_000
 
 
 def test_nothing_timed_is_not_covered():

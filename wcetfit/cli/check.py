@@ -72,9 +72,11 @@ def run(args: argparse.Namespace) -> int:
         raise type(exc)(f"{exc} (fresh inputs of seed {seed}: `wcetfit check --seed "
                         f"{seed}` goes on with what is stored)") from exc
     out = sys.stdout if args.json != "-" else sys.stderr
+    from wcetfit.search.adopt import adopted_before
     for root, check in checks.items():
         out.write(describe(check, bounds[root][2], earlier=root in earlier,
-                           failures=failures[root], arguments=arguments[root]))
+                           failures=failures[root], arguments=arguments[root],
+                           adopted=adopted_before(session, root, seed)))
         if warned.get(root):
             # (the count of lines the analysis logged, not of the report's warnings: a user
             # read "2 warning(s)" here and "Warnings (104)" in the report)
@@ -106,6 +108,13 @@ def _adopt(args: argparse.Namespace, session: Any, seed: int, checks: dict,
             continue
         a = adopt_fresh(session, root, seed, c.missed_inputs, wait=not args.no_wait)
         done[root] = a.numbers
+        if a.before:
+            shown = ", ".join(f"fresh input {i} ({input_label(k)})"
+                              for i, k in list(a.before.items())[:4])
+            out.write(f"{root}: --adopt: {len(a.before)} of them adopted before, not again: "
+                      f"{shown}\n")
+            if not a.numbers:
+                continue
         pairs = ", ".join(f"fresh input {i} → {input_label(k)}"
                           for i, k in list(a.numbers.items())[:4])
         more = " …" if len(a.numbers) > 4 else ""
@@ -223,7 +232,8 @@ def _time_and_check(args: argparse.Namespace, seed: int,
 
 
 def describe(check: Any, hz: float | None, *, earlier: bool = False,
-             failures: tuple[str, ...] = (), arguments: str | None = None) -> str:
+             failures: tuple[str, ...] = (), arguments: str | None = None,
+             adopted: Any = None) -> str:
     """The check in a few lines: what was timed, covered or not and why, the slowest call,
     the machine's speed against the bound's, what to do, and the fresh inputs that
     failed (``failures``: their descriptions)."""
@@ -241,7 +251,8 @@ def describe(check: Any, hz: float | None, *, earlier: bool = False,
                      "--seed times new inputs)")
     own = c.calls - c.interrupted
     left = (f"; {c.interrupted:,} taken for interrupts (far from their input's other calls "
-            f"and at least 500 ns above their median, as the bound takes them) left out"
+            f"and at least 500 ns above their median, or preempted: over twice their "
+            f"input's fastest call and 100 µs above it; as the bound takes them) left out"
             if c.interrupted else "")
     if c.interrupted_above:
         # shown, not hidden: the rule is the bound's, and a user who knows the machine was
@@ -293,6 +304,20 @@ def describe(check: Any, hz: float | None, *, earlier: bool = False,
                      f"the training, and more [measure] inputs or [search] budget finds more "
                      f"like fresh input {c.slowest.input if c.slowest else '?'} (seed "
                      f"{c.seed})")
+    elif c.above and adopted and c.missed_inputs and \
+            all(int(i) in adopted for i in c.missed_inputs):
+        # an earlier --adopt of this seed made them training inputs, and the bound made
+        # with them still misses these calls: adopting them again adds nothing
+        from wcetfit.numbering import input_label
+        ins = ", ".join(f"fresh input {i} ({input_label(adopted[int(i)])})"
+                        for i in list(c.missed_inputs)[:3])
+        lines.append(f"  {c.above_at_bound_speed:,} of them are above it at the bound's own "
+                     f"speed, all of inputs already in the training ({ins}): their calls "
+                     f"there, timed again, stayed below these; a single call's excess the "
+                     f"training did not see again")
+        lines.append(f"  → a run with more repeats ([measure] repeats) sees more such calls; "
+                     f"[wcet] exceedance and machine_speed set how rare a call the bound "
+                     f"covers; check with a new seed")
     elif c.above:
         lines.append(f"  {c.above_at_bound_speed:,} of them are above it at the bound's own "
                      f"speed: the model misses those inputs (costs that depend on the data, "

@@ -13,7 +13,7 @@ run rebuilds exactly that input (:class:`wcetfit.search.choices.ChoiceSequence`)
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,25 @@ class Adopted:
     seed: int                            # the fresh inputs' seed
     numbers: dict[int, int]              # fresh input → its search input number
     failures: tuple[InputFailure, ...]
+    # fresh inputs an earlier --adopt of the same seed kept: not adopted again
+    before: dict[int, int] = field(default_factory=dict)
+
+
+def adopted_before(session: Any, root: str, seed: int) -> dict[int, int]:
+    """The fresh inputs of ``seed`` an earlier ``--adopt`` kept: fresh input → its number
+    among the store's rows.  Adopting one twice made a second row of the same input
+    (libcrypto's lzma_crc64: "+ 2 adopted from checks", one input), and a check that
+    still missed it advised --adopt again."""
+    from wcetfit.numbering import ADOPT_BASE, REACH_BASE
+    from wcetfit.search.store import load_search_rows
+
+    m = session.target.measure
+    old = load_search_rows(session.store, root, m.seed, warmup=m.warmup)
+    if old is None:
+        return {}
+    return {int(seq.index): int(k) for k, seq in zip(old.indices, old.sequences)
+            if ADOPT_BASE <= int(k) < REACH_BASE and seq.seed is not None
+            and int(seq.seed) == int(seed)}
 
 
 def adopt_fresh(session: Any, root: str, seed: int, fresh: tuple[int, ...], *,
@@ -49,6 +68,8 @@ def adopt_fresh(session: Any, root: str, seed: int, fresh: tuple[int, ...], *,
 
     target = session.target
     m = target.measure
+    before = adopted_before(session, root, seed)
+    fresh = tuple(i for i in fresh if int(i) not in before)
     old = load_search_rows(session.store, root, m.seed, warmup=m.warmup)
     first = next_number(old.indices if old is not None else (), ADOPT_BASE, REACH_BASE)
     normaliser = Normaliser(target, root)
@@ -60,7 +81,7 @@ def adopt_fresh(session: Any, root: str, seed: int, fresh: tuple[int, ...], *,
             sequences[first + k] = seq
             numbers[i] = first + k
     if not sequences:
-        return Adopted(root, int(seed), {}, ())
+        return Adopted(root, int(seed), {}, (), before)
     counts, failed = count_candidates(target, session.model, root, sequences,
                                       uncounted_callees(target, session.model, root))
     method, _ = resolve_method(target)
@@ -81,7 +102,7 @@ def adopt_fresh(session: Any, root: str, seed: int, fresh: tuple[int, ...], *,
         save_search_rows(session.store, merge_rows(old, rows), warmup=m.warmup)
     left = {int(k) for k in keys}
     return Adopted(root, int(seed), {i: k for i, k in numbers.items() if k in left},
-                   tuple(failed) + tuple(timing_failed))
+                   tuple(failed) + tuple(timing_failed), before)
 
 
 def _training(session: Any, root: str, method: str) -> tuple[Any, Any]:

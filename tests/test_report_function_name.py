@@ -94,6 +94,16 @@ def test_report_function_takes_the_ifunc_name_of_wcetfit_toml(tmp_path, monkeypa
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
     assert f"{impl} (powf in wcetfit.toml)" in errors[0], errors[0]
+    # ... before the analysis, with nothing else to write: the report is not computed
+    # (libbz2's took 62 s before the refusal, its warnings printed first)
+    from wcetfit.cli import main
+    import wcetfit.pipeline
+
+    def computed(*_a, **_k):
+        raise AssertionError("the analysis ran for an unknown --function")
+    monkeypatch.setattr(wcetfit.pipeline, "analyze_stage", computed)
+    monkeypatch.setenv("WCETFIT_NO_CACHE", "1")
+    assert main(["report", str(d), "--function", "nosuchfunction"]) == 2
 
 
 def test_report_function_takes_an_alias_the_model_does_not_prefer(tmp_path, monkeypatch):

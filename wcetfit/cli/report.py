@@ -65,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
                      inputs_changed="warn")
     if args.repeats is None:
         s = with_stored_repeats(s)
+    if args.function is not None and not args.json and not args.html:
+        # refused before the analysis, which may take a minute, when there is nothing
+        # else to write (with --json or --html those are written first, then refused)
+        _known_before_analysis(s, args.function)
     analyses = []
     for root in s.target.functions:
         counts, times = stored_measurements(s, root)
@@ -77,6 +81,34 @@ def run(args: argparse.Namespace) -> int:
                                              s.store.inputs_changed_note))
     emit(analyses, args, session=s)
     return 0
+
+
+def _known_before_analysis(session: Any, asked: str) -> None:
+    """Refuse ``--function ASKED`` when no measured function reaches a function of that
+    name (the report's functions are the measured ones and their callees)."""
+    import difflib
+
+    from wcetfit.errors import WcetfitError
+
+    known: list[str] = []
+    for root in session.target.functions:
+        known += [n for n in session.functions_of(root) if n not in known]
+    fn = _model_function(session, asked)
+    if asked in known or asked in session.target.functions or \
+            (fn is not None and fn.name in known):
+        return
+    toml = {session.root_model(r).name: r for r in session.target.functions}
+    listed = [f"{k} ({toml[k]} in wcetfit.toml)" if k in toml and toml[k] != k else k
+              for k in known]
+    if len(listed) <= MAX_NAMES_LISTED:
+        raise WcetfitError(f"--function {asked}: not a measured function or one of their "
+                           f"callees; the report has {', '.join(listed)}")
+    close = difflib.get_close_matches(asked, known, n=3)
+    raise WcetfitError(f"--function {asked}: not a measured function or one of their "
+                       f"callees; " + "; ".join(
+                           ([f"did you mean {', '.join(close)}?"] if close else [])
+                           + [f"measured: {', '.join(session.target.functions)}",
+                              f"{len(known)} functions in all (--full lists them)"]))
 
 
 # An unknown --function lists the report's functions when there are at most this many;

@@ -176,7 +176,10 @@ def analyze(gram: np.ndarray, noise_ratio: float = 0.0,
     uncertainty = q_tol
     if q_tol > 1e-3:
         (log.debug if quiet else log.warning)(
-            "ill-conditioned count matrix: null-space entries uncertain to %.1g", q_tol)
+            "the inputs' block counts are nearly dependent (the count matrix is "
+            "ill-conditioned, to %.1g): which block costs the inputs determine apart is "
+            "decided with a tolerance, and inputs that vary the counts more would make it "
+            "sure", q_tol)
         q_tol = 1e-3
     qd = np.diag(Q)
     estimable = qd <= q_tol

@@ -218,7 +218,8 @@ def physical_fit(fx: Any, kept: np.ndarray, theta_linear: np.ndarray) -> Physica
         effect = (f"which leaves a residual of {100.0 * math.sqrt(max(sse(theta), 0.0) / yy):.1f} "
                   f"% of the timings (root mean square); unconstrained least squares "
                   f"reproduces them exactly (as many unknowns as inputs: time more inputs)")
-    note = (f"unconstrained least squares gives {broke} unknown(s) values no machine has "
+    note = (f"unconstrained least squares gives {broke} of the fitted costs values no "
+            f"machine has "
             f"(a cost below 0 or above what its instructions can take, or ε below its "
             f"floor); the costs are fitted held to physical "
             f"values ({held or 'none held at a bound'}), {effect}")

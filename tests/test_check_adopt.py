@@ -98,6 +98,7 @@ def test_adopted_fresh_inputs_the_bound_missed_join_the_training(tmp_path):
     again = adopt_fresh(session, "mix", fresh, tuple(c["missed_inputs"]), wait=False)
     assert again.numbers == {} and sorted(again.before) == c["missed_inputs"]
     assert adopted_before(session, "mix", fresh) == again.before
+    session.store.lock.release()                # (the store's lock: the commands' now)
     res = _wcetfit("report", str(d))
     assert f"{TRAINING} inputs + {len(c['missed_inputs'])} adopted from checks" in \
         " ".join(res.stdout.split())

@@ -98,6 +98,13 @@ def test_crash_and_hang_reported_other_inputs_kept(victim):
     t = json.loads((victim / "t.json").read_text())
     assert {f["index"] for f in t["failures"]} == {12, 16, 32, 36}
     assert len(t["functions"][0]["ticks"]) == 36
+    # fewer inputs than stored: the first ones, and the rest said (a check's 200 fresh
+    # inputs were shown by `time --seed S` as the first 80, nothing said; 26 = 36 timed
+    # less the first 10)
+    res = wcetfit("time", str(victim), "--inputs", "10")
+    assert res.returncode == 0, res.stderr
+    assert "26 more input(s) of seed 1 are stored beyond the first 10 asked for " \
+           "(--inputs 40 shows them all)" in res.stderr, res.stderr
 
 
 def test_analyze_then_reuse_and_report(victim):

@@ -242,6 +242,12 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
         if old is None:
             continue
         keep = old.indices < n
+        if not keep.all():
+            # (a check's 200 fresh inputs, shown by `time --seed S` as the first 80 with
+            # nothing said)
+            log.warning("%s: %d more input(s) of seed %d are stored beyond the first %d "
+                        "asked for (--inputs %d shows them all)", f, int((~keep).sum()),
+                        m.seed, n, int(old.indices.max()) + 1)
         ticks[f][old.indices[keep]] = old.ticks[keep]
         done[old.indices[keep]] |= old.done[keep]
         migrated[f] = old.migrated

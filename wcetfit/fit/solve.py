@@ -243,9 +243,10 @@ class _Fitter:
         an = est.analyze(Gr, noise_ratio, eig=an0.eig)
         if an.rank < an0.rank:
             log.info("noise-level tolerance dropped %d weak direction(s)", an0.rank - an.rank)
-            self._warn(f"{an0.rank - an.rank} direction(s) of the count space are too weakly "
-                       "represented in the inputs to estimate (standard error above the size "
-                       "of the signal): treated as not estimable")
+            self._warn(f"{an0.rank - an.rank} combination(s) of block counts vary too little "
+                       "across the inputs for their costs to be estimated (the standard "
+                       "error would be above the cost itself): taken as unknown; inputs that "
+                       "vary those counts more would determine them")
         self.an = an
         # the rank and the row space are the unweighted matrix's; the estimates solve the
         # weighted problem on that row space

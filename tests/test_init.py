@@ -820,3 +820,26 @@ def test_array_parameters_are_pointers_and_a_capacity_pairs_by_its_stem(tmp_path
         assert ffi.typeof(cap).cname == "size_t *" and cap[0] == mod.UNSIZED_LEN
         assert ffi.sizeof(dec) == cap[0]
     assert not [note for note in text.notes if note.startswith("decoded_size")]
+
+
+@pytest.mark.skipif(not os.path.exists(LIBC) or not os.path.exists("/usr/include/string.h"),
+                    reason="the system's libc.so.6 or string.h is absent: the [loops] "
+                           "listing of a large reach is not checked")
+def test_a_large_reach_lists_the_near_loops_and_counts_the_far_ones(tmp_path):
+    """libc's strdup reaches 479 loops through malloc: init wrote 2,385 lines of [loops],
+    memcpy's copy loop among "2 calls away" (a tail call into memcpy's body counted as a
+    call), and 13 warnings on malloc's internals, padding after calls that do not return
+    among them.  The functions a tail call reaches are as near as their caller, far
+    functions' loops are counted past the first few, and padding ends a path."""
+    res = wcetfit("init", str(tmp_path / "strdup"), "--binary", LIBC, "--function", "strdup",
+                  "--header", "/usr/include/string.h")
+    assert res.returncode == 0, res.stderr
+    toml = (tmp_path / "strdup" / "wcetfit.toml").read_text()
+    loops = toml[toml.index("[loops]"):]
+    first_heading = loops.index("# -- in functions")
+    assert re.search(r'# "memcpy@impl\+0x[0-9a-f]+\+0x[0-9a-f]+\+0x[0-9a-f]+" = N',
+                     loops[:first_heading])                  # with strdup's own
+    assert re.search(r"^# \.\.\. [\d,]+ more loops in functions \d+–\d+ calls away \(mostly "
+                     r"error and set-up paths\), not listed", loops, re.M), loops[-2000:]
+    assert len(toml.splitlines()) < 500
+    assert "falls through into sub_98210" not in res.stderr      # nop padding after a call

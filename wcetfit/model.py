@@ -292,17 +292,29 @@ def reached_functions(model: "BinaryModel", root: FunctionModel) -> dict[str, Fu
 
 
 def calls_away(model: "BinaryModel", root: FunctionModel) -> dict[str, int]:
-    """How many calls from ``root`` each function it reaches is, at the fewest (0: root)."""
+    """How many calls from ``root`` each function it reaches is, at the fewest (0: root).
+    A tail call adds none: it leaves the caller, as a jump does (memcpy's body, a
+    function of its own since mempcpy jumps into it, was listed "2 calls away" from a
+    strdup that calls memcpy)."""
+    import heapq
+
     away = {root.name: 0}
-    frontier = [root]
-    while frontier:
-        nxt = []
-        for fn in frontier:
-            for callee in _callees(model, fn):
-                if callee.name not in away:
-                    away[callee.name] = away[fn.name] + 1
-                    nxt.append(callee)
-        frontier = nxt
+    queue = [(0, root.name)]
+    while queue:
+        d, name = heapq.heappop(queue)
+        if d > away[name]:
+            continue
+        fn = model.functions[name] if name in model.functions else model.function(name)
+        for call in fn.calls:
+            for t in call.entries:
+                try:
+                    callee = model.function(t)
+                except KeyError:
+                    continue
+                step = d + (0 if call.tail else 1)
+                if step < away.get(callee.name, step + 1):
+                    away[callee.name] = step
+                    heapq.heappush(queue, (step, callee.name))
     return away
 
 

@@ -228,6 +228,12 @@ def _toml_multiline(text: str) -> str:
     return "'''\n" + text.strip("\n") + "\n'''"
 
 
+# [loops] lists every loop of the functions at most NEAR_CALLS calls away from the root,
+# and at most MAX_FAR_LOOPS of the farther ones (nearest first).
+NEAR_CALLS = 1
+MAX_FAR_LOOPS = 40
+
+
 def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: Declaration,
               loops: tuple[LoopEntry, ...], header: str | None,
               recursive: list[str] = (), *, absolute: bool = False,
@@ -273,7 +279,18 @@ def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: D
     if not loops:
         lines.append("# (the static model found no loops)")
     last_away = None
+    far = [lp for lp in loops if lp.calls_away > NEAR_CALLS or lp.calls_away < 0]
+    cut = far[MAX_FAR_LOOPS:] if len(far) > MAX_FAR_LOOPS else []
     for lp in loops:
+        if cut and lp is cut[0]:
+            # libc's strdup reaches 479 loops through malloc (2,338 lines of [loops]); the
+            # report names every loop the bound rests on, with its key
+            aways = sorted({x.calls_away for x in cut if x.calls_away > 0})
+            lines.append(f"# ... {len(cut):,} more loops in functions "
+                         + (f"{aways[0]}–{aways[-1]} calls away " if aways else "")
+                         + "(mostly error and set-up paths), not listed: `wcetfit report` "
+                           "names each loop the bound rests on, with its key")
+            break
         if lp.calls_away != last_away and lp.calls_away != 0:
             # a heading per call distance: the nearest loops are what the bound is most
             # likely made of; the far ones are mostly error and set-up paths
@@ -289,7 +306,9 @@ def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: D
             what += ("; entered at several blocks (not a natural loop): N counts returns "
                      "to its header per entry")
         lines.append(f"# {_toml_string(lp.key)} = N    # {what}")
-        for site in lp.sites:
+        # a fact per call site, for the near functions only (a far function's sites made
+        # 16 lines of one loop)
+        for site in (lp.sites if 0 <= lp.calls_away <= NEAR_CALLS else ()):
             lines.append(f"# {_toml_string(f'{lp.key} @ {site}')} = N    # only when "
                          f"{lp.function} is called at {site}")
     if recursive:

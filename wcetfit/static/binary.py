@@ -77,8 +77,8 @@ RECOVERY_ROUNDS = 16
 #     landing in the function (wcetfit.static.descent)
 # 15: ... in every recovery alike (a guard is never read in another function's code)
 # 16: a block of prefix bytes alone (``lock`` before ``1: cmpxchg``) falls through into
-#     the rest of its instruction
-MODEL_FORMAT = 16
+#     the rest of its instruction; nop padding running into the next function ends a path
+MODEL_FORMAT = 17
 
 # CFGFast options, chosen deliberately (a default CFGFast of libm takes ~40 s, this ~10 s):
 CFG_OPTIONS = dict(

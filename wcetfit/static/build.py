@@ -466,6 +466,14 @@ class Builder:
                     and not bf.unresolved:
                 exits.add(b)                # hlt, ud2, or code angr could not follow
             for dst, how in bf.succ:
+                if dst != entry and dst in self.entries and how != "jump" and \
+                        all("nop" in i.mnemonic for i in bf.insns):
+                    # padding after a call that does not return (glibc's malloc_printerr,
+                    # whose own callee aborts): no path runs it into the next function
+                    log.info("%s: block %s, padding after a call, runs into %s: taken "
+                             "for the end of a path", name, hexaddr(b), self.index.name_of(dst))
+                    exits.add(b)
+                    continue
                 if dst != entry and dst in self.entries:
                     # Control leaves for another function: a tail call (or a fall-through
                     # into the next function, which the compiler does not emit).

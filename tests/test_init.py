@@ -753,7 +753,8 @@ def test_init_writes_qsort_whose_callees_share_code(tmp_path):
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     assert "capstone decodes" not in res.stderr          # glibc's `lock` prefix blocks
     toml = (tmp_path / "qsort" / "wcetfit.toml").read_text()
-    assert re.search(r'^# "memcpy@impl\+0x[0-9a-f]+\+0x[0-9a-f]+\+0x[0-9a-f]+" = N', toml,
+    assert re.search(r'^# "memcpy@impl\+0x[0-9a-f]+\.shared\+0x[0-9a-f]+\+0x[0-9a-f]+" = N',
+                     toml,
                      re.M), toml
 
 
@@ -837,7 +838,7 @@ def test_a_large_reach_lists_the_near_loops_and_counts_the_far_ones(tmp_path):
     toml = (tmp_path / "strdup" / "wcetfit.toml").read_text()
     loops = toml[toml.index("[loops]"):]
     first_heading = loops.index("# -- in functions")
-    assert re.search(r'# "memcpy@impl\+0x[0-9a-f]+\+0x[0-9a-f]+\+0x[0-9a-f]+" = N',
+    assert re.search(r'# "memcpy@impl\+0x[0-9a-f]+\.shared\+0x[0-9a-f]+\+0x[0-9a-f]+" = N',
                      loops[:first_heading])                  # with strdup's own
     assert re.search(r"^# \.\.\. [\d,]+ more loops in functions \d+–\d+ calls away \(mostly "
                      r"error and set-up paths\), not listed", loops, re.M), loops[-2000:]

@@ -41,15 +41,15 @@ def test_a_jump_into_another_functions_loop_makes_the_loop_a_function_both_tail_
                   [0x130])
     assert sorted(shared_blocks({"A": a, "B": b})) == [0x110, 0x120, 0x130]
     out = separate_shared_code({"A": a, "B": b})
-    assert sorted(out) == ["A", "A+0x10", "B"] and not shared_blocks(out)
-    c = out["A+0x10"]
+    assert sorted(out) == ["A", "A.shared+0x10", "B"] and not shared_blocks(out)
+    c = out["A.shared+0x10"]
     assert (c.entry, c.block_addresses, c.exits) == (0x110, (0x110, 0x120, 0x130), (0x130,))
     assert [lp.header for lp in c.loops] == [0x110]          # the loop moved with its code
     for name, block in (("A", 0x100), ("B", 0x50)):
         fn = out[name]
         assert fn.block_addresses == (block,) and fn.exits == (block,) and not fn.loops
         assert [(s.block, s.instruction, s.kind, s.target, s.target_name, s.tail)
-                for s in fn.calls] == [(block, block + 1, CALL_INTERNAL, 0x110, "A+0x10", True)]
+                for s in fn.calls] == [(block, block + 1, CALL_INTERNAL, 0x110, "A.shared+0x10", True)]
 
 
 def test_two_entries_into_shared_code_and_the_block_both_reach_are_cut_apart():
@@ -60,13 +60,13 @@ def test_two_entries_into_shared_code_and_the_block_both_reach_are_cut_apart():
     out = separate_shared_code({"A": a, "B": b})
     assert not shared_blocks(out)
     parts = {n: fn.block_addresses for n, fn in out.items()}
-    assert parts == {"A": (0x200,), "B": (0x100,), "A+0x10": (0x210,), "A+0x20": (0x220,),
-                     "A+0x30": (0x230, 0x240)}
+    assert parts == {"A": (0x200,), "B": (0x100,), "A.shared+0x10": (0x210,), "A.shared+0x20": (0x220,),
+                     "A.shared+0x30": (0x230, 0x240)}
     assert {s.target for s in out["A"].calls} == {0x210, 0x220}
-    assert [s.target for s in out["A+0x10"].calls] == [0x230]
+    assert [s.target for s in out["A.shared+0x10"].calls] == [0x230]
     # a block every function reaches the same way is counted once, in one function
     owners = [n for n, fn in out.items() if 0x230 in fn.block_addresses]
-    assert owners == ["A+0x30"]
+    assert owners == ["A.shared+0x30"]
 
 
 def test_functions_that_share_nothing_are_left_as_they_are():
@@ -105,7 +105,7 @@ def test_libc_malloc_users_get_memcpy_and_memset_bodies_as_functions_of_their_ow
     refuse_shared_blocks("strdup", reached)            # no longer raises
     memcpy = model.function("memcpy")
     mempcpy = model.function("mempcpy")
-    body = [fn for n, fn in reached.items() if n.startswith(memcpy.name + "+")]
+    body = [fn for n, fn in reached.items() if n.startswith(memcpy.name + ".shared+")]
     assert len(body) == 1
     body = body[0]
     # memcpy keeps its first instruction, mempcpy its own three; both tail-call the body
@@ -115,7 +115,10 @@ def test_libc_malloc_users_get_memcpy_and_memset_bodies_as_functions_of_their_ow
     assert body.entry > memcpy.entry and len(body.blocks) > 20 and body.loops
     # every block of the reach is in one function only, and the copy's loop bounds read
     # under the new name (memcpy@impl+0x…+0x3+0x…)
-    assert body.name == f"{memcpy.name}+{body.entry - memcpy.entry:#x}"
+    assert body.name == f"{memcpy.name}.shared+{body.entry - memcpy.entry:#x}"
+    assert body.warnings == (f"{body.name}: code {memcpy.name} and {mempcpy.name} share "
+                             f"(entered at {body.entry:#x}), modelled as a function of its "
+                             f"own that they tail-call",)
 
 
 def test_libgmp_add_n_and_add_nc_are_cut_apart_in_the_static_model():
@@ -128,7 +131,7 @@ def test_libgmp_add_n_and_add_nc_are_cut_apart_in_the_static_model():
     _, reached = _reached(LIBGMP, "__gmpn_mul")
     assert not shared_blocks(reached)
     refuse_shared_blocks("__gmpn_mul", reached)
-    assert any(n.startswith("__gmpn_add_n+0x") for n in reached)
+    assert any(n.startswith("__gmpn_add_n.shared+0x") for n in reached)
 
 
 def test_functions_entered_through_observed_indirect_jumps_are_left_as_they_are():
@@ -140,7 +143,7 @@ def test_functions_entered_through_observed_indirect_jumps_are_left_as_they_are(
     d = _function("D", 0x300, {0x300: [0x410]}, [0x410])
     out = separate_shared_code({"A": a, "B": b, "C": c, "D": d}, observed={"B"})
     assert out["A"] is a and out["B"] is b                      # B's sharing left
-    assert "C+0x10" in out and len(out["D"].blocks) == 1       # the others cut apart
+    assert "C.shared+0x10" in out and len(out["D"].blocks) == 1       # the others cut apart
 
 
 def test_strdup_counts_times_and_bounds_through_the_separated_memcpy(tmp_path):
@@ -167,7 +170,7 @@ def test_strdup_counts_times_and_bounds_through_the_separated_memcpy(tmp_path):
     functions = {f["name"]: f for f in json.loads(out.read_text())["functions"]}
     root = functions["strdup"]
     body = [f for n, f in functions.items() if n.startswith("memcpy@") and
-            n.count("+") == 2]
+            ".shared+" in n]
     assert len(body) == 1
     assert max(b["count_max"] for b in body[0]["blocks"]) >= 1
     w = root["wcet"]

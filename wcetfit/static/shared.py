@@ -9,8 +9,8 @@ qsort reaches memcpy and mempcpy both, through realloc).
 
 The shared blocks are cut out: every shared block entered from outside the shared code
 becomes the entry of a function of its own, named after the function whose body it lies
-in (``memcpy@impl+0x16d800+0x3``), and a jump or fall-through into it becomes a tail
-call.  Repeated until no block is in two functions (a block reached from two of the new
+in (``memcpy@impl+0x16d800.shared+0x3``), and a jump or fall-through into it becomes a
+tail call.  Repeated until no block is in two functions (a block reached from two of the new
 entries is cut out in turn).  Counting is unchanged: the copy's blocks are the same
 blocks at the same addresses, and a tail call into a relocated function already jumps to
 its copy.  What a user reads changes only in that the shared code's blocks and loops are
@@ -100,21 +100,24 @@ def separate_shared_code(functions: Mapping[str, FunctionModel],
     for e in sorted(entries):
         out[names[e]] = graph.function(e, regions[e], names, by_entry.get(e), functions)
     for e in sorted(set(entries) - set(by_entry)):
-        log.info("%s: code %s share, modelled as a function of its own that they "
-                 "tail-call", names[e], ", ".join(sorted(
-                     n for n, fn in out.items() if any(c.target == e for c in fn.calls))))
+        # said where the report is read: the names of its blocks and loops are this
+        # function's, not the ones the user asked about
+        holders = sorted(n for n, fn in functions.items() if e in fn.block_addresses)
+        note = (f"{names[e]}: code {' and '.join(holders)} share (entered at {hexaddr(e)}), "
+                f"modelled as a function of its own that they tail-call")
+        out[names[e]] = replace(out[names[e]], warnings=(note,))
     return out
 
 
 def _name_inside(address: int, functions: Mapping[str, FunctionModel]) -> str:
-    """``owner+0xoff``: the function whose entry is nearest below ``address`` among
-    those holding it (its body, by the layout)."""
+    """``owner.shared+0xoff``: after the function whose entry is nearest below
+    ``address`` among those holding it (its body, by the layout)."""
     holders = [fn for fn in functions.values() if address in fn.block_addresses
                and fn.entry <= address]
     if not holders:
         holders = [fn for fn in functions.values() if address in fn.block_addresses]
     owner = max(holders, key=lambda fn: fn.entry)
-    return f"{owner.name}+{address - owner.entry:#x}"
+    return f"{owner.name}.shared+{address - owner.entry:#x}"
 
 
 class _UnionGraph:

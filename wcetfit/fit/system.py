@@ -145,7 +145,11 @@ def build_system(functions: Mapping[str, FunctionModel], counts: CountSet,
     fcs = counts.functions
     missing = [fc.name for fc in fcs if fc.name not in functions]
     if missing:
-        raise FitError(f"counts name functions the static model lacks: {', '.join(missing)}")
+        # (wcetfit's model of the binary changed since they were counted: a new name for
+        # code two functions share, say)
+        raise FitError(f"stored counts name functions the static model lacks now: "
+                       f"{', '.join(missing)} (the binary or wcetfit changed since they "
+                       f"were counted): `wcetfit analyze` counts again")
     for fc in fcs:
         model_blocks = functions[fc.name].block_addresses
         if tuple(fc.blocks) != tuple(model_blocks):

@@ -26,13 +26,29 @@ def render(report: Report, console: Console, *, max_blocks: int | None = None,
     ``function`` keeps that one function's section (a root or a callee)."""
     console.print(_header(report))
     shown: dict = {}        # a group of blocks of several functions: where it was listed
+    idle = []               # callees no input ran: one line, not their tables
     for fr in report.functions:
         if function is not None and fr.name != function:
             continue
+        if function is None and not fr.is_root and fr.blocks and \
+                len(fr.never_executed) == len(fr.blocks):
+            # (libc's strdup reaches 300 functions through malloc: their empty tables
+            # made `--full` 37,531 lines)
+            idle.append(fr.name)
+            continue
         for part in _function(report, fr, max_blocks, shown):
             console.print(part)
+    if idle:
+        console.print(Text(f"\n{len(idle):,} callee(s) no input ran, their tables left out "
+                           f"(--function NAME shows one): " + ", ".join(idle[:IDLE_NAMES])
+                           + (f", … {len(idle) - IDLE_NAMES:,} more" if len(idle) > IDLE_NAMES
+                              else "")))
     if report.warnings:
         console.print(_warnings("General", report.warnings))
+
+
+# Names of callees no input ran that `--full` lists in its one line about them.
+IDLE_NAMES = 20
 
 
 def to_text(report: Report, *, width: int = 140, color: bool = False,

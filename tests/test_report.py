@@ -1357,3 +1357,33 @@ def test_the_summary_of_one_root_stays_one_screen_whatever_its_warnings_say(buil
     assert len(lines) <= SCREEN_LINES, len(lines)
     assert any(ln.strip().startswith("… ") and "more: wcetfit report --function" in ln
                for ln in lines)
+
+
+def test_full_report_names_the_callees_no_input_ran_in_one_line(monkeypatch):
+    """libc's strdup reaches 300 functions through malloc, most of which no input runs:
+    their empty tables made `--full` 37,531 lines.  They are named in one line, and
+    `--function NAME` still shows any one of them."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from wcetfit.report import text
+
+    def fr(name, root, never):
+        return SimpleNamespace(name=name, is_root=root, blocks=(1, 2), never_executed=never)
+
+    report = SimpleNamespace(tsc_hz=2.6e9, root="f", n_inputs=3, n_repeats=2, warnings=(),
+                             functions=[fr("f", True, (1, 2)), fr("g", False, (1,)),
+                                        fr("h", False, (1, 2)), fr("k", False, (1, 2))])
+    seen = []
+    monkeypatch.setattr(text, "_function",
+                        lambda r, f, mb, shown=None: seen.append(f.name) or [])
+    buf = io.StringIO()
+    text.render(report, Console(file=buf, width=200))
+    assert seen == ["f", "g"]          # the root whatever ran, a callee that ran in part
+    assert "2 callee(s) no input ran, their tables left out (--function NAME shows one): " \
+           "h, k" in buf.getvalue()
+    seen.clear()
+    text.render(report, Console(file=io.StringIO(), width=200), function="h")
+    assert seen == ["h"]

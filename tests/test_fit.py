@@ -811,3 +811,18 @@ def test_a_groups_advice_names_a_few_relations_and_counts_the_rest():
     assert len(texts) == 10                          # the relations are all kept
     assert advice.count("vary the inputs so that") == MAX_ADVICE == 3
     assert advice.endswith("and 7 more relations of their counts like these")
+
+
+def test_a_relation_of_many_blocks_with_fractional_weights_is_advised_in_words():
+    """libc's strdup: "vary the inputs so that N(0x167b90) + 9.381·N(0x98a70) + 72.64·
+    N(0x97539) + … = 190.8·N(0x16d81c) + … does not hold" — the blocks are named, the
+    weights left to the relation itself."""
+    from wcetfit.fit.wording import relations_text
+
+    lhs = [("0x167b90", 1.0), ("0x98a70", 9.381), ("0x97539", 72.64)]
+    rhs = [("0x16d81c", 190.8), ("0x16d85e", 592.6)]
+    texts, advice = relations_text([(lhs, rhs)], True)
+    assert texts == ["N(0x167b90) + 9.381·N(0x98a70) + 72.64·N(0x97539) = "
+                     "190.8·N(0x16d81c) + 592.6·N(0x16d85e)"]
+    assert advice == ("vary the inputs so that 0x167b90, 0x98a70, 0x97539 and 2 more blocks "
+                      "run in other proportions to each other")

@@ -43,8 +43,16 @@ def relations_text(pairs: list[tuple[list[tuple[str, float]], list[tuple[str, fl
         elif not rhs or not lhs:
             only = [a for a, _ in lhs + rhs]
             advice.append(f"vary the inputs so that {', '.join(only)} execute(s)")
-        else:
+        elif _readable(lhs + rhs):
             advice.append(f"vary the inputs so that {rel} does not hold for every input")
+        else:
+            # a relation of many blocks with fractional weights (libc's strdup: "N(0x167b90)
+            # + 9.381·N(0x98a70) + 72.64·N(0x97539) + …") is no advice a user can act on;
+            # the relation itself stays in the group's relations
+            blocks = [a for a, _ in lhs + rhs]
+            advice.append(f"vary the inputs so that {', '.join(blocks[:3])}"
+                          + (f" and {len(blocks) - 3} more blocks" if len(blocks) > 3 else "")
+                          + " run in other proportions to each other")
     if len(advice) > MAX_ADVICE:
         # one per relation: libbz2's largest group (784 blocks) had thousands, 13,254
         # lines of one table cell in `report --full`; the first say what to vary
@@ -59,6 +67,12 @@ def relations_text(pairs: list[tuple[list[tuple[str, float]], list[tuple[str, fl
 
 # The relations a group's advice names; the rest are counted.
 MAX_ADVICE = 3
+# A relation the advice writes out: this many blocks at most, with whole weights.
+READABLE_TERMS = 4
+
+
+def _readable(terms: list[tuple[str, float]]) -> bool:
+    return len(terms) <= READABLE_TERMS and all(abs(v - round(v)) < 1e-9 for _, v in terms)
 
 
 def _side(terms: list[tuple[str, float]]) -> str:

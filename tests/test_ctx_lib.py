@@ -112,3 +112,50 @@ def test_aes_encrypt_is_measured_with_the_key_schedule_the_library_makes(tmp_pat
              for lp in f["wcet"]["loops"]]
     assert any(lp["per_entry"] is not None and 9 <= lp["per_entry"] <= 13
                for lp in loops), loops
+
+
+LIBGMP = Path("/lib/x86_64-linux-gnu/libgmp.so.10")
+GMPPROTO = ("void __gmpz_init2(void *x, unsigned long bits);"
+            "void __gmpz_set_ui(void *x, unsigned long v);"
+            "unsigned long __gmpz_get_ui(const void *x);")
+
+
+class _GmpWorker:
+    """Sets an mpz_t through ctx.lib and reads it back, as generate() would."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def run(self, index, start):
+        from wcetfit.target import library_functions
+        from wcetfit.timing.thunk import build_harness
+
+        start("()")
+        ffi = build_harness(self.target.prototype, self.target.cdef).ffi
+        z = ffi.new("char[]", 16)                       # an __mpz_struct
+        lib = library_functions(self.target)
+        lib.__gmpz_init2(z, 128)
+        lib.__gmpz_set_ui(z, 1000 + index)
+        return int(lib.__gmpz_get_ui(z))
+
+
+@pytest.mark.skipif(not LIBGMP.exists(), reason="the system's libgmp.so.10 is absent: "
+                    "ctx.lib names with leading underscores are not checked")
+def test_ctx_lib_calls_names_with_leading_underscores(tmp_path):
+    """libgmp exports __gmpz_init2 (gmp.h's mpz_init2 is a macro of it): ctx.lib refused
+    every name starting with "_" ("AttributeError: __gmpz_init2"), so no gmp target could
+    set up its mpz_t.  Python's own dunder lookups are still not functions."""
+    import copy
+
+    from smalltarget import write_target
+    from wcetfit.isolate import run_isolated
+    from wcetfit.target import library_functions, load_target
+
+    d = write_target(tmp_path / "g", str(LIBGMP), "__gmpz_get_ui", GMPPROTO, "    return ()")
+    target = load_target(str(d))
+    run = run_isolated(lambda: _GmpWorker(target), range(3), timeout=10.0)
+    assert run.failures == [] and run.results == {i: 1000 + i for i in range(3)}
+    lib = library_functions(target)
+    with pytest.raises(AttributeError):
+        lib.__deepcopy__
+    assert copy.copy(lib) is not None

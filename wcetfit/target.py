@@ -17,6 +17,7 @@ import importlib.util
 import logging
 import math
 import os
+import re
 import tomllib
 import traceback
 from dataclasses import dataclass, field
@@ -422,7 +423,10 @@ class LibraryFunctions:
         return f"<ctx.lib: functions of {self._target.binary} the prototype declares>"
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        if name.startswith("_"):
+        # Python's own protocols look their dunder names up here (copy's __deepcopy__,
+        # pickle's __getstate__): not functions.  A C name may start with underscores:
+        # libgmp exports __gmpz_init2 (mpz_init2 is a macro of gmp.h), glibc __strdup.
+        if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         return lambda *args: self._call(name, args)
 
@@ -433,6 +437,11 @@ class LibraryFunctions:
         if self._harness is None:
             self._harness = build_harness(self._target.prototype, self._target.cdef)
         harness = self._harness
+        mangled = re.fullmatch(r"_[A-Za-z_][A-Za-z0-9_]*?(__\w+)", name)
+        if name not in harness.functions and mangled and mangled.group(1) in harness.functions:
+            # `ctx.lib.__gmpz_init2` written inside a class body reaches us as
+            # `_Class__gmpz_init2` (Python's name mangling)
+            name = mangled.group(1)
         if name not in harness.functions:
             raise InputsError(f"ctx.lib.{name}: not declared in wcetfit.toml's prototype "
                               f"(declared: {', '.join(harness.functions)}): add its "

@@ -418,6 +418,9 @@ class LibraryFunctions:
     def __init__(self, target: "Target"):
         self._target = target
         self._harness: Any = None
+        # calls answered with their type's zero in the analyzer's process: what describes
+        # an input's arguments says they are placeholders
+        self.placeholders = 0
 
     def __repr__(self) -> str:
         return f"<ctx.lib: functions of {self._target.binary} the prototype declares>"
@@ -449,6 +452,7 @@ class LibraryFunctions:
         sig = harness.signature(name)
         ffi = harness.ffi
         if not in_worker():
+            self.placeholders += 1
             return (None if sig.returns_void
                     else ffi.new(ffi.getctype(ffi.typeof(sig.result), "*"))[0])
         from wcetfit.errors import BinaryError

@@ -256,13 +256,20 @@ def describe_input(target: Target, function: str, index: int,
 def _summary(target: Target, function: str, index: int,
              inputs: Callable[..., tuple]) -> str | None:
     """The summary of the arguments ``inputs`` builds for ``index``, or None."""
-    from wcetfit.target import describe_args, load_inputs_module
+    from wcetfit.target import describe_args, library_functions, load_inputs_module
     from wcetfit.timing.thunk import build_harness
 
     try:
         ffi = build_harness(target.prototype, target.cdef).ffi
+        lib = library_functions(target)
+        before = lib.placeholders
         args = inputs(load_inputs_module(target), target, ffi, function, index)
-        return describe_args(ffi, args)
+        text = describe_args(ffi, args)
+        if lib.placeholders > before:
+            # (libexpat's XML_Parse showed "called with a NULL parser", libgmp's mpz_t as
+            # zeros: what ctx.lib made is made only where the function is measured)
+            text += " (ctx.lib's results are zeros here, made only when measured)"
+        return text
     except WcetfitError as exc:
         log.info("input %d: arguments not described: %s", index, exc)
         return None

@@ -73,6 +73,9 @@ def test_an_input_the_model_misses_is_above_at_the_bounds_own_speed():
     text = describe(c, TSC_HZ)
     assert "10 of them are above it at the bound's own speed: the model misses" in text
     assert "machine_speed" not in text and "fresh input 1007 (seed 9)" in text
+    # the command it gives reads all the fresh inputs again (without --inputs it read
+    # [measure] inputs of them: brotli's 80 of 200, and the missed one was not among them)
+    assert "`wcetfit check --seed 9 --inputs 300 --adopt`" in " ".join(text.split())
 
 
 def test_interrupted_calls_are_left_out_as_the_bound_leaves_them_a_cheap_excess_is_not():

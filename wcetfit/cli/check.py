@@ -69,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
     except MeasurementError as exc:
         # the fresh inputs' seed, which nothing printed yet: what was timed is stored
         # under it, and --seed goes on from there
+        more = f" --inputs {args.inputs}" if args.inputs is not None else ""
         raise type(exc)(f"{exc} (fresh inputs of seed {seed}: `wcetfit check --seed "
-                        f"{seed}` goes on with what is stored)") from exc
+                        f"{seed}{more}` goes on with what is stored)") from exc
     out = sys.stdout if args.json != "-" else sys.stderr
     from wcetfit.search.adopt import adopted_before
     for root, check in checks.items():
@@ -324,7 +325,8 @@ def describe(check: Any, hz: float | None, *, earlier: bool = False,
                      f"or a path the training inputs did not try)")
         lines.append(f"  → the bound does not hold for inputs like fresh input "
                      f"{c.slowest.input if c.slowest else '?'} (seed {c.seed}): `wcetfit "
-                     f"check --seed {c.seed} --adopt` makes the ones it missed inputs of the "
+                     f"check --seed {c.seed} --inputs {c.inputs + len(c.failed_inputs)} "
+                     f"--adopt` makes the ones it missed inputs of the "
                      f"training; raise [measure] inputs, or [search] budget, for more like "
                      f"them; then check with a new seed")
     elif c.load_warning:

@@ -482,6 +482,23 @@ def test_tree_recursion():
     assert res.inlined_counts[("t", addr(t, 0))] == 1 + 2 + 4 + 8
 
 
+def test_a_tree_recursion_whose_levels_multiply_past_any_machine_is_refused_in_words():
+    """libc's qsort: msort calls itself twice, and a depth taken from ~2,000 observed
+    activations doubled its cost level by level until the solver's costs overflowed, a
+    traceback from scipy after five minutes of measuring.  Past 1e15 ticks the levels stop
+    and the refusal says what to give."""
+    t = make_fn("t", 0x7000, 4, [(0, 1), (1, 2), (2, 3), (0, 3)], [3],
+                calls=[(1, CALL_INTERNAL, 0x7000, "t"), (2, CALL_INTERNAL, 0x7000, "t")])
+    f = make_fn("f", 0x1000, 2, [(0, 1)], [1], calls=[(0, CALL_INTERNAL, 0x7000, "t")])
+    costs = {"t": costs_of(t, [1, 1, 1, 1]), "f": costs_of(f, [1, 1])}
+    with pytest.raises(RecursionBoundError, match=r"recursion of t: bounded level by level "
+                       r"its WCET passes 1e\+15 ticks .*activations = A"):
+        wcet_bound({"f": f, "t": t}, "f", costs, {}, {"t": 2_000})
+    with pytest.raises(RecursionBoundError, match=r"recursion t -> t: bounded level by level "
+                       r"its WCET passes 1e\+15 ticks after \d+ of 2000 levels"):
+        wcet_bound({"t": t}, "t", {"t": costs["t"]}, {}, {"t": 2_000})
+
+
 def test_mutual_recursion_depth_named_on_one_member():
     # f: 0 -> 1 (calls g) -> 2; 0 -> 2.   g: 0 -> 1 (calls f) -> 2
     f = make_fn("f", 0x1000, 3, [(0, 1), (1, 2), (0, 2)], [2],

@@ -26,6 +26,11 @@ from wcetfit.wcet.result import (Z95, CountRelation, InfeasibleError, IpetResult
 
 log = logging.getLogger(__name__)
 
+# A recursion's level-by-level WCET beyond this many ticks (4.6 days at 2.6 GHz) is no
+# bound of any machine's: the unrolling stops there (and would overflow the solver's
+# costs a few hundred levels later).
+RECURSION_OVERFLOW_TICKS = 1e15
+
 
 def entry_names(functions: Mapping[str, FunctionModel]) -> dict[int, str]:
     """Each function's name by its address and by its entry (the first one listed wins):
@@ -350,7 +355,12 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
         level_w: dict[str, float] = {}
         level_inl: dict[str, dict[tuple[str, int], float]] = {}
         stuck: dict[str, InfeasibleError] = {}
+        exploded = 0                    # the level at which the bound left any machine's
         for d in range(1, depth + 1):
+            if any(not math.isfinite(v) or v > RECURSION_OVERFLOW_TICKS
+                   for v in level_w.values()):
+                exploded = d - 1
+                break
             new_res, new_w, new_inl = {}, {}, {}
             stuck = {}
             for m in comp:
@@ -389,9 +399,19 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                 f"{depth} nested activation(s) ({exc}): {why}", cycle) from exc
         for m in comp:
             results[m] = level_res[m]
-            wcet_of[m] = level_w[m]
+            # levels that multiply past any machine's time (libc's qsort: msort calls
+            # itself twice, and a depth of 2,000 activations doubled the cost 985 times,
+            # to an overflow in the solver): no depth bound; the all-activations one below
+            # is the bound, or there is none
+            wcet_of[m] = math.inf if exploded else level_w[m]
             inl[m] = level_inl[m]
             depth_used[m] = depth
+        if exploded and root in comp:
+            raise RecursionBoundError(
+                f"recursion {' -> '.join(cycle)}: bounded level by level its WCET passes "
+                f"{RECURSION_OVERFLOW_TICKS:.0e} ticks after {exploded} of {depth} levels "
+                f"(each activation makes several recursive calls): give the most nested "
+                f"activations under [recursion], \"{cycle[0]}\" = D", cycle)
         # A recursion bounded per level multiplies: a loop of 9 calls at each of 10 levels
         # allows 9^10 activations, where a tree walk makes ~2^10.  When the inputs showed
         # how many activations one call of the root makes at most (A), all activations
@@ -450,6 +470,16 @@ def wcet_bound(functions: Mapping[str, FunctionModel], root: str,
                       f"measured); give [recursion] \"{m}\" = {{ depth = {depth}, "
                       f"activations = A }} with A the most activations one call of {root} "
                       f"can make")
+        for name in comp:
+            if not math.isfinite(wcet_of.get(name, 0.0)):
+                # (before its callers are bounded with it)
+                raise RecursionBoundError(
+                    f"recursion of {name}: bounded level by level its WCET passes "
+                    f"{RECURSION_OVERFLOW_TICKS:.0e} ticks (each activation makes several "
+                    f"recursive calls, and the levels multiply), and no count of its "
+                    f"activations bounds them all at once: give [recursion] \"{name}\" = "
+                    f"{{ depth = D, activations = A }}, D the most nested activations and A "
+                    f"the most activations one call of {root} can make", [name])
 
     top = results[root]
     for name in graph:

@@ -26,6 +26,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from wcetfit.errors import WcetError
 from wcetfit.wcet.flow import SINK, SOURCE, Flow
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,11 @@ def _milp(p: Problem, *, presolve: bool, integral: bool = True, ub: np.ndarray |
         A = csr_matrix((data, (ri, ci)), shape=(len(rows), n))
         kw["constraints"] = LinearConstraint(A, np.array([r.lo for r in rows]),
                                              np.array([r.hi for r in rows]))
+    if not np.all(np.isfinite(p.cost)):
+        # (a cost that overflowed upstream reached scipy as a traceback: "`c` must be a
+        # one-dimensional array of finite numbers")
+        raise WcetError(f"the worst-case path's costs are not finite "
+                        f"({int(np.sum(~np.isfinite(p.cost)))} of {n}): no bound")
     options: dict[str, Any] = {"mip_rel_gap": 0.0, "presolve": presolve}
     if time_limit is not None:
         options["time_limit"] = float(time_limit)

@@ -844,3 +844,20 @@ def test_a_large_reach_lists_the_near_loops_and_counts_the_far_ones(tmp_path):
                      r"error and set-up paths\), not listed", loops, re.M), loops[-2000:]
     assert len(toml.splitlines()) < 500
     assert "falls through into sub_98210" not in res.stderr      # nop padding after a call
+
+
+def test_an_outputs_capacity_is_room_enough_not_a_drawn_length(tmp_path):
+    """liblz4's LZ4_compress_default(const char *src, char *dst, int srcSize, int
+    dstCapacity): dstCapacity was drawn over the whole int range (negative half the time),
+    and as a length it would be below what the compressor needs on most inputs."""
+    from wcetfit.scaffold.header import declaration_from_header
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    h = tmp_path / "lz.h"
+    h.write_text("int compress(const char *src, char *dst, int srcSize, int dstCapacity);\n")
+    mod, ffi, text = _module(tmp_path, declaration_from_header(str(h), ["compress"]))
+    for src, dst, n, cap in _inputs(mod, ffi, "compress"):
+        assert ffi.sizeof(src) == max(n, 1) and 0 <= n <= mod.MAX_LEN
+        assert cap == mod.UNSIZED_LEN == ffi.sizeof(dst)
+    assert not [note for note in text.notes if note.startswith("dstCapacity")]

@@ -111,11 +111,16 @@ UNSIZED_LEN = MAX_LEN + MAX_LEN // 8 + OUT_SPARE
 # output longer than that (a 6x expansion, a product of lengths) must be set by the user.
 OUT_GROWTH = 2
 
-_LENGTH_WORD = r"(len|length|size|sz|count|cnt|num|nbytes|bytes|nelem|nelems|nmemb|items|taps)"
+# (capacity, cap: liblz4's `char *dst, ..., int dstCapacity` was drawn over the whole int
+# range, negative half the time)
+_LENGTH_WORD = (r"(len|length|size|sz|count|cnt|num|nbytes|bytes|nelem|nelems|nmemb|items|taps|"
+                r"capacity|cap)")
 # A length named n takes the leading underscores of a system header (glibc's string.h:
 # memcmp(const void *__s1, const void *__s2, size_t __n), whose __n was drawn over
 # 0..2**32 - 1 beside buffers of 5,120 bytes).
 _LENGTHY = re.compile(rf"(?i)({_LENGTH_WORD}|^_*n$|^_*n_|^_*n[A-Z])")
+# A length that is an output's room (liblz4's dstCapacity, "cap", "avail_out").
+_CAPACITY = re.compile(r"(?i)(capacity|cap$|^cap|avail)")
 # The names a declaration without names gets ("arg2"): they say nothing, so only the
 # position can pair such an integer with the pointer before it (gmp's unnamed mpn_*).
 _UNNAMED = re.compile(r"arg\d+")
@@ -497,6 +502,16 @@ class _Writer:
                 body.append(self.bit_length_line(c, users))
                 continue
             _, hi, _ = _int_range(ffi, t)
+            outputs = [b for b, l in pairs.items() if l == c and
+                       not _const_pointee(params[b].spelling, self.decl.cdef)]
+            if _CAPACITY.search(params[c].name) and outputs and hi >= MAX_LEN:
+                # the room an output has, not a length of data: enough of it is the slow
+                # case (liblz4's dstCapacity, drawn like a length, was below what the
+                # compressor needs on most inputs, and it returned 0 at once)
+                body.append(f"    {names[c]} = UNSIZED_LEN  # {t.cname}: the capacity of "
+                            f"{users}, room for what {self.decl.function} writes (less "
+                            f"makes it stop early)")
+                continue
             cap = "MAX_LEN" if hi >= MAX_LEN else f"min(MAX_LEN, {_pow(hi)})"
             low, zero = self.length_low(c)
             body.append(f"    {names[c]} = _length(ctx, {cap}{low})  # {t.cname}: the length of "

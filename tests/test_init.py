@@ -861,3 +861,25 @@ def test_an_outputs_capacity_is_room_enough_not_a_drawn_length(tmp_path):
         assert ffi.sizeof(src) == max(n, 1) and 0 <= n <= mod.MAX_LEN
         assert cap == mod.UNSIZED_LEN == ffi.sizeof(dst)
     assert not [note for note in text.notes if note.startswith("dstCapacity")]
+
+
+def test_a_header_including_its_siblings_by_their_directory_is_read(tmp_path):
+    """libxml2's xmlstring.h includes <libxml/xmlversion.h>, found only in
+    /usr/include/libxml2: init stopped with "gcc -E failed: … No such file or directory"
+    and no remedy.  The parent of the header's directory is searched after the system's
+    directories; a header still missing names gcc's CPATH."""
+    from wcetfit.errors import TargetError
+    from wcetfit.scaffold.header import declaration_from_header
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    lib = tmp_path / "inc" / "mylib"
+    lib.mkdir(parents=True)
+    (lib / "types.h").write_text("typedef unsigned char myChar;\n")
+    (lib / "str.h").write_text("#include <mylib/types.h>\nint myStrlen(const myChar *s);\n")
+    decl = declaration_from_header(str(lib / "str.h"), ["myStrlen"])
+    assert decl.prototype == "int myStrlen(const myChar *s);"
+    (lib / "bad.h").write_text("#include <nowhere/types.h>\nint f(int x);\n")
+    with pytest.raises(TargetError, match=r"No such file or directory; a header it includes "
+                                          r"is elsewhere: name its directory in gcc's CPATH"):
+        declaration_from_header(str(lib / "bad.h"), ["f"])

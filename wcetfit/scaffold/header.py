@@ -51,8 +51,12 @@ def preprocess(header: str, *, compiler: str = "gcc") -> str:
         raise TargetError(f"{header}: no such header file")
     if shutil.which(compiler) is None:
         raise TargetError(f"{compiler} not found: it preprocesses the header (install gcc)")
+    here = os.path.dirname(os.path.abspath(header))
+    # the header's directory, and after the system's its parent: a library's headers in
+    # a directory of their own include each other by it (libxml2's xmlstring.h:
+    # <libxml/xmlversion.h>, /usr/include/libxml2 being no standard directory)
     return _cpp(include_source(header), header,
-                ["-I", os.path.dirname(os.path.abspath(header))], compiler)
+                ["-I", here, "-idirafter", os.path.dirname(here)], compiler)
 
 
 def include_source(header: str) -> str:
@@ -71,7 +75,10 @@ def _cpp(source: str, header: str, flags: list[str], compiler: str = "gcc") -> s
     if out.returncode != 0:
         first = next((ln for ln in out.stderr.splitlines() if "error" in ln),
                      out.stderr.strip().splitlines()[0] if out.stderr.strip() else "")
-        raise TargetError(f"{header}: gcc -E failed: {first.strip()}")
+        hint = ("; a header it includes is elsewhere: name its directory in gcc's "
+                "CPATH (CPATH=DIR wcetfit init …)" if "No such file or directory" in first
+                else "")
+        raise TargetError(f"{header}: gcc -E failed: {first.strip()}{hint}")
     return out.stdout
 
 

@@ -617,10 +617,10 @@ class _Writer:
         if not self.buffer_kind(t):
             self.notes.append(f"{p.name}: {t.cname} points to an opaque type, left NULL "
                               "(create it in generate with the library's own constructor, "
-                              "ctx.lib.NAME(...), once the prototype declares it; its state "
-                              "is not restored between the timed calls, so a function that "
-                              "changes it, a parser or a stream, must be timed through a "
-                              "wrapper that makes it in each call)")
+                              "ctx.lib.NAME(...), once the prototype declares it; generate() "
+                              "runs before every timed call, so each call gets one made "
+                              "afresh, as the counted call did, unless [measure] warmup "
+                              "makes calls before it)")
             return [f"    {name} = ffi.NULL  # {t.cname}: an opaque handle; create one with "
                     "the library's constructor: ctx.lib.NAME(...), declared in the prototype"]
         const = _const_pointee(p.spelling, self.decl.cdef)

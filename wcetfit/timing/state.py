@@ -73,6 +73,7 @@ def changed_text(function: str, entry: Mapping[str, Any], label: Any = str) -> s
 
 REMEDY = ("every call of an input must start from the same state: the timing run restores "
           "the argument buffers before each call, not objects the function reaches through "
-          "handles; time a function whose state it keeps (a parser, a stream) through a "
-          "wrapper that creates and frees that state in one call, or make its arguments "
-          "plain buffers")
+          "handles; with [measure] warmup = 0 (the default) each timed call is the first on "
+          "what generate() made for it, so a parser or a stream made there with ctx.lib "
+          "starts afresh; keep warm-up calls only for functions whose state they do not "
+          "change")

@@ -1387,3 +1387,18 @@ def test_full_report_names_the_callees_no_input_ran_in_one_line(monkeypatch):
     seen.clear()
     text.render(report, Console(file=io.StringIO(), width=200), function="h")
     assert seen == ["h"]
+
+
+def test_a_bound_from_fewer_inputs_than_failed_says_so_in_its_line(built):
+    """libc's qsort as init wrote it: 77 of 94 inputs crashed, and the bound of the 3 that
+    ran (none sorting anything) was headlined like any other."""
+    from dataclasses import replace
+
+    report = built[-1]
+    plain = summary.to_text(report, width=200)
+    assert "— from the" not in plain
+    worse = replace(report, failed_inputs=report.n_inputs + 5)
+    text = summary.to_text(worse, width=200)
+    assert re.search(rf"WCET bound: [\d,.]+ ticks \([\d,.]+ ns\) — from the "
+                     rf"{report.n_inputs:,} inputs that ran; {report.n_inputs + 5:,} failed",
+                     text), text[:600]

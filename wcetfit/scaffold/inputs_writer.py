@@ -121,6 +121,8 @@ _LENGTH_WORD = (r"(len|length|size|sz|count|cnt|num|nbytes|bytes|nelem|nelems|nm
 _LENGTHY = re.compile(rf"(?i)({_LENGTH_WORD}|^_*n$|^_*n_|^_*n[A-Z])")
 # A length that is an output's room (liblz4's dstCapacity, "cap", "avail_out").
 _CAPACITY = re.compile(r"(?i)(capacity|cap$|^cap|avail)")
+# The size of one element, after a count of them (qsort's `size_t __size`).
+_ELEMENT_SIZE = re.compile(r"(?i)size|width|elsize|elem_?size|item_?size|size_?of_?elt")
 # The names a declaration without names gets ("arg2"): they say nothing, so only the
 # position can pair such an integer with the pointer before it (gmp's unnamed mpn_*).
 _UNNAMED = re.compile(r"arg\d+")
@@ -296,6 +298,7 @@ class _Writer:
         self.notes: list[str] = []
         self.borrowed: set[int] = set()             # buffers sized from another's length
         self.inout: set[int] = set()                # in-out length pointers (by pairs())
+        self.elem_size: dict[int, int] = {}         # void buffer -> its element size param
         self.names: list[str] = []                  # the parameters' Python names
         # in-out cursors: non-const pointers to an integer named like a position
         self.cursors: set[int] = {
@@ -444,6 +447,16 @@ class _Writer:
             if after or before:
                 out[b] = after[0] if after else before[-1]
                 self.borrowed.add(b)
+        # (void *base, size_t nmemb, size_t size): a count of elements and each one's size
+        # (qsort, bsearch, fread, calloc's pattern): the buffer holds their product in
+        # bytes, the size is small (libc's qsort as init wrote it: base of nmemb bytes, size
+        # drawn up to 2**32, 82 % of the inputs crashed)
+        for b, c in out.items():
+            e = c + 1
+            if b not in self.borrowed and types[b].item.kind == "void" and e < len(params) \
+                    and e in value_len and e not in out.values() and e != b and \
+                    _ELEMENT_SIZE.fullmatch(params[e].name.strip("_")):
+                self.elem_size[b] = e
         # A length no buffer is paired with directly, borrowed by one buffer only, is that
         # buffer's length with other parameters between them (memchr(const void *s, int c,
         # size_t n), memset(void *s, int c, size_t n)): sized from it exactly, not a guess
@@ -539,7 +552,11 @@ class _Writer:
             body.append(f"    {names[c]} = _length(ctx, {cap}{low})  # {t.cname}: the length of "
                         f"{users}; check whether it counts elements or bytes{zero}")
         self.sum_of = [c for c in lengths if c not in inout]   # the call's value lengths
+        for e in sorted(set(self.elem_size.values())):          # sizes: before the buffers
+            body.extend(self.param_lines(e, params[e], types[e], names, pairs, inout))
         for i, (p, t) in enumerate(zip(params, types)):
+            if i in self.elem_size.values():
+                continue
             if i in lengths:
                 if i in inout:
                     body.append(f"    {names[i]} = ffi.new(\"{_strip_const(p.spelling)}\", "
@@ -554,6 +571,11 @@ class _Writer:
     def param_lines(self, i: int, p: Param, t: Any, names: list[str], pairs: dict[int, int],
                     inout: set[int]) -> list[str]:
         ffi, name = self.ffi, names[i]
+        if i in self.elem_size.values():
+            users = ", ".join(self.params[b].name for b, e in self.elem_size.items() if e == i)
+            return [f"    {name} = _one_of(ctx, [1, 2, 4, 8, 16, 32])  # {t.cname}: the size of "
+                    f"one element of {users}, in bytes (the largest on the slow inputs); set "
+                    f"the sizes {self.decl.function} is called with"]
         if t.kind in ("primitive", "enum"):
             if _is_int(t) and _LENGTHY.search(p.name) and not _NUMBER_OF_A_THING.search(p.name) \
                     and not _UNIT_MULTIPLE.search(p.name):
@@ -699,6 +721,10 @@ class _Writer:
             self.notes.append(f"{p.name}: no length parameter of its own; sized "
                               f"{OUT_GROWTH} * {par} + {OUT_SPARE} elements, "
                               "a guess: set it to the size the function writes")
+        elif i in self.elem_size:
+            c, e = pairs[i], self.elem_size[i]
+            n = f"{names[c]} * {names[e]}"
+            how = (f"{self.params[c].name} elements of {self.params[e].name} bytes")
         elif i in pairs:
             c = pairs[i]
             n = f"{names[c]}_cap" if c in inout else self.count(c, item)

@@ -23,10 +23,10 @@ import numpy as np
 
 from wcetfit.model import FunctionModel
 
-# Instructions per TSC tick no x86-64 core reaches: 8 per cycle (AMD Zen 4 dispatches 6
-# macro-ops, a fused compare-and-branch counting as two instructions, Intel Golden Cove 6
-# uops) at twice the TSC's rate (this VM: a 2.596 GHz TSC on cores boosting to ~3.7 GHz).
-MAX_INSTRUCTIONS_PER_TICK = 16.0
+# Instructions per TSC tick no x86-64 core reaches: 12 per cycle (AMD Zen 4 and Intel
+# Golden Cove dispatch 6 macro-ops a cycle, each at best a fused pair of instructions) at
+# twice the TSC's rate (this VM: a 2.596 GHz TSC on cores boosting to ~3.7 GHz).
+MAX_INSTRUCTIONS_PER_TICK = 24.0
 
 
 def instruction_floor(system: Any, functions: Mapping[str, FunctionModel]) -> np.ndarray:

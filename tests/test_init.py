@@ -206,6 +206,18 @@ def _inputs(mod, ffi, function, n=30):
     return [mod.generate(InputContext(input_rng(1, i), ffi, i, function)) for i in range(n)]
 
 
+def _module_of_header(tmp_path, header_text, function):
+    """The inputs module init writes for ``function`` of a header holding ``header_text``
+    (skipped without gcc, which preprocesses the header)."""
+    from wcetfit.scaffold.header import declaration_from_header
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed: headers are not preprocessed")
+    h = tmp_path / f"{function}.h"
+    h.write_text(header_text)
+    return _module(tmp_path, declaration_from_header(str(h), [function]))
+
+
 def test_buffers_sized_from_their_length_parameters(built, tmp_path):
     """The pairs (buf, len), (void *p, size_t n), (dest, destLen)/(source, sourceLen) and an
     output buffer without a length of its own sized from the input's length plus room:
@@ -367,11 +379,9 @@ def test_signed_length_without_a_buffer_is_drawn_like_a_length(tmp_path):
     whole range."""
     from wcetfit.scaffold.header import declaration_from_header
 
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    h = tmp_path / "s.h"
-    h.write_text("long skip(int fd, long count, short nbytes, int level, unsigned n);\n")
-    mod, ffi, text = _module(tmp_path, declaration_from_header(str(h), ["skip"]))
+    mod, ffi, text = _module_of_header(
+        tmp_path, "long skip(int fd, long count, short nbytes, int level, unsigned n);\n",
+        "skip")
     args = _inputs(mod, ffi, "skip", n=100)
     for name, k in (("count", 1), ("nbytes", 2)):
         values = [a[k] for a in args]
@@ -856,13 +866,9 @@ def test_an_outputs_capacity_is_room_enough_not_a_drawn_length(tmp_path):
     """liblz4's LZ4_compress_default(const char *src, char *dst, int srcSize, int
     dstCapacity): dstCapacity was drawn over the whole int range (negative half the time),
     and as a length it would be below what the compressor needs on most inputs."""
-    from wcetfit.scaffold.header import declaration_from_header
-
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    h = tmp_path / "lz.h"
-    h.write_text("int compress(const char *src, char *dst, int srcSize, int dstCapacity);\n")
-    mod, ffi, text = _module(tmp_path, declaration_from_header(str(h), ["compress"]))
+    mod, ffi, text = _module_of_header(
+        tmp_path, "int compress(const char *src, char *dst, int srcSize, int dstCapacity);\n",
+        "compress")
     for src, dst, n, cap in _inputs(mod, ffi, "compress"):
         assert ffi.sizeof(src) == max(n, 1) and 0 <= n <= mod.MAX_LEN
         assert cap == mod.UNSIZED_LEN == ffi.sizeof(dst)
@@ -895,13 +901,9 @@ def test_a_count_of_elements_and_their_size_size_the_buffer_in_bytes(tmp_path):
     """libc's qsort(void *base, size_t nmemb, size_t size, …): base was nmemb bytes and
     size drawn up to 2**32, and 82 % of the inputs crashed.  base holds nmemb * size bytes,
     the size one of a few small ones, the largest on the slow inputs."""
-    from wcetfit.scaffold.header import declaration_from_header
-
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    h = tmp_path / "q.h"
-    h.write_text("#include <stddef.h>\nvoid sortit(void *base, size_t nmemb, size_t size);\n")
-    mod, ffi, text = _module(tmp_path, declaration_from_header(str(h), ["sortit"]))
+    mod, ffi, text = _module_of_header(
+        tmp_path, "#include <stddef.h>\nvoid sortit(void *base, size_t nmemb, size_t size);\n",
+        "sortit")
     args = _inputs(mod, ffi, "sortit", n=40)
     for base, n, size in args:
         assert size in (1, 2, 4, 8, 16, 32) and ffi.sizeof(base) == max(n * size, 1)

@@ -270,10 +270,16 @@ class BinaryModel:
 
 def _callees(model: "BinaryModel", fn: FunctionModel) -> Iterator[FunctionModel]:
     """The binary's functions ``fn`` calls (an indirect call's targets as observed)."""
+    for _, callee in _calls(model, fn):
+        yield callee
+
+
+def _calls(model: "BinaryModel", fn: FunctionModel) -> Iterator[tuple[CallSite, FunctionModel]]:
+    """Each call site of ``fn`` with each of the binary's functions it calls."""
     for call in fn.calls:
         for t in call.entries:
             try:
-                yield model.function(t)
+                yield call, model.function(t)
             except KeyError:
                 continue          # an observed target the model could not load
 
@@ -304,17 +310,11 @@ def calls_away(model: "BinaryModel", root: FunctionModel) -> dict[str, int]:
         d, name = heapq.heappop(queue)
         if d > away[name]:
             continue
-        fn = model.functions[name] if name in model.functions else model.function(name)
-        for call in fn.calls:
-            for t in call.entries:
-                try:
-                    callee = model.function(t)
-                except KeyError:
-                    continue
-                step = d + (0 if call.tail else 1)
-                if step < away.get(callee.name, step + 1):
-                    away[callee.name] = step
-                    heapq.heappush(queue, (step, callee.name))
+        for call, callee in _calls(model, model.function(name)):
+            step = d + (0 if call.tail else 1)
+            if step < away.get(callee.name, step + 1):
+                away[callee.name] = step
+                heapq.heappush(queue, (step, callee.name))
     return away
 
 

@@ -42,14 +42,20 @@ def adopted_before(session: Any, root: str, seed: int) -> dict[int, int]:
     among the store's rows.  Adopting one twice made a second row of the same input
     (libcrypto's lzma_crc64: "+ 2 adopted from checks", one input), and a check that
     still missed it advised --adopt again."""
-    from wcetfit.numbering import ADOPT_BASE, REACH_BASE
     from wcetfit.search.store import load_search_rows
 
     m = session.target.measure
-    old = load_search_rows(session.store, root, m.seed, warmup=m.warmup)
-    if old is None:
+    return _adopted_in(load_search_rows(session.store, root, m.seed, warmup=m.warmup), seed)
+
+
+def _adopted_in(rows: Any, seed: int) -> dict[int, int]:
+    """Fresh input → row number of the adopted inputs of ``seed`` among stored ``rows``
+    (None: no rows)."""
+    from wcetfit.numbering import ADOPT_BASE, REACH_BASE
+
+    if rows is None:
         return {}
-    return {int(seq.index): int(k) for k, seq in zip(old.indices, old.sequences)
+    return {int(seq.index): int(k) for k, seq in zip(rows.indices, rows.sequences)
             if ADOPT_BASE <= int(k) < REACH_BASE and seq.seed is not None
             and int(seq.seed) == int(seed)}
 
@@ -68,9 +74,9 @@ def adopt_fresh(session: Any, root: str, seed: int, fresh: tuple[int, ...], *,
 
     target = session.target
     m = target.measure
-    before = adopted_before(session, root, seed)
-    fresh = tuple(i for i in fresh if int(i) not in before)
     old = load_search_rows(session.store, root, m.seed, warmup=m.warmup)
+    before = _adopted_in(old, seed)
+    fresh = tuple(i for i in fresh if int(i) not in before)
     first = next_number(old.indices if old is not None else (), ADOPT_BASE, REACH_BASE)
     normaliser = Normaliser(target, root)
     sequences: dict[int, ChoiceSequence] = {}

@@ -83,6 +83,13 @@ def test_adopted_fresh_inputs_the_bound_missed_join_the_training(tmp_path):
     # than those, the machine's speed moves from minute to minute)
     assert after["ipet_ticks"] >= after["slowest_call"]["ticks"] and \
         after["slowest_call"]["label"].startswith("adopted input")
+    # and above every call the check missed, at the bound's machine speed, even where the
+    # adopted inputs' calls timed again were all faster (brotli's decoder: 198,146 ticks
+    # in the check, a bound of 136,367 after adopting it)
+    missed = {int(m["input"]): m for m in c["missed_calls"]}
+    assert sorted(missed) == c["missed_inputs"]
+    assert all(m["at_bound_speed"] > c["bound_ticks"] for m in missed.values())
+    assert after["ipet_ticks"] >= max(m["at_bound_speed"] for m in missed.values())
     assert after["ipet_ticks"] > 3 * before["ipet_ticks"]      # 20× the loop's iterations
     text = " ".join(res.stdout.split())
     assert f"{TRAINING} inputs + {len(c['missed_inputs'])} adopted from checks" in text, text

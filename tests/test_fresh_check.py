@@ -69,6 +69,11 @@ def test_an_input_the_model_misses_is_above_at_the_bounds_own_speed():
                     bound_speed=1.0, tsc_hz=TSC_HZ)
     assert c.above == c.above_at_bound_speed == 10 and not c.slower_machine
     assert c.slowest.input == 1007 and speed_to_declare(c) is None
+    # the missed input's slowest call, what its adopted row's bound must stay above
+    assert c.missed_inputs == (1007,) and [m.input for m in c.missed_calls] == [1007]
+    assert c.missed_calls[0].ticks == ticks[7].max()
+    assert bound < c.missed_calls[0].at_bound_speed <= c.missed_calls[0].ticks
+    assert c.to_dict()["missed_calls"][0]["input"] == 1007
     from wcetfit.cli.check import describe
     text = describe(c, TSC_HZ)
     assert "10 of them are above it at the bound's own speed: the model misses" in text

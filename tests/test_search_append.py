@@ -39,3 +39,28 @@ def test_rows_timed_otherwise_or_on_another_layout_are_left_out():
                  _searched(blocks=(0x10, 0x28))):
         c, t = with_search_rows(counts, times, rows)
         assert c is counts and t is times
+
+
+def test_calls_a_check_missed_are_kept_beside_the_adopted_rows(tmp_path):
+    """``check --adopt`` keeps the check's call above the bound beside each adopted row
+    (the bound made with the row stays above it); rows stored before that have none."""
+    from dataclasses import replace
+
+    from wcetfit.numbering import ADOPT_BASE
+    from wcetfit.search.store import (AdoptedCall, load_search_rows, merge_rows,
+                                      save_search_rows)
+    from wcetfit.store import Store, StoreIdentity
+
+    from wcetfit.search.choices import ChoiceSequence
+
+    store = Store(str(tmp_path / "store"), StoreIdentity("a" * 64, "b" * 64))
+    old = replace(_searched(), sequences=(ChoiceSequence(0, ()),))
+    call = AdoptedCall(ADOPT_BASE, 2001, 17, 198_146.0, 190_000.0)
+    new = replace(old, indices=np.array([ADOPT_BASE]),
+                  sequences=(ChoiceSequence(17, (), 2001),), adopted_calls=(call,))
+    save_search_rows(store, merge_rows(old, new), warmup=0)
+    rows = load_search_rows(store, "f", 1, warmup=0)
+    assert list(rows.indices) == [SEARCH_BASE, ADOPT_BASE]
+    assert rows.adopted_calls == (call,)
+    save_search_rows(store, old, warmup=0)
+    assert load_search_rows(store, "f", 1, warmup=0).adopted_calls == ()

@@ -391,7 +391,8 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
                          + tuple(result.warnings[len(first):]))
     p = session.target.exceedance
     options = dict(misfit_scope=session.target.misfit,
-                   machine_speed=session.target.machine_speed)
+                   machine_speed=session.target.machine_speed,
+                   adopted_calls=_adopted_calls(session, root, system))
     d = call_dispersion(system, fit, exceedance=p, point=result.bound_ticks, **options)
     curve = exceedance_curve(system, fit, point=result.bound_ticks,
                              exceedances=CURVE_EXCEEDANCES + (p,), **options)
@@ -401,6 +402,19 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
                    misfit_scope=d.scope.to_dict() if d.scope else {},
                    call_growth=d.call_growth, machine_speed_measured=d.measured_speed,
                    machine_speed_declared=d.declared_speed)
+
+
+def _adopted_calls(session: Session, root: str, system: Any) -> tuple[Any, ...]:
+    """The calls checks timed above the bound, of the inputs ``check --adopt`` made rows
+    of the system (wcetfit.search.store.AdoptedCall)."""
+    from wcetfit.search.store import load_search_rows
+
+    rows = load_search_rows(session.store, root, session.target.measure.seed,
+                            warmup=session.target.measure.warmup)
+    if rows is None or not rows.adopted_calls:
+        return ()
+    present = {int(i) for i in list(system.indices)}
+    return tuple(c for c in rows.adopted_calls if int(c.row) in present)
 
 
 def analyze_stage(session: Session, root: str, counts: Any, times: Any,

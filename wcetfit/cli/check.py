@@ -107,7 +107,8 @@ def _adopt(args: argparse.Namespace, session: Any, seed: int, checks: dict,
             out.write(f"{root}: --adopt: nothing to adopt, no call is above the bound at the "
                       f"machine speed it covers\n")
             continue
-        a = adopt_fresh(session, root, seed, c.missed_inputs, wait=not args.no_wait)
+        a = adopt_fresh(session, root, seed, c.missed_inputs, wait=not args.no_wait,
+                        missed_calls=c.missed_calls)
         done[root] = a.numbers
         if a.before:
             shown = ", ".join(f"fresh input {i} ({input_label(k)})"

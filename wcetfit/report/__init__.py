@@ -167,6 +167,9 @@ class WcetSummary:
     slowest_call_ticks: float | None = None
     slowest_call_number: int | None = None
     slowest_call_others: tuple[float, float] | None = None   # its input's other own calls
+    # (check seed, fresh input) when the slowest own call is a check's call of an adopted
+    # input (wcetfit.search.store.AdoptedCall)
+    slowest_call_check: tuple[int, int] | None = None
     # the input predicted slowest (max_predicted_input) as measured: the median of its
     # calls with the machine's speed divided out, what its prediction is of (root only)
     max_predicted_measured_ticks: float | None = None
@@ -717,6 +720,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             slowest_call_number=(int(own_call["input"]) if "input" in own_call else None),
             slowest_call_others=((own_call["others_min_ticks"], own_call["others_max_ticks"])
                                  if "others_min_ticks" in own_call else None),
+            slowest_call_check=((int(own_call["check_seed"]), int(own_call["fresh_input"]))
+                                if "check_seed" in own_call else None),
             max_predicted_measured_ticks=(
                 float(at_reference[max_pred_i]) if at_reference is not None
                 and max_pred_i is not None and np.isfinite(at_reference[max_pred_i]) else None),
@@ -913,15 +918,31 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         lo_hi = summary.slowest_call_others
         others = (f" where its other calls took {lo_hi[0]:,.0f}–{lo_hi[1]:,.0f}"
                   if lo_hi else "")
-        warns.append(Finding(
-            f"the bound is held at {1 + summary.dispersion:.2f}× the worst path's predicted "
-            f"time to stay above the slowest call that was the function's own time: "
-            f"{input_label(summary.slowest_call_number)} took "
-            f"{summary.slowest_call_ticks:,.0f} ticks{others} (below what an interrupt "
-            f"costs, so it counts as the function's)",
-            "if that call was the machine (another process, the host), time again on a quiet "
-            f"machine ({RETIME}); if the "
-            "function can take that long (a cold cache or TLB), the bound rightly covers it"))
+        checked = summary.slowest_call_check
+        if checked is not None:
+            # a check's call of an input --adopt made a row: its calls timed again were all
+            # faster, and the bound is held above the call that was measured
+            warns.append(Finding(
+                f"the bound is held at {1 + summary.dispersion:.2f}× the worst path's "
+                f"predicted time to stay above a call `wcetfit check --seed {checked[0]}` "
+                f"timed: its fresh input {checked[1]} took "
+                f"{summary.slowest_call_ticks:,.0f} ticks at the bound's machine speed, and "
+                f"adopted as {input_label(summary.slowest_call_number)} its calls timed "
+                f"again took less",
+                "a call as slow as that one is the function's own time as far as the "
+                "measurements tell; if it was the machine, check again on a quiet machine "
+                "with a new seed"))
+        else:
+            warns.append(Finding(
+                f"the bound is held at {1 + summary.dispersion:.2f}× the worst path's "
+                f"predicted time to stay above the slowest call that was the function's own "
+                f"time: {input_label(summary.slowest_call_number)} took "
+                f"{summary.slowest_call_ticks:,.0f} ticks{others} (below what an interrupt "
+                f"costs, so it counts as the function's)",
+                "if that call was the machine (another process, the host), time again on a "
+                f"quiet machine ({RETIME}); if the "
+                "function can take that long (a cold cache or TLB), the bound rightly "
+                "covers it"))
     elif is_root and summary.dispersion and drv and factors.get("call", 1.0) >= 1.5:
         # one call far above its input's other calls sets the extreme-value extrapolation
         # (libm's erf: 938 ticks against 46–84, the bound ×31.6 the path; the next session's

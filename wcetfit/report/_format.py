@@ -107,7 +107,9 @@ def dispersion_source(w) -> str:  # type: ignore[no-untyped-def]
     if setter == "cover":
         ticks = getattr(w, "slowest_call_ticks", None)
         number = getattr(w, "slowest_call_number", None)
-        which = (f" ({input_label(number)}, {ticks:,.0f} ticks)"
+        which = (f" ({input_label(number)}, {ticks:,.0f} ticks"
+                 + (" in the check that adopted it" if getattr(w, "slowest_call_check", None)
+                    else "") + ")"
                  if ticks is not None and number is not None else "")
         return f"to stay above the slowest call that was the function's own time{which}"
     named = [f"misfit ×{misfit:.2f}", f"single calls ×{call:.2f}"]
@@ -213,9 +215,9 @@ def misfit_scope_note(w, tsc_hz: float | None, *, short: bool = False) -> str | 
     return (f"the model's error at the worst path as the {near} inputs predicted within "
             f"{100 * share:.0f}% of it showed: misfit ×{sc['near_misfit']:.3f}; "
             f"{int(sc['far_inputs'])} inputs predicted and measured below it missed more, "
-            f"up to ×{sc['far_misfit']:.2f} ({input_label(int(sc['far_input']))}: "
-            f"{sc['far_ticks']:,.0f} ticks against {sc['far_predicted_ticks']:,.0f} "
-            f"predicted), costs the block counts do not see on their paths, taken not to "
+            f"up to ×{sc['far_misfit']:.2f} ({input_label(int(sc['far_input']))}: the upper "
+            f"quartile of its calls {sc['far_ticks']:,.0f} ticks against "
+            f"{sc['far_predicted_ticks']:,.0f} predicted), costs the block counts do not see on their paths, taken not to "
             f"reach the worst path (observed, not proven; [wcet] misfit = \"all\" takes them"
             + (f": a bound of {both(alternative, tsc_hz)}" if alternative else "") + ")")
 
@@ -433,6 +435,20 @@ OWN_CALL_RULE = ("taken as its own time (kept by the repeat statistic, or under 
                  "above its input's median: less than an interrupt costs)")
 # the same on the one-screen summary, where --full gives the whole rule
 OWN_CALL_SHORT = "counted as its own time, not an interrupt"
+
+
+def own_call_note(w, short: bool = False) -> str:  # type: ignore[no-untyped-def]
+    """Where the slowest own call comes from: the rule and its input, or the check that
+    timed it, when it is a call of an adopted input the check found above the bound."""
+    check = getattr(w, "slowest_call_check", None)
+    number = getattr(w, "slowest_call_number", None)
+    if check is not None:
+        seed, fresh = check
+        return (f"timed by `wcetfit check --seed {seed}` (its fresh input {fresh}, adopted "
+                f"as {input_label(number)}), at the bound's machine speed; its calls timed "
+                f"again were faster")
+    rule = OWN_CALL_SHORT if short else OWN_CALL_RULE
+    return f"{rule}, {input_label(number)}" if number is not None else rule
 
 
 def factor(v: float) -> str:

@@ -13,9 +13,9 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
-from wcetfit.report._format import OWN_CALL_RULE
+from wcetfit.report._format import own_call_note
 from wcetfit.model import hexaddr
-from wcetfit.report import TICKS_NOTE, FunctionReport, Report, input_label
+from wcetfit.report import TICKS_NOTE, FunctionReport, Report
 from wcetfit.report import _format as F
 from wcetfit.report.summary import fit_in_words
 from wcetfit.report.cfgsvg import (Layout, _ident, cfg_dot_source, cfg_svg,  # noqa: F401
@@ -98,8 +98,7 @@ def _wcet_table(report: Report, fr: FunctionReport) -> str:
             f"median of the repeats of {report.input_name(w.max_observed_input)}")
         if w.slowest_call_ticks is not None:
             row("slowest own call", w.slowest_call_ticks,
-                f"{OWN_CALL_RULE}, {input_label(w.slowest_call_number)}"
-                if w.slowest_call_number is not None else OWN_CALL_RULE)
+                own_call_note(w))
         row("slowest single call", w.max_observed_raw_ticks, "may include preemption")
         row("max predicted", w.max_predicted_ticks,
             f"Σ count · cost + overhead, {report.input_name(w.max_predicted_input)}")

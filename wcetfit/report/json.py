@@ -34,7 +34,7 @@ Layout::
                  max_observed_ticks, max_observed_ns, max_observed_input,
                  max_observed_raw_ticks, max_observed_raw_ns,
                  slowest_call: {number, label, ticks, ns, others_min_ticks,
-                                others_max_ticks},
+                                others_max_ticks, check: {seed, fresh_input} | null},
                  max_predicted_ticks, max_predicted_ns, max_predicted_input,
                  max_predicted_measured_ticks, max_predicted_measured_ns,
                  bracket_width: {beyond, model, input, margin, dispersion, total},
@@ -51,8 +51,9 @@ Layout::
 ``ipet_ticks`` is the bound: (``point_ticks`` (Σ cost·count on the worst-case path with the
 fit's point costs, plus the overhead ε for the root) + ``margin_ticks`` (the fit's 95%
 critical value × the standard error of that path's predicted time; null without a
-covariance)) × (1 + ``dispersion``): the worst misfit of an input's mean over its
-prediction seen, times the call-to-call excess over an input's mean passed with
+covariance)) × (1 + ``dispersion``): the worst misfit of an input's level (the upper
+quartile of its calls) over its prediction seen, times the call-to-call excess over an
+input's level passed with
 probability ≤ ``exceedance_per_call`` (the target's ``[wcet] exceedance``, default 1e-6; a
 Gumbel law fitted to block maxima of the measured calls, at least the largest seen); root
 only, and the slowest sustained speed of the machine during the timing run over its fast
@@ -70,7 +71,7 @@ the margin are the same along it, the dispersion is taken again at each; [] for 
 ``dispersion_calls``: the calls the single-call factors (``call``, ``joint``) were taken
 from; below 500 (wcetfit.wcet.dispersion.MIN_EXTRAPOLATED_CALLS) they are the largest seen,
 not extrapolated to ``exceedance_per_call`` (a warning says so); null for a callee.
-``call_growth``: how a call's excess over its input's mean grows with the input's length,
+``call_growth``: how a call's excess over its input's level grows with the input's length,
 the exponent ``call`` was taken to the worst path with (0: events of a fixed size in ticks,
 1: a share of the call; measured, two standard errors above the estimate;
 wcetfit.wcet.dispersion.call_growth); null when the calls could not tell (taken as 1).
@@ -82,15 +83,17 @@ not followed) and ``declared`` (``[wcet] machine_speed``; null when not set);
 factor): ``misfit`` is the worst of the ``near_inputs`` inputs predicted at least
 ``near_share`` of the worst path (and of any measured above it); ``far_inputs`` others,
 predicted and measured below the worst path, missed more, up to ``far_misfit`` (input
-``far_input``, ``far_ticks`` mean against ``far_predicted_ticks``), which the bound takes
-not to reach the worst path; null when every input's misfit was taken.
+``far_input``, ``far_ticks`` its calls' upper quartile against ``far_predicted_ticks``),
+which the bound takes not to reach the worst path; null when every input's misfit was
+taken.
 ``broken_inputs``: measured inputs that break the constraints the bound keeps to (a
 ``[loops]`` or ``[flow]`` fact they contradict): ``broken`` of the ``checked`` (all
 ``total`` inputs unless the count ran out of time); the bound is only for calls that keep
 them; null when none does.
-``dispersion_driver`` names the call farthest above its input's mean (``input`` as a bare
-number and its ``label``, ``call_ticks`` as measured, ``mean_ticks`` at the reference speed
-(the machine's speed divided out, so it can lie below every call as timed), the input's
+``dispersion_driver`` names the call farthest above its input's level (``input`` as a bare
+number and its ``label``, ``call_ticks`` as measured, ``mean_ticks`` and ``level_ticks``,
+the upper quartile of its calls the excess is taken over, at the reference speed (the
+machine's speed divided out, so they can lie below every call as timed), the input's
 other calls' ``others_min_ticks``/``others_max_ticks``, interrupted ones left out), or null.
 ``path_envelopes`` are the observed envelopes (Σ count(blocks) ≤ intercept + slope ·
 count(header), true on every input; wcetfit/envelope.py) that the worst path touches.
@@ -98,6 +101,9 @@ count(header), true on every input; wcetfit/envelope.py) that the worst path tou
 ``slowest_call`` is the slowest single call that is the function's own time (no interrupt
 in it: within 500 ns of its input's median or kept by the repeat statistic, the rule the
 bound's ``cover`` uses), as timed, and its input: the maximum observed execution time;
+or, where it is slower, a call ``wcetfit check --seed`` timed above an earlier bound of an
+input ``--adopt`` made a row (``check``: that seed and the input's number there; its ticks
+at the bound's machine speed), which the bound stays above as well;
 ``max_observed_raw_ticks`` is the slowest call of all, interrupts included.
 ``ipet_ticks`` is null for a callee whose blocks the inputs did not separate from its
 callers' (``no_bound_of_its_own``: its time is counted in theirs; its own sum would read 0).
@@ -257,7 +263,10 @@ def _function(fr: FunctionReport, hz: float | None,
                           "others_min_ticks": _f(w.slowest_call_others[0])
                           if w.slowest_call_others else None,
                           "others_max_ticks": _f(w.slowest_call_others[1])
-                          if w.slowest_call_others else None}
+                          if w.slowest_call_others else None,
+                          "check": ({"seed": w.slowest_call_check[0],
+                                     "fresh_input": w.slowest_call_check[1]}
+                                    if w.slowest_call_check else None)}
                          if w.slowest_call_ticks is not None
                          and w.slowest_call_number is not None else None),
         "max_observed_raw_ticks": _f(w.max_observed_raw_ticks),

@@ -283,8 +283,11 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
             ratio = (f"; bound / slowest call = {w.ipet_ticks / w.slowest_call_ticks:.2f}"
                      .replace(" ", "\u00a0").replace(";\u00a0", "; ", 1)
                      if w.ipet_ticks and w.slowest_call_ticks > 0 else "")
+            how = (F.OWN_CALL_SHORT if w.slowest_call_check is None else
+                   f"in `wcetfit check --seed {w.slowest_call_check[0]}`, fresh input "
+                   f"{w.slowest_call_check[1]}, at the bound's machine speed")
             _line(console, f"Slowest single call: {input_label(w.slowest_call_number)}, "
-                           f"{F.both(w.slowest_call_ticks, hz)} ({F.OWN_CALL_SHORT}){ratio}",
+                           f"{F.both(w.slowest_call_ticks, hz)} ({how}){ratio}",
                   indent="  ")
         width = w.width()
         if width is not None and not (1 / WIDTH_NOTABLE <= width.beyond <= WIDTH_NOTABLE

@@ -13,9 +13,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from wcetfit.report._format import OWN_CALL_RULE
 from wcetfit.model import hexaddr
-from wcetfit.report import TICKS_NOTE, FunctionReport, Report, input_label
+from wcetfit.report import TICKS_NOTE, FunctionReport, Report
 from wcetfit.report import _format as F
 
 
@@ -144,8 +143,7 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
         if w.slowest_call_ticks is not None:
             t.add_row("  slowest own call", F.num(w.slowest_call_ticks),
                       F.num(report.ns(w.slowest_call_ticks)),
-                      f"{OWN_CALL_RULE}, {input_label(w.slowest_call_number)}"
-                      if w.slowest_call_number is not None else OWN_CALL_RULE)
+                      F.own_call_note(w))
         t.add_row("  slowest single call", F.num(w.max_observed_raw_ticks),
                   F.num(report.ns(w.max_observed_raw_ticks)), "may include preemption")
         t.add_row("max predicted", F.num(w.max_predicted_ticks),

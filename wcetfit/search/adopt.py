@@ -61,15 +61,17 @@ def _adopted_in(rows: Any, seed: int) -> dict[int, int]:
 
 
 def adopt_fresh(session: Any, root: str, seed: int, fresh: tuple[int, ...], *,
-                wait: bool = True) -> Adopted:
+                wait: bool = True, missed_calls: tuple[Any, ...] = ()) -> Adopted:
     """Count and time fresh inputs ``fresh`` (of ``seed``) of ``root`` and keep them among
-    the store's searched rows of the training's seed."""
+    the store's searched rows of the training's seed.  ``missed_calls``: the check's calls
+    above the bound (wcetfit.wcet.fresh.FreshCall, one per input), kept beside the rows
+    so that the next bound stays above them."""
     from wcetfit.numbering import ADOPT_BASE, REACH_BASE, next_number
     from wcetfit.search.candidates import (Normaliser, count_candidates, time_candidates,
                                            uncounted_callees)
     from wcetfit.search.choices import ChoiceSequence
-    from wcetfit.search.store import SearchRows, load_search_rows, merge_rows, \
-        save_search_rows
+    from wcetfit.search.store import AdoptedCall, SearchRows, load_search_rows, \
+        merge_rows, save_search_rows
     from wcetfit.timing.run import resolve_method
 
     target = session.target
@@ -102,9 +104,14 @@ def adopt_fresh(session: Any, root: str, seed: int, fresh: tuple[int, ...], *,
         fcs = tuple(FunctionCounts(fc.name, fc.address, fc.blocks, np.stack(
             [counts[int(k)][fc.name] for k in keys]).astype(np.int64))
             for fc in stored_counts.functions)
+        row_of = {k: i for i, k in numbers.items()}
+        kept_calls = tuple(
+            AdoptedCall(int(k), int(seed), int(c.input), float(c.ticks),
+                        float(c.at_bound_speed))
+            for k in keys for c in missed_calls if int(c.input) == row_of[int(k)])
         rows = SearchRows(root, m.seed, method, stored_times.tsc_hz, keys,
                           tuple(sequences[int(k)] for k in keys), fcs, ticks,
-                          np.full(len(keys), np.nan))
+                          np.full(len(keys), np.nan), kept_calls)
         save_search_rows(session.store, merge_rows(old, rows), warmup=m.warmup)
     left = {int(k) for k in keys}
     return Adopted(root, int(seed), {i: k for i, k in numbers.items() if k in left},

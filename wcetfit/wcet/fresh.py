@@ -62,6 +62,9 @@ class FreshCheck:
     # fresh inputs with an own call above the bound at the bound's own speed: those the
     # model misses (what `wcetfit check --adopt` makes inputs of the training)
     missed_inputs: tuple[int, ...] = ()
+    # each missed input's slowest call above the bound at the bound's speed: what an
+    # adopted input's bound must stay above (wcetfit.search.adopt)
+    missed_calls: tuple[FreshCall, ...] = ()
     # own calls read above the bound by no more than one TSC step (``quantum_ticks``): the
     # timer cannot tell them from calls at the bound, so they are not counted ``above``
     unresolved: int = 0
@@ -83,6 +86,7 @@ class FreshCheck:
         d["slower_machine"] = self.slower_machine
         d["failed_inputs"] = list(self.failed_inputs)
         d["missed_inputs"] = list(self.missed_inputs)
+        d["missed_calls"] = [asdict(c) for c in self.missed_calls]
         return d
 
 
@@ -141,6 +145,11 @@ def check_fresh(function: str, seed: int, indices: Any, ticks: Any, *, bound_tic
         row, col = np.unravel_index(int(np.argmax(np.where(calls, t, -np.inf))), t.shape)
         return FreshCall(int(idx[row]), float(t[row, col]), float(capped[row, col]))
     slowest = slowest_of(own)
+    missed_calls = []
+    for row in np.flatnonzero(missed.any(axis=1)):
+        col = int(np.argmax(np.where(missed[row], capped[row], -np.inf)))
+        missed_calls.append(FreshCall(int(idx[row]), float(t[row, col]),
+                                      float(capped[row, col])))
     return FreshCheck(
         function=function, seed=int(seed), inputs=int(timed.any(axis=1).sum()),
         repeats=int(t.shape[1]), calls=int(timed.sum()), interrupted=int(interrupted.sum()),
@@ -152,7 +161,8 @@ def check_fresh(function: str, seed: int, indices: Any, ticks: Any, *, bound_tic
         slowest=slowest, failed_inputs=tuple(int(i) for i in failed_inputs),
         load_warning=load_warning, unresolved=int(unresolved.sum()),
         quantum_ticks=float(quantum),
-        missed_inputs=tuple(int(i) for i in np.unique(idx[missed.any(axis=1)])))
+        missed_inputs=tuple(int(i) for i in np.unique(idx[missed.any(axis=1)])),
+        missed_calls=tuple(sorted(missed_calls, key=lambda c: c.input)))
 
 
 def speed_to_declare(check: FreshCheck) -> float | None:

@@ -182,8 +182,15 @@ def iterate(fx: Any) -> None:
             break
         update_rows(fx, changed, v_rows, v_new)
     if not settled:
+        # (libdeflate's crc32: short inputs whose time depends on the previous input's
+        # cache footprint, set aside and taken back in turn; the user was told nothing of
+        # what it meant)
         fx.warnings.append(f"outlier rejection/reweighting did not settle in "
-                             f"{o.max_iterations} iterations")
+                           f"{o.max_iterations} iterations: the inputs set aside as outliers "
+                           f"changed from round to round, and the costs are the last "
+                           f"round's; inputs near the rejection threshold are ones the model "
+                           f"does not describe (look at the worst-predicted inputs: a cost "
+                           f"that depends on the data or on what ran before)")
     if getattr(fx, "_capped", False):
         fx._warn(f"more than {o.max_reject_fraction:.0%} of the rows look like outliers: "
                    "the model may not fit (data-dependent costs?); only the worst were "

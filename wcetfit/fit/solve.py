@@ -203,7 +203,9 @@ class _Fitter:
 
     def _warn(self, msg: str) -> None:
         if msg not in self.warnings:
-            log.warning("%s", msg)
+            # at info level: the fit's warnings are the report's, listed with the others
+            # (at WARNING each one was printed a second time on stderr, after the report)
+            log.info("%s", msg)
             self.warnings.append(msg)
 
     # -- final analysis -------------------------------------------------------------------------

@@ -149,7 +149,10 @@ def speed_profile(ticks: np.ndarray, quantum: float, *, window: int = WINDOW_CAL
         if used < 4 * window:
             return flat_profile(t, f"its calls are too short to follow the speed by: "
                                    f"{used} of them last {min_quanta:g} TSC steps or more, "
-                                   f"it takes {4 * window}")
+                                   f"and following it needs {4 * window} such calls; the "
+                                   f"machine's slower periods stay in the calls' own excess "
+                                   f"over their input's level, which the bound's call factor "
+                                   f"covers")
         # mirrored at the ends: padding with the end value would weigh one call many times
         smooth = median_filter(series[take], size=window, mode="mirror")
         factor = np.interp(when, k, smooth).reshape(n, reps)

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -140,6 +141,92 @@ def test_strdup_returns_fresh_objects_compared_by_content():
             r = counter.count(i, h.pack("strdup", (h.ffi.new("char[]", b"y" * n),)))
             assert r.counts["malloc"].sum() > 0
             assert h.ffi.string(h.ffi.cast("char *", r.return_value)) == b"y" * n
+
+
+def test_fresh_objects_stored_through_an_out_parameter_are_compared_by_content():
+    """A ``T **`` argument that receives a fresh object's address (libidn2's
+    ``idn2_to_ascii_8z(input, &output, flags)``) held two different addresses after the
+    two calls, and the whole analysis stopped on "argument memory differs".  The pointer
+    is compared by what it points to, as a returned one: equal strings pass, different
+    ones are named."""
+    import cffi
+
+    from wcetfit.count.compare import Outcome, check_same_memory, out_pointer_kinds, outcome
+    from wcetfit.errors import SelfCheckError
+    from wcetfit.timing.harness import Buffer
+
+    ffi = cffi.FFI()
+    kinds = out_pointer_kinds(ffi, ("const char *", "char * *", "int", "void * *"))
+    assert set(kinds) == {1, 3} and kinds[1].string and not kinds[3].item_size
+    slot = ffi.new("char * *")
+    a, b, c = (ffi.new("char[]", t) for t in (b"xn--bcher-kva", b"xn--bcher-kva", b"xn--x"))
+    addr = lambda p: int(ffi.cast("uintptr_t", p))  # noqa: E731
+    pack = SimpleNamespace(buffers=(Buffer(1, addr(slot), 8),))
+    before = (bytes(8),)
+
+    def left(p):
+        return outcome(None, 0, pack, (addr(p).to_bytes(8, "little"),), (),
+                       out_kinds=kinds, before=before)
+    check_same_memory(left(a), left(b), (), None, 0, "f")
+    with pytest.raises(SelfCheckError, match=r"argument buffer 0 byte 0.*b'xn--bcher-kva'.*"
+                                             r"b'xn--x'"):
+        check_same_memory(left(a), left(c), (), None, 0, "f")
+    # a slot only one call stored a fresh object in is a difference of the memory
+    with pytest.raises(SelfCheckError, match="argument memory after the instrumented copy"):
+        check_same_memory(left(a), Outcome(0, None, None, before, ()), (), None, 0, "f")
+
+
+def test_idn2_stores_a_fresh_string_through_its_output_argument():
+    """libidn2's ``idn2_to_ascii_8z`` mallocs its result and stores it through ``char
+    **output``: counted with the differential check, the two calls' strings agree."""
+    lib = "/lib/x86_64-linux-gnu/libidn2.so.0"
+    _need(lib)
+    h, copy, counter = _counter(lib, "idn2_to_ascii_8z",
+                                "int idn2_to_ascii_8z(const char *input, char **output, "
+                                "int flags);")
+    with copy:
+        for i, (name, ascii) in enumerate((("bücher.example", b"xn--bcher-kva.example"),
+                                           ("example.org", b"example.org"),
+                                           ("straße.de", b"xn--strae-oqa.de"))):
+            out = h.ffi.new("char **")
+            r = counter.count(i, h.pack("idn2_to_ascii_8z",
+                                        (h.ffi.new("char[]", name.encode()), out, 0)))
+            assert r.return_value == 0 and h.ffi.string(out[0]) == ascii
+
+
+def test_an_analysis_of_idn2_with_its_output_argument_counts_every_input(tmp_path):
+    """The same through ``wcetfit count``, where the two calls' heaps differ (the
+    analysis stopped at input 3: "argument memory after the instrumented copy differs
+    … copy wrote 502f9cb366550000, original 605f8db266550000")."""
+    lib = "/lib/x86_64-linux-gnu/libidn2.so.0"
+    _need(lib)
+    from smalltarget import write_target
+
+    d = write_target(tmp_path / "idn", lib, "idn2_to_ascii_8z",
+                     "int idn2_to_ascii_8z(const char *input, char **output, int flags);",
+                     "    labels = ['b\\u00fccher', 'stra\\u00dfe', 'example', 'xn--abc', 'a' * 40]\n"
+                     "    name = '.'.join(labels[int(i)] for i in ctx.rng.integers(0, 5, 3))\n"
+                     "    return (ctx.ffi.new('char[]', name.encode()), "
+                     "ctx.ffi.new('char **'), 0)", inputs=12, repeats=2)
+    res = subprocess.run([sys.executable, "-m", "wcetfit", "count", str(d)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "differential check" not in res.stderr, res.stderr[-2000:]
+
+
+def test_posix_memalign_stores_a_fresh_pointer_of_no_size():
+    """libc's ``posix_memalign(void **memptr, ...)`` stores a fresh ``void *``: its size is
+    not in the prototype, so what it points to is not compared, and the two addresses do
+    not fail the check."""
+    _need(LIBC)
+    h, copy, counter = _counter(LIBC, "posix_memalign",
+                                "int posix_memalign(void **memptr, size_t alignment, "
+                                "size_t size);")
+    with copy:
+        for i, size in enumerate((16, 4096, 100_000)):
+            slot = h.ffi.new("void **")
+            r = counter.count(i, h.pack("posix_memalign", (slot, 64, size)))
+            assert r.return_value == 0 and int(h.ffi.cast("uintptr_t", slot[0])) % 64 == 0
 
 
 # --- nothing counted ------------------------------------------------------------------------------

@@ -12,6 +12,13 @@ each time, at another address.  So a returned pointer is compared
   NUL-terminated string, any other complete type by ``sizeof`` its pointee;
 * not at all beyond NULL-ness, where the prototype says nothing of its size (``void *``,
   an incomplete struct): logged.
+
+An out-parameter of type ``T **`` (``char **output``: libidn2's ``idn2_to_ascii_8z``,
+``getline``, ``asprintf``-like APIs) receives a fresh object's address the same way, in the
+argument memory: a pointer the call stored there outside the arguments is compared by what
+it points to, as a returned one, and its address is left out of the memory comparison.
+The two calls' heaps are alike but not the same (the counting process allocates between
+the fork and its own call): idn2's two strings were 10 MB apart.
 """
 
 from __future__ import annotations
@@ -59,6 +66,20 @@ class ReturnKind:
         return ReturnKind(True, name, size)
 
 
+def out_pointer_kinds(ffi: Any, arg_types: Sequence[str]) -> dict[int, ReturnKind]:
+    """Arguments of type ``T **`` (argument index → how a fresh ``T *`` stored through
+    them is compared: as a returned ``T *`` would be)."""
+    out: dict[int, ReturnKind] = {}
+    for i, t in enumerate(arg_types):
+        try:
+            ct = ffi.typeof(t)
+        except Exception:  # noqa: BLE001 - cffi's error for a type it cannot parse
+            continue
+        if ct.kind == "pointer" and ct.item.kind == "pointer":
+            out[i] = ReturnKind.of(ffi, ct.item.cname)
+    return out
+
+
 def _same_scalar(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return a == b or (a != a and b != b)
@@ -95,19 +116,43 @@ class Outcome:
     content: bytes | None           # what a returned fresh pointer points to (None: not read)
     args: tuple[bytes, ...]         # argument memory afterwards
     data: tuple[bytes, ...]         # the binary's writable pages afterwards
+    # fresh objects the call stored the address of in a T ** argument: (buffer, offset,
+    # what the pointer points to; None: the type gives no size, not compared)
+    fresh: tuple[tuple[int, int, bytes | None], ...] = ()
+
+
+def _pointee(kind: ReturnKind, address: int) -> bytes | None:
+    if kind.string:
+        return _c_string(address)
+    if kind.item_size:
+        return ctypes.string_at(address, kind.item_size)
+    return None
 
 
 def outcome(kind: ReturnKind | None, ret: Any, pack: Any, args: Sequence[bytes],
-            data: Sequence[bytes]) -> Outcome:
+            data: Sequence[bytes], *, out_kinds: dict[int, ReturnKind] | None = None,
+            before: Sequence[bytes] | None = None) -> Outcome:
+    """What the call left; ``out_kinds`` (:func:`out_pointer_kinds`) and ``before`` (the
+    argument memory before the call) find the fresh objects stored through ``T **``
+    arguments."""
     where = content = None
     if kind is not None and kind.pointer and ret:
         where = _in_arguments(pack, ret)
         if where is None:
-            if kind.string:
-                content = _c_string(ret)
-            elif kind.item_size:
-                content = ctypes.string_at(ret, kind.item_size)
-    return Outcome(ret, where, content, tuple(args), tuple(data))
+            content = _pointee(kind, ret)
+    fresh: list[tuple[int, int, bytes | None]] = []
+    for k, b in enumerate(getattr(pack, "buffers", ()) if out_kinds and before else ()):
+        item = out_kinds.get(b.arg) if b.arg is not None else None
+        if item is None or b.address % 8:
+            continue
+        now, was = args[k], before[k]
+        for off in range(0, len(now) - 7, 8):
+            if now[off:off + 8] == was[off:off + 8]:
+                continue
+            address = int.from_bytes(now[off:off + 8], "little")
+            if address and _in_arguments(pack, address) is None:
+                fresh.append((k, off, _pointee(item, address)))
+    return Outcome(ret, where, content, tuple(args), tuple(data), tuple(fresh))
 
 
 def check_same_result(kind: ReturnKind | None, c: Outcome, o: Outcome, index: int,
@@ -150,11 +195,35 @@ def _where(loc: tuple[int, int] | None, address: int) -> str:
     return f"argument buffer {loc[0]} byte {loc[1]}"
 
 
+def _without_fresh(c: Outcome, o: Outcome, head: str) -> tuple[tuple[bytes, ...],
+                                                                 tuple[bytes, ...]]:
+    """Both calls' argument memory with the addresses of fresh objects stored through
+    ``T **`` arguments blanked, once what they point to agrees (SelfCheckError when it
+    does not).  A slot only one call stored a fresh object in stays: the byte comparison
+    reports it."""
+    theirs = {(k, off): content for k, off, content in o.fresh}
+    after_c, after_o = list(c.args), list(o.args)
+    for k, off, content in c.fresh:
+        if (k, off) not in theirs:
+            continue
+        other = theirs[(k, off)]
+        if content is not None and other is not None and content != other:
+            raise SelfCheckError(
+                f"{head}: stored two objects outside the arguments through argument "
+                f"buffer {k} byte {off} (fresh objects, compared by content, not address) "
+                f"that differ at byte {first_difference(content, other)}: copy "
+                f"{content[:40]!r}, original {other[:40]!r}")
+        blank = bytes(8)
+        after_c[k] = after_c[k][:off] + blank + after_c[k][off + 8:]
+        after_o[k] = after_o[k][:off] + blank + after_o[k][off + 8:]
+    return tuple(after_c), tuple(after_o)
+
+
 def check_same_memory(c: Outcome, o: Outcome, ranges: Sequence[tuple[int, int]],
                       binary: Any, index: int, fn: str) -> None:
     """Argument memory and the binary's writable pages after the two calls."""
     head = f"differential check for {input_label(index)}: {fn}"
-    after_c, after_o = c.args, o.args
+    after_c, after_o = _without_fresh(c, o, head)
     if after_c != after_o:
         k = next(k for k, (x, y) in enumerate(zip(after_c, after_o)) if x != y)
         off = first_difference(after_c[k], after_o[k])

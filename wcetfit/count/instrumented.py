@@ -54,7 +54,7 @@ from wcetfit.loader import (PROT_EXEC, PROT_READ, PAGE, LoadedBinary, NearMemory
 from wcetfit.model import FunctionModel
 from wcetfit.numbering import input_label
 from wcetfit.count.compare import (Outcome, ReturnKind, check_same_memory,
-                                   check_same_result, outcome)
+                                   check_same_result, out_pointer_kinds, outcome)
 from wcetfit.count.flow import (FlowStructure, _transfers, activations,  # noqa: F401
                                 check_flow, check_trace)
 from wcetfit.count import x86enc as enc
@@ -261,6 +261,8 @@ class Counter:
         sig = getattr(harness, "signature", None)
         self._returns = ReturnKind.of(harness.ffi, sig(self.call_name).result) \
             if sig is not None and hasattr(harness, "ffi") else None
+        self._out_kinds = out_pointer_kinds(harness.ffi, sig(self.call_name).arg_types) \
+            if sig is not None and hasattr(harness, "ffi") else {}
 
     def _warm_up(self, pack: Any) -> None:
         """One untimed, uncounted call of the original before the first comparison.
@@ -305,7 +307,8 @@ class Counter:
         trace = copy.trace() if copy.trace_enabled else None
         indirect = self._indirect(index)
         if reference is not None:
-            mine = outcome(self._returns, ret, pack, h.snapshot(pack), self._data.save())
+            mine = outcome(self._returns, ret, pack, h.snapshot(pack), self._data.save(),
+                           out_kinds=self._out_kinds, before=_initial(h, pack))
             theirs = _collect(*reference, index, fn)
             check_same_result(self._returns, mine, theirs, index, fn)
             check_same_memory(mine, theirs, self._data.ranges, copy.binary, index, fn)
@@ -361,7 +364,8 @@ class Counter:
                     # reports (two writers would interleave their results in the pipe)
                     os._exit(0)
                 msg = ("ok", outcome(self._returns, ret, pack, h.snapshot(pack),
-                                     self._data.save()))
+                                     self._data.save(), out_kinds=self._out_kinds,
+                                     before=_initial(h, pack)))
             except BaseException as exc:  # noqa: BLE001 - reported by the parent
                 msg = ("error", f"{type(exc).__name__}: {exc}")
             try:
@@ -373,6 +377,12 @@ class Counter:
             os._exit(code)
         os.close(w)
         return pid, r
+
+
+def _initial(harness: Any, pack: Any) -> tuple[bytes, ...] | None:
+    """The argument memory as it is before every call (the harness restores it)."""
+    initial = getattr(harness, "initial", None)
+    return initial(pack) if initial is not None else None
 
 
 _libc = ctypes.CDLL(None, use_errno=True)

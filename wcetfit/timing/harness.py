@@ -230,6 +230,12 @@ class CallHarness:
         for j, buf in enumerate(pack.buffers):
             self.ffi.memmove(self.ffi.cast("void *", buf.address), pack._backups[j], buf.size)
 
+    def initial(self, pack: ArgPack) -> tuple[bytes, ...]:
+        """The backed-up initial bytes of every restorable buffer (what each call starts
+        from), in :attr:`ArgPack.buffers` order."""
+        return tuple(bytes(self.ffi.buffer(backup, b.size))
+                     for backup, b in zip(pack._backups, pack.buffers))
+
     def snapshot(self, pack: ArgPack) -> tuple[bytes, ...]:
         """The current bytes of every restorable buffer, in :attr:`ArgPack.buffers` order."""
         return tuple(bytes(self.ffi.buffer(self.ffi.cast("char *", b.address), b.size))

@@ -910,3 +910,42 @@ def test_a_count_of_elements_and_their_size_size_the_buffer_in_bytes(tmp_path):
     assert all(size == 32 for i, (_, _, size) in enumerate(args)
                if i % mod.SLOW_EVERY == mod.SLOW_EVERY - 1)
     assert not [note for note in text.notes if note.startswith("size")]
+
+
+def test_an_enum_the_parameter_names_gives_its_values_not_return_codes(tmp_path):
+    """libidn2's ``flags`` was drawn from ``IDN2_INVALID_FLAGS`` (a return code of
+    ``idn2_rc``, its name containing the parameter's) and every call returned at once;
+    libgcrypt's ``algo`` from its control commands ``GCRYCTL_*_ALGO``.  An enum whose name
+    names the parameter gives its values (of several, the one sharing most words with the
+    function's name), and enums of return codes give none."""
+    header = """
+typedef enum { LIBX_OK = 0, LIBX_INVALID_FLAGS = -209, LIBX_NOMEM = -1 } libx_rc;
+typedef enum { LIBX_NFC_INPUT = 1, LIBX_TRANSITIONAL = 4, LIBX_NO_TR46 = 64 } libx_flags;
+enum libx_ctl_cmds { LIBXCTL_TEST_ALGO = 8, LIBXCTL_ENABLE_ALGO = 11 };
+enum libx_md_algos { LIBX_MD_MD5 = 1, LIBX_MD_SHA256 = 8, LIBX_MD_SM3 = 326 };
+enum libx_cipher_algos { LIBX_CIPHER_AES = 7, LIBX_CIPHER_SM4 = 317 };
+int libx_convert(const char *input, char **output, int flags);
+void libx_md_hash_buffer(int algo, void *digest, const void *buffer, unsigned long length);
+"""
+    # (one of the values or within their range: _among)
+    mod, ffi, text = _module_of_header(tmp_path, header, "libx_convert")
+    flags = {a[2] for a in _inputs(mod, ffi, "libx_convert", n=60)}
+    assert {1, 4, 64} <= flags and min(flags) >= 1 and max(flags) <= 64
+    assert "LIBX_NFC_INPUT = 1" in text.text and "LIBX_INVALID_FLAGS" not in text.text
+    mod, ffi, text = _module_of_header(tmp_path, header, "libx_md_hash_buffer")
+    algos = {a[0] for a in _inputs(mod, ffi, "libx_md_hash_buffer", n=60)}
+    assert {1, 8, 326} <= algos and min(algos) >= 1 and max(algos) <= 326
+    assert "LIBX_MD_SHA256 = 8" in text.text
+    assert "LIBXCTL_TEST_ALGO" not in text.text and "LIBX_CIPHER_AES" not in text.text
+
+
+def test_a_pointer_to_a_pointer_named_as_an_output_is_a_slot(tmp_path):
+    """``char **output`` (libidn2's idn2_to_ascii_8z stores a malloc'ed string there) is a
+    slot the function stores into, not NULL; a pointer to a pointer of another name stays
+    NULL for the user to build."""
+    header = "int f(const char *input, char **output, char **argv, char **endptr);\n"
+    mod, ffi, text = _module_of_header(tmp_path, header, "f")
+    for _, output, argv, endptr in _inputs(mod, ffi, "f", n=5):
+        assert ffi.typeof(output) is ffi.typeof("char **") and output[0] == ffi.NULL
+        assert ffi.typeof(endptr) is ffi.typeof("char **")
+        assert argv == ffi.NULL

@@ -173,8 +173,10 @@ def library_constants(header: str, ast: object) -> tuple[tuple[Constant, ...], l
     about: dict[str, str] = {}
     for path in own:
         about.update(attached_comments(_read(path)))
-    found = [Constant(n, v, about.get(n, "")) for n, v in values.items()]
-    found += [Constant(n, v) for n, v in enumerators.items() if n not in values]
+    group = _enum_groups(ast, set(own))
+    found = [Constant(n, v, about.get(n, ""), group.get(n, "")) for n, v in values.items()]
+    found += [Constant(n, v, "", group.get(n, "")) for n, v in enumerators.items()
+              if n not in values]
     return tuple(found), own
 
 
@@ -251,6 +253,27 @@ def _enumerators(ast: object, own: set[str]) -> dict[str, int]:
                     continue
                 out.setdefault(e.name, value)
                 nxt = value + 1
+    return out
+
+
+def _enum_groups(ast: object, own: set[str]) -> dict[str, str]:
+    """Each enumerator of the library's own enums → its enum's tag, or the name of the
+    typedef that names an enum without a tag."""
+    from pycparser import c_ast
+
+    from wcetfit.scaffold.header import _tag_nodes
+
+    out: dict[str, str] = {}
+    for ext in getattr(ast, "ext", ()):
+        coord = getattr(ext, "coord", None)
+        if coord is None or not coord.file or os.path.abspath(coord.file) not in own:
+            continue
+        for node in _tag_nodes(ext):
+            if not isinstance(node, c_ast.Enum) or node.values is None:
+                continue
+            name = node.name or (ext.name if isinstance(ext, c_ast.Typedef) else "") or ""
+            for e in node.values.enumerators:
+                out.setdefault(e.name, name)
     return out
 
 

@@ -38,6 +38,9 @@ class Constant:
     # the first sentence of the comment attached to its group of #defines (zlib.h writes
     # "/* compression levels */" under Z_NO_COMPRESSION..Z_DEFAULT_COMPRESSION)
     about: str = ""
+    # an enumerator's enum: its tag, or the typedef's name of an enum without one
+    # (libidn2's ``typedef enum {IDN2_NFC_INPUT = 1, …} idn2_flags;``); "" for a macro
+    group: str = ""
 
 
 @dataclass(frozen=True)

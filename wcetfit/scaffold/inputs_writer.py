@@ -156,6 +156,11 @@ _BITS = re.compile(r"(?i)(bits|^n_?bit|bit_?(len|length|count|cnt|size|sz|num))$
 # Constants that are not values of what they name: a mask extracts bits from one, an
 # error is a result (liblzma's LZMA_MEMLIMIT_ERROR is a return code, not a memlimit).
 _NOT_A_VALUE = re.compile(r"(?i)mask|(^|_)(err|error|errno|fail|failed|failure)(_|$)")
+# A pointer to a pointer named as an output: the function stores a pointer through it.
+_OUT_SLOT = re.compile(r"(?i)(^|_)(out\w*|output|result|res|ret|dst|dest|end|endptr|memptr)$")
+# Enums of what a function returns, not of what it takes: return codes, errors, statuses.
+_RETURN_CODES = re.compile(r"(?i)(^|_)(rc|ret|retval|return|returns|err|errs|error|errors|"
+                           r"errno|status|result|results)(_|$)")
 # Constants named as the ends or the default of a scale are values on it, never flags;
 # a maximum without a minimum bounds a range that starts at 0 (zconf.h's MAX_MEM_LEVEL).
 _ON_A_SCALE = re.compile(r"(?i)(^|_)(min|max|minimum|maximum|default)(_|$)")
@@ -167,6 +172,8 @@ _GENERIC = frozenset("value val values number num data size type count result ar
 # A parameter name carried by more constants than this is too common a word for them
 # to say what it takes.
 _MOST_NAMED = 32
+# an enum a parameter's name names holds its values, up to this many
+_MOST_ENUMERATED = 256
 # Flags are single bits from this one up, above every plain value (LZMA_PRESET_EXTREME
 # = 1 << 31 over the levels 0..9): OR'ed into a value rather than drawn as one.
 _LOWEST_FLAG = 1 << 8
@@ -202,19 +209,35 @@ def _full_range(ffi: Any, ct: Any) -> tuple[int, int]:
     return 0, (1 << bits) - 1
 
 
-def _constants_for(name: str, constants: tuple[Constant, ...]) -> list[Constant]:
-    """The header's constants that are values of parameter ``name``: those whose name
-    contains it (``LZMA_PRESET_*`` for ``preset``, case and ``_`` aside) and those whose
-    group's comment names it (zlib.h's ``/* compression levels */`` under
-    ``Z_*COMPRESSION``, for ``level``).  Masks and error codes are left out."""
+def _constants_for(name: str, constants: tuple[Constant, ...],
+                   function: str = "") -> list[Constant]:
+    """The header's constants that are values of parameter ``name``: the members of an
+    enum whose name names it (libidn2's ``idn2_flags`` for ``flags``, libgcrypt's
+    ``gcry_md_algos`` for ``algo``; of several, those sharing most words with
+    ``function``'s name: ``gcry_md_hash_buffer``); else those whose name contains it
+    (``LZMA_PRESET_*`` for ``preset``, case and ``_`` aside) and those whose group's
+    comment names it (zlib.h's ``/* compression levels */`` under ``Z_*COMPRESSION``, for
+    ``level``).  Masks and error codes are left out, and so are the members of an enum
+    of return codes (libidn2's ``IDN2_INVALID_FLAGS``, an ``idn2_rc``, was drawn as
+    ``flags``, and libgcrypt's control commands ``GCRYCTL_*_ALGO`` as ``algo``)."""
     key = name.lower().replace("_", "")
     if len(key) < 4 or key in _GENERIC:      # n, len, key, crc: in too many names
         return []
-    word = re.compile(rf"(?i)(?<![\w-]){re.escape(name)}s?(?![\w-])")   # a word: not "high-level"
-    found = [c for c in constants if not _NOT_A_VALUE.search(c.name) and
-             (key in c.name.lower().replace("_", "") or word.search(c.about))]
+    values = [c for c in constants if not _NOT_A_VALUE.search(c.name)
+              and not _RETURN_CODES.search(c.group)]
+    enums = {c.group for c in values if c.group and key in c.group.lower().replace("_", "")}
+    if enums:
+        words = set(function.lower().split("_"))
+        score = {g: len(words & set(g.lower().split("_"))) for g in enums}
+        best = max(score.values())
+        found = [c for c in values if c.group in enums and score[c.group] == best]
+    else:
+        word = re.compile(rf"(?i)(?<![\w-]){re.escape(name)}s?(?![\w-])")   # a word: not "high-level"
+        found = [c for c in values
+                 if key in c.name.lower().replace("_", "") or word.search(c.about)]
     found = list({c.name: c for c in found}.values())
-    return found if len(found) <= _MOST_NAMED else []
+    # an enum the parameter names is its values however many (gcry_md_algos: 39)
+    return found if len(found) <= (_MOST_ENUMERATED if enums else _MOST_NAMED) else []
 
 
 def _split_flags(consts: list[Constant]) -> tuple[list[int], list[int]]:
@@ -657,6 +680,15 @@ class _Writer:
             return [f"    {name} = ffi.NULL  # a callback: pass ffi.callback(...) if the "
                     "function calls it"]
         if item.kind == "pointer":
+            if _OUT_SLOT.search(p.name):
+                # the function stores a pointer there (libidn2's char **output receives a
+                # malloc'ed string; strtod's endptr a place in its input): a slot for it,
+                # and a fresh object stored there is compared by what it points to
+                self.notes.append(f"{p.name}: a slot for the {t.item.cname} the function "
+                                  f"stores (an out-parameter, by its name)")
+                return [f"    {name} = ffi.new(\"{ptype}\")  # {t.cname}: a slot the function "
+                        f"stores a pointer in (an out-parameter, by its name; NULL if it "
+                        f"takes none)"]
             self.notes.append(f"{p.name}: a pointer to a pointer ({t.cname}), left NULL")
             return [f"    {name} = ffi.NULL  # {t.cname}: build what it points to"]
         if not self.buffer_kind(t):
@@ -850,7 +882,8 @@ class _Writer:
         """A draw over the values the header's constants give ``p`` (with the ranges its
         text gives), and its comment; None when it names none."""
         lo, hi = _full_range(self.ffi, t)
-        consts = [c for c in _constants_for(p.name, self.decl.constants)
+        consts = [c for c in _constants_for(p.name, self.decl.constants,
+                                            self.decl.function)
                   if lo <= c.value <= hi]
         if not consts:
             return None

@@ -255,3 +255,39 @@ def test_the_targets_own_output_is_summed_up_not_mixed_into_the_analyzers(capfd,
     said = [r.getMessage() for r in caplog.records if "standard output or error" in r.getMessage()]
     assert len(said) == 1 and said[0].endswith("the first: toylib error: value out of range")
     assert "wrote 6 line(s)" in said[0]          # one per aborting input, each once
+
+
+def test_what_the_function_printed_while_timed_is_in_the_report(tmp_path):
+    """A function that prints while timed is mostly on an error path (libgcrypt's
+    gcry_md_hash_buffer on algorithm numbers it lacks: "DBG: md_hash_buffer: algorithm 35
+    not available" on most calls): the analyzer's stderr said so once per pass, eight
+    warnings, and the report not at all.  Now one warning per session on stderr, and the
+    report says it, with the line count and the first line."""
+    import json
+    import subprocess
+    import sys
+
+    from smalltarget import build_library, write_target
+
+    lib = build_library(tmp_path, r"""
+#include <stdio.h>
+int twice(int x) {
+    if (x < 0) { fprintf(stderr, "twice: negative %d\n", x); return -1; }
+    return 2 * x;
+}
+""", "twice")
+    d = write_target(tmp_path / "twice", str(lib), "twice", "int twice(int x);",
+                     "    return (int(ctx.rng.integers(-5, 5)),)", inputs=20, repeats=3)
+    res = subprocess.run([sys.executable, "-m", "wcetfit", "analyze", str(d), "--no-wait",
+                          "--json", str(tmp_path / "r.json")],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    said = [ln for ln in res.stderr.splitlines() if "standard output or error" in ln]
+    assert len(said) == 1, said
+    report = json.loads((tmp_path / "r.json").read_text())
+    texts = [w["message"] for w in report["warnings"]]
+    (printed,) = [t for t in texts if "to its standard output or error while timed" in t]
+    assert "the first: twice: negative" in printed
+    lines = int(printed.split("wrote ", 1)[1].split(" ")[0].replace(",", ""))
+    assert lines >= 3                       # a negative input's three timed calls at least
+    assert "to its standard output or error while timed" in " ".join(res.stdout.split())

@@ -98,6 +98,18 @@ class IsolatedRun:
     results: dict[int, Any] = field(default_factory=dict)
     failures: list[InputFailure] = field(default_factory=list)
     interrupted: bool = False
+    # what the target wrote to standard output and error during the run (None: nothing)
+    output: "TargetOutput | None" = None
+
+
+@dataclass(frozen=True)
+class TargetOutput:
+    """What a run's target wrote to standard output and error: how many lines (at least,
+    when ``more``) and the first, cut to 200 characters."""
+
+    lines: int
+    first: str
+    more: bool = False
 
 
 def _send(fd: int, message: tuple) -> None:
@@ -175,30 +187,35 @@ def _divert_output(fd: int) -> None:
         pass
 
 
-# The target's output already summed up in this process, by its first line: a session
-# runs the count, the timing and the search one after the other on the same inputs.
+# Whether the target's output was said in this session: a session runs the count, the
+# timing passes and the search one after the other on the same inputs, and each run's
+# first line can differ (libgcrypt's "DBG: md_hash_buffer: algorithm 35 not available",
+# then 15, …: eight warnings); the later ones are logged at info level.
 _OUTPUT_SUMMED: set[str] = set()
 # How much of the target's output is read to sum it up.
 OUTPUT_READ_LIMIT = 1 << 24
 
 
-def _sum_up_output(f: Any) -> None:
-    """One warning for what the target wrote to standard output and error during a run:
-    how many lines and the first, unless an earlier run of the session said the same."""
+def _sum_up_output(f: Any) -> TargetOutput | None:
+    """What the target wrote to standard output and error during a run (None: nothing),
+    said in one warning: how many lines and the first; once a session, later runs' at
+    info level."""
     size = f.seek(0, os.SEEK_END)
     if not size:
-        return
+        return None
     f.seek(0)
     data = f.read(OUTPUT_READ_LIMIT)
     lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
     first = next((ln.strip() for ln in data.decode("utf-8", "replace").splitlines()
                   if ln.strip()), "")[:200]
-    if first in _OUTPUT_SUMMED:
-        return
+    out = TargetOutput(lines, first, size > len(data))
+    said = bool(_OUTPUT_SUMMED)
     _OUTPUT_SUMMED.add(first)
-    more = "more than " if size > len(data) else ""
-    log.warning("the function wrote %s%d line(s) to its standard output or error while "
-                "measured, kept out of this output; the first: %s", more, lines, first)
+    (log.info if said else log.warning)(
+        "the function wrote %s%d line(s) to its standard output or error while measured, "
+        "kept out of this output; the first: %s", "more than " if out.more else "", lines,
+        first)
+    return out
 
 
 def _process_state() -> tuple[int, frozenset[str], frozenset[int]]:
@@ -405,16 +422,19 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
     worker and returns what was measured with ``interrupted=True``.
     """
     output = tempfile.TemporaryFile(prefix="wcetfit-target-output-")
+    said = None
     try:
-        return _run_workers(make_worker, list(indices), output.fileno(), timeout=timeout,
-                            setup_timeout=setup_timeout, build_timeout=build_timeout,
-                            on_result=on_result, on_failure=on_failure,
-                            on_returned=on_returned)
+        run = _run_workers(make_worker, list(indices), output.fileno(), timeout=timeout,
+                           setup_timeout=setup_timeout, build_timeout=build_timeout,
+                           on_result=on_result, on_failure=on_failure,
+                           on_returned=on_returned)
     finally:
         try:
-            _sum_up_output(output)
+            said = _sum_up_output(output)
         finally:
             output.close()
+    run.output = said
+    return run
 
 
 def _run_workers(make_worker: Callable[[], Worker], pending: list[int], output: int, *,

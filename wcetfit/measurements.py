@@ -340,9 +340,11 @@ EARLY_STOP_FAILURES = 20
 def measure_saving(make_worker: Callable[[], Any], todo: Sequence[int], *, timeout: float,
                    store_result: Callable[[int, Any], None], failures: list[InputFailure],
                    save: Callable[[], None], done: Callable[[], int], wanted: int,
-                   progress: Progress | None) -> None:
+                   progress: Progress | None) -> Any:
     """Run the worker on ``todo`` in a child; keep results and failures as they arrive,
-    save now and then and whatever happens at the end; KeyboardInterrupt after saving."""
+    save now and then and whatever happens at the end; KeyboardInterrupt after saving.
+    Returns what the target wrote to standard output and error
+    (wcetfit.isolate.TargetOutput), or None."""
     saver = _Saver(save)
     this_run: list[InputFailure] = []
     succeeded = False
@@ -388,6 +390,7 @@ def measure_saving(make_worker: Callable[[], Any], todo: Sequence[int], *, timeo
         saver.flush()
     if run.interrupted:
         raise KeyboardInterrupt
+    return run.output
 
 
 # --- which prototype belongs to which measured function ----------------------------------

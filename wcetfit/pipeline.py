@@ -454,7 +454,7 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
                           system.columns, system.ticks, wcet, system.tsc_hz,
                           speed=system.speed, input_numbers=system.indices,
                           describe_input=describe)
-    report = _with_load_warning(report, times)
+    report = _with_load_warning(_with_target_output(report, times), times)
     if changed is not None:
         from wcetfit.report import Finding
         from wcetfit.timing.state import REMEDY
@@ -491,6 +491,27 @@ def state_changed(root: str, times: Any) -> str | None:
 
     entry = ((getattr(times, "environment", None) or {}).get("state") or {}).get(root)
     return changed_text(root, entry or {}, input_label)
+
+
+def _with_target_output(report: Any, times: Any) -> Any:
+    """What the function wrote to standard output and error while timed, among the
+    root's warnings: a function that prints is mostly on an error or diagnostic path
+    (libgcrypt's gcry_md_hash_buffer with algorithm numbers it lacks, "DBG: … not
+    available"), and the analyzer's stderr, where the run said it, is gone by then."""
+    from dataclasses import replace
+
+    from wcetfit.report import Finding
+
+    said = (getattr(times, "environment", None) or {}).get("target_output") or {}
+    if not said.get("lines"):
+        return report
+    # first (with the load warning before it): it explains what the others say
+    return replace(report, warnings=(Finding(
+        f"the function wrote {said['lines']:,} line(s) to its standard output or error "
+        f"while timed; the first: {said.get('first', '')}",
+        "a function that prints is mostly on an error or diagnostic path: narrow "
+        "generate() to the arguments it accepts, unless that path is what is to be "
+        "timed"),) + tuple(report.warnings))
 
 
 def _with_load_warning(report: Any, times: Any) -> Any:

@@ -258,6 +258,8 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
         old_state = (old.environment.get("state") or {}).get(f)
         if old_state:
             env.setdefault("state", {})[f] = dict(old_state)
+        if old.environment.get("target_output") and "target_output" not in env:
+            env["target_output"] = dict(old.environment["target_output"])
     # inputs the count run of the same seed saw fail (crash, hang, a check): the same
     # arguments fail the original code the same way, and without counts they are no row
     # of the fit.  Timing them cost a worker each (libpng's png_get_uint_31, 52 of 80
@@ -313,11 +315,17 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
                         record_state(state, f, index, *returns)
                 done[index, r] = True
 
-            measure_saving(lambda: _TimingWorker(target, list(functions.items()), method,
-                                                 repeats=1), todo,
-                           timeout=m.timeout * (m.warmup + 2), store_result=store_result,
-                           failures=failures, save=save, done=lambda: int(done.sum()),
-                           wanted=n * m.repeats, progress=progress)
+            wrote = measure_saving(
+                lambda: _TimingWorker(target, list(functions.items()), method, repeats=1),
+                todo, timeout=m.timeout * (m.warmup + 2), store_result=store_result,
+                failures=failures, save=save, done=lambda: int(done.sum()),
+                wanted=n * m.repeats, progress=progress)
+            if wrote is not None:
+                # what the function printed while timed, for the report (libgcrypt's
+                # "DBG: md_hash_buffer: algorithm 35 not available": most calls took
+                # that error path, and the report never said so)
+                said = env.setdefault("target_output", {"lines": 0, "first": wrote.first})
+                said["lines"] += wrote.lines
             _record_load(load, f"after pass {r}")
     finally:
         if machine is not None:

@@ -949,3 +949,37 @@ def test_a_pointer_to_a_pointer_named_as_an_output_is_a_slot(tmp_path):
         assert ffi.typeof(output) is ffi.typeof("char **") and output[0] == ffi.NULL
         assert ffi.typeof(endptr) is ffi.typeof("char **")
         assert argv == ffi.NULL
+
+
+def test_a_text_named_as_a_number_is_the_text_of_a_number(tmp_path):
+    """strtod's ``nptr`` was printable text, which almost never starts a number: every
+    call returned 0 after its first character.  By the parameter's name (``nptr``,
+    glibc's ``__nptr``) or the function's (``strto*``, ``ato*``) it is a number's text:
+    a sign, digits, a point, an exponent, hexadecimal."""
+    import re
+
+    header = ("double strtod(const char *__restrict __nptr, char **__restrict __endptr);\n"
+              "long parse_it(const char *nptr);\nint atomic_name(const char *s);\n")
+    number = re.compile(rb"[+-]?(0x[0-9a-f]+|\d*(\.\d+)?(e-?\d+)?)")
+    for function in ("strtod", "parse_it"):
+        mod, ffi, text = _module_of_header(tmp_path, header, function)
+        texts = [ffi.string(a[0]) for a in _inputs(mod, ffi, function, n=40)]
+        assert all(number.fullmatch(t) for t in texts), texts
+        assert sum(t.startswith(b"-") for t in texts) >= 4
+        assert max(len(t) for t in texts) >= mod.MAX_LEN - 6        # the slow inputs
+    mod, ffi, text = _module_of_header(tmp_path, header, "atomic_name")
+    assert "_number_text" not in text.text.split("def generate", 1)[1]
+
+
+def test_glibcs_underscored_parameter_names_find_their_constants(tmp_path):
+    """fnmatch.h: ``/* Bits set in the FLAGS argument to `fnmatch'. */`` above
+    ``FNM_PATHNAME``…, and the parameter is ``__flags``: drawn over the whole int range
+    (a slowest input had flags −959,401,744) until the underscores were set aside."""
+    header = ("/* Bits set in the FLAGS argument to `fm'.  */\n"
+              "#define FM_PATHNAME (1 << 0)\n#define FM_NOESCAPE (1 << 1)\n"
+              "#define FM_PERIOD (1 << 2)\n"
+              "extern int fm(const char *__pattern, const char *__name, int __flags);\n")
+    mod, ffi, text = _module_of_header(tmp_path, header, "fm")
+    flags = {a[2] for a in _inputs(mod, ffi, "fm", n=40)}
+    assert {1, 2, 4} <= flags and min(flags) >= 1 and max(flags) <= 4
+    assert "FM_PATHNAME = 1" in text.text

@@ -156,6 +156,11 @@ _BITS = re.compile(r"(?i)(bits|^n_?bit|bit_?(len|length|count|cnt|size|sz|num))$
 # Constants that are not values of what they name: a mask extracts bits from one, an
 # error is a result (liblzma's LZMA_MEMLIMIT_ERROR is a return code, not a memlimit).
 _NOT_A_VALUE = re.compile(r"(?i)mask|(^|_)(err|error|errno|fail|failed|failure)(_|$)")
+# A text that holds a number: by the parameter's name (C's nptr), or the function's
+# (strtod, strtoul, atoi, wcstol's narrow kin)
+_NUMBER_TEXT = re.compile(r"(?i)^(nptr|num_?str|number_?str)$")
+_PARSES_NUMBERS = re.compile(r"^_*(strto(d|f|ld|l|ll|ul|ull|q|uq|imax|umax|f\d+x?)(_l)?|"
+                             r"ato(i|l|ll|f))$")
 # A pointer to a pointer named as an output: the function stores a pointer through it.
 _OUT_SLOT = re.compile(r"(?i)(^|_)(out\w*|output|result|res|ret|dst|dest|end|endptr|memptr)$")
 # Enums of what a function returns, not of what it takes: return codes, errors, statuses.
@@ -220,6 +225,7 @@ def _constants_for(name: str, constants: tuple[Constant, ...],
     ``level``).  Masks and error codes are left out, and so are the members of an enum
     of return codes (libidn2's ``IDN2_INVALID_FLAGS``, an ``idn2_rc``, was drawn as
     ``flags``, and libgcrypt's control commands ``GCRYCTL_*_ALGO`` as ``algo``)."""
+    name = name.lstrip("_")                  # glibc's __flags: FLAGS in fnmatch.h's text
     key = name.lower().replace("_", "")
     if len(key) < 4 or key in _GENERIC:      # n, len, key, crc: in too many names
         return []
@@ -725,6 +731,14 @@ class _Writer:
             return [f"    {name} = ffi.new(\"{ptype}\"{init})  # {t.cname}: one "
                     f"{item.kind}, {role}"]
         if i not in pairs and item.cname == "char" and const:   # a C string: no length
+            if _NUMBER_TEXT.search(p.name.lstrip("_")) or \
+                    _PARSES_NUMBERS.search(self.decl.function):
+                # strtod's nptr: printable text almost never starts a number, and every
+                # call returned 0 after its first character
+                self.notes.append(f"{p.name}: the text of a number (by its name or the "
+                                  f"function's): sign, digits, point, exponent, hex")
+                return [f"    {name} = ffi.new(\"char[]\", _number_text(rng, _length(ctx)))"
+                        f"  # the text of a number, about _length(ctx) characters; input"]
             # its length drawn as a buffer's: the longest on every SLOW_EVERY-th input,
             # the slow case of whatever walks it (drawn uniform in 0..MAX_LEN, libc's
             # strlen met its longest text on one input in 4,097)
@@ -1085,6 +1099,23 @@ def _text(rng, most):
 def _text_of(rng, n):
     """n characters of printable ASCII (cffi adds the NUL)."""
     return bytes(rng.integers(32, 127, n, dtype=np.uint8))
+
+
+def _number_text(rng, n):
+    """The text of a number of about n characters (cffi adds the NUL): a sign often,
+    digits with a point and an exponent often, hexadecimal one time in ten."""
+    def digits(k, base=10):
+        return "".join("0123456789abcdef"[d] for d in rng.integers(0, base, max(k, 1)))
+    sign = "-" if rng.random() < 0.3 else "+" if rng.random() < 0.1 else ""
+    k = max(int(n) - 6, 1)
+    if rng.random() < 0.1:
+        body = "0x" + digits(k, 16)
+    else:
+        point = int(rng.integers(0, k + 1))
+        body = digits(point) + ("." + digits(k - point) if rng.random() < 0.7 else "")
+        if rng.random() < 0.3:
+            body += "e" + str(int(rng.integers(-330, 330)))
+    return (sign + body).encode()
 
 
 def _share_prefix(ctx, ffi, a, b, n):

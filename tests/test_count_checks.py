@@ -336,6 +336,9 @@ def test_a_failed_differential_check_names_the_input_and_what_it_may_mean(tmp_pa
     assert "differential check for input 2" in line
     assert "the input's arguments: (long[1] {0}, 0)" in line
     assert "narrow generate()" in line and "wcetfit bug" in line
+    # the inputs before it are stored: a changed inputs.py is measured again with --fresh
+    # (a new user edited it and met "inputs.py changed since the measurements")
+    assert "`wcetfit analyze --fresh`" in line
 
 
 def test_a_report_after_every_input_failed_says_so(tmp_path, capsys):

@@ -616,8 +616,9 @@ def _sum_up_failures(run: IsolatedRun) -> None:
 # between the copy's process and the original's): say which input, and both readings.
 CHECK_ADVICE = ("if the function reads memory these arguments do not own for this input "
                 "(past a buffer, for a length or value it does not accept), narrow "
-                "generate() in inputs.py to the inputs it accepts; otherwise the "
-                "instrumented copy is wrong, a wcetfit bug")
+                "generate() in inputs.py to the inputs it accepts and measure again with "
+                "`wcetfit analyze --fresh` (the inputs counted before this one are "
+                "stored); otherwise the instrumented copy is wrong, a wcetfit bug")
 
 
 def _with_input(exc: Exception, in_progress: tuple[int, str] | None,
@@ -630,7 +631,8 @@ def _with_input(exc: Exception, in_progress: tuple[int, str] | None,
     if isinstance(exc, InputsError) and current is not None \
             and not str(exc).startswith(("input ", "search input ", "reached input ")):
         return InputsError(f"{input_label(current)}: {exc}; narrow generate() in inputs.py "
-                           f"to values the prototype's types hold")
+                           f"to values the prototype's types hold, then `wcetfit analyze "
+                           f"--fresh`")
     if not isinstance(exc, SelfCheckError) or in_progress is None:
         return exc
     return SelfCheckError(f"{exc}; the input's arguments: {in_progress[1]}; {CHECK_ADVICE}")

@@ -826,3 +826,28 @@ def test_a_relation_of_many_blocks_with_fractional_weights_is_advised_in_words()
                      "190.8·N(0x16d81c) + 592.6·N(0x16d85e)"]
     assert advice == ("vary the inputs so that 0x167b90, 0x98a70, 0x97539 and 2 more blocks "
                       "run in other proportions to each other")
+
+
+def test_the_structural_basis_without_activation_rows_is_orths():
+    """``orthonormal_rows_left`` gives the span ``scipy.linalg.orth`` gives of a matrix
+    with orthonormal columns less a few rows (what structural_basis drops: the
+    activations), orthonormal, the rank cut where orth cuts it: an SVD of the whole matrix
+    took 8 minutes on libc's fnmatch, most of its analysis."""
+    from scipy.linalg import orth, qr
+
+    from wcetfit.fit.system import orthonormal_rows_left
+
+    rng = np.random.default_rng(0)
+    for m, k, d in ((50, 20, 5), (200, 80, 30), (30, 25, 10), (20, 5, 15), (40, 40, 10)):
+        N, _ = qr(rng.normal(size=(m, k)), mode="economic")
+        drop = sorted(rng.choice(m, d, replace=False).tolist())
+        keep = [i for i in range(m) if i not in drop]
+        q, o = orthonormal_rows_left(N, keep, drop), orth(N[keep])
+        assert q.shape == o.shape, (m, k, d)
+        assert np.allclose(q.T @ q, np.eye(q.shape[1]), atol=1e-12)
+        assert np.allclose(q @ q.T, o @ o.T, atol=1e-12)
+    # a direction wholly in the dropped rows is no direction of the rest
+    N = np.zeros((10, 4))
+    N[0, 0], N[1:5, 1], N[5, 2], N[6, 3], N[7, 3] = 1.0, 0.5, 1.0, 0.6, 0.8
+    q = orthonormal_rows_left(N, [1, 2, 3, 4, 5, 7, 8, 9], [0, 6])
+    assert q.shape == (8, 3) and np.allclose(q.T @ q, np.eye(3))

@@ -1405,3 +1405,28 @@ def test_a_bound_from_fewer_inputs_than_failed_says_so_in_its_line(built):
     assert re.search(rf"WCET bound: [\d,.]+ ticks \([\d,.]+ ns\) — from the "
                      rf"{report.n_inputs:,} inputs that ran; {report.n_inputs + 5:,} failed",
                      text), text[:600]
+
+
+def test_a_loop_bound_from_loops_the_worst_path_does_not_take_is_said():
+    """libtasn1's asn1_get_length_der: ``"+0x50" = 126`` (DER's long form) was listed as
+    what the bound rests on, while the worst path took the loop 0 times (its blocks'
+    costs held at 0 ticks) and the bound, 384 ticks, was below a 126-iteration call of
+    910.  The report says the fact is not charged, and why."""
+    from types import SimpleNamespace
+
+    from wcetfit.report import _uncharged_fact
+    from wcetfit.wcet.result import LoopBound, LoopOutcome
+
+    fn = SimpleNamespace(loops=(SimpleNamespace(header=0x7930, body=(0x7930, 0x7937)),))
+    lo = LoopOutcome(0x7930, "f+0x50", LoopBound(per_entry=126, source="fact"), 1, 0, False)
+    rows = [SimpleNamespace(address=0x7930, solution_ticks=0.0, count_max=4),
+            SimpleNamespace(address=0x7937, solution_ticks=0.0, count_max=4),
+            SimpleNamespace(address=0x8000, solution_ticks=30.0, count_max=1)]
+    f = _uncharged_fact("f", fn, lo, rows)
+    assert "loop f+0x50's bound from [loops]" in f.message and "is not charged" in f.message
+    assert "takes 0 iteration(s) in 1 entry, where it allows 126" in f.message
+    assert "its iterations cost nothing in the fit (2 block(s), 0.0 ticks" in f.message
+    assert "its header ran at most 4 times" in f.advice
+    # iterations that cost something: other constraints hold the path
+    rows[0] = SimpleNamespace(address=0x7930, solution_ticks=12.0, count_max=4)
+    assert "observed_paths = false" in _uncharged_fact("f", fn, lo, rows).message

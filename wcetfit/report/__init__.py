@@ -224,6 +224,33 @@ def _ticks_and_ns(ticks: float, tsc_hz: float | None) -> str:
 OVER_PREDICTED = 1.15
 
 
+def _uncharged_fact(name: str, fn: Any, lo: LoopOutcome, rows: Sequence[BlockRow]
+                    ) -> Finding:
+    """The warning for a loop bound the user gave that the worst path does not reach:
+    its iterations cost nothing in the fit (their blocks held at 0 ticks, or costs the
+    inputs do not determine), or the path's other constraints keep it below."""
+    body = next((set(lp.body) for lp in fn.loops if lp.header == lo.header), set())
+    inside = [r for r in rows if r.address in body]
+    per_pass = sum(r.solution_ticks or 0.0 for r in inside)
+    allowed = (lo.bound.per_entry * lo.entries if lo.bound.per_entry is not None
+               else lo.bound.total)
+    reached = max((r.count_max or 0 for r in inside if r.address == lo.header), default=0)
+    why = (f"its iterations cost nothing in the fit ({len(inside)} block(s), "
+           f"{per_pass:.1f} ticks together: costs the inputs do not determine apart from "
+           f"the others', or held at 0)" if per_pass <= 0.5 else
+           "the path's other constraints keep it there (the relations the inputs showed "
+           "between loops, the span of the measured counts: [wcet] observed_paths = false "
+           "drops them)")
+    return Finding(
+        f"{name}: loop {lo.name}'s bound from [loops] ({lo.bound.describe()}) is not "
+        f"charged: the worst path takes {lo.back_edges:,} iteration(s) in "
+        f"{lo.entries:,} entr{'y' if lo.entries == 1 else 'ies'}, where it allows "
+        f"{allowed:,}, because {why}; the bound is not for calls that iterate it more",
+        f"add inputs that iterate it from few to many times (its header ran at most "
+        f"{reached:,} times in a measured call), so that the fit learns what an iteration "
+        f"costs")
+
+
 def _over_predicted_path(name: str, w: "WcetSummary", input_numbers: Any,
                          hz: float | None, quantum: float = 0.0) -> Finding | None:
     """A finding when the model over-predicts the input nearest the worst path (the one
@@ -784,6 +811,13 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                     f"add inputs that iterate it (the data that keeps it going: equal prefixes, "
                     f"long runs, ...), or bound it: \"{lo.name}\" = N under [loops] in "
                     f"wcetfit.toml"))
+                continue
+            if lo.bound.source != SOURCE_OBSERVED and lo.entries and not lo.binding:
+                # a bound the user gave that the worst path does not take (libtasn1's
+                # asn1_get_length_der: "+0x50" = 126 for DER's long form, the path at 0
+                # iterations and the bound 384 ticks below a 126-iteration call of 910):
+                # said, with why, where the bound lists the fact as a premise
+                warns.insert(0, _uncharged_fact(name, fn, lo, rows))
                 continue
             if lo.bound.source == SOURCE_OBSERVED:
                 warns.append(Finding(

@@ -215,3 +215,28 @@ def test_a_reading_within_one_tsc_step_above_the_bound_is_not_a_miss():
     c = check_fresh("f", 9, np.arange(200), ticks, bound_ticks=95.4, bound_speed=1.0,
                     tsc_hz=TSC_HZ)
     assert not c.covered and c.above == 1 and c.missed_inputs == (7,)
+
+
+def test_one_call_far_above_its_inputs_others_is_not_a_model_miss():
+    """libtasn1's asn1_get_length_der, a 40 ns function: one call of 1,248 ticks among
+    calls of 52–104 (less than an interrupt costs above its input's median, so the
+    function's own time) against a bound of 415 was "the model misses those inputs", and
+    --adopt taught the fit nothing.  An input whose calls' median is below the bound is a
+    single call's excess, said so."""
+    rng = np.random.default_rng(5)
+    t = _q(np.full((200, 10), 78.0) + rng.choice([-26.0, 0.0, 26.0], (200, 10)))
+    t[193, 4] = 1_248.0
+    c = check_fresh("f", 9, np.arange(200), t, bound_ticks=415.0, bound_speed=1.0,
+                    tsc_hz=TSC_HZ)
+    assert c.missed_inputs == (193,) and c.single_call_inputs == (193,)
+    from wcetfit.cli.check import describe
+    text = " ".join(describe(c, TSC_HZ).split())
+    assert "each a single call of an input whose calls' median is below it (fresh input " \
+           "193: 1,248 ticks" in text, text
+    assert "not an input the model misses" in text and "the model misses those" not in text
+    # an input all of whose calls are above is the model's miss, as before
+    t[50] = 600.0
+    c = check_fresh("f", 9, np.arange(200), t, bound_ticks=415.0, bound_speed=1.0,
+                    tsc_hz=TSC_HZ)
+    assert c.single_call_inputs == (193,) and set(c.missed_inputs) == {50, 193}
+    assert "the model misses those inputs" in describe(c, TSC_HZ)

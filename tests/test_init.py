@@ -983,3 +983,16 @@ def test_glibcs_underscored_parameter_names_find_their_constants(tmp_path):
     flags = {a[2] for a in _inputs(mod, ffi, "fm", n=40)}
     assert {1, 2, 4} <= flags and min(flags) >= 1 and max(flags) <= 4
     assert "FM_PATHNAME = 1" in text.text
+
+
+def test_a_position_named_in_one_word_is_within_the_lengths(tmp_path):
+    """libpcre2's pcre2_match(…, subject, length, startoffset, …): startoffset was drawn
+    over 0..2**32-1, as if it were any integer; run together, start and offset still name
+    a position, within the call's lengths."""
+    mod, ffi, text = _module_of_header(
+        tmp_path, "#include <stddef.h>\n"
+                  "int m(const unsigned char *subject, size_t length, size_t startoffset);\n",
+        "m")
+    args = _inputs(mod, ffi, "m", n=40)
+    assert all(0 <= start <= n for _, n, start in args)
+    assert any(note.startswith("startoffset: ") for note in text.notes)

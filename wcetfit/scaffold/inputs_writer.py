@@ -130,7 +130,9 @@ _UNNAMED = re.compile(r"arg\d+")
 # ``offset``, ``pos``, ``idx``): never a length; drawn within the call's lengths.
 _POSITION = re.compile(r"^(?i:start|begin|first|from|skip)$|"
                        r"(^|_)(?i:start|begin|pos|position|off|offs|offset|idx|index)$|"
-                       r"[a-z0-9](Start|Begin|Pos|Position|Off|Offs|Offset|Idx|Index)$")
+                       r"[a-z0-9](Start|Begin|Pos|Position|Off|Offs|Offset|Idx|Index)$|"
+                       # run together: libpcre2's pcre2_match(…, PCRE2_SIZE startoffset, …)
+                       r"^(?i:start|begin|first)(?i:pos|position|off|offs|offset|idx|index)$")
 # An integer whose value is any bit pattern by its name (a checksum, a hash, a seed):
 # drawn over its whole type without a note asking to narrow it.
 _ANY_BITS = re.compile(r"(^|_)(?i:crc|adler|hash|seed|checksum|cksum|sum)\d*(_|$)|"

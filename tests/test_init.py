@@ -996,3 +996,16 @@ def test_a_position_named_in_one_word_is_within_the_lengths(tmp_path):
     args = _inputs(mod, ffi, "m", n=40)
     assert all(0 <= start <= n for _, n, start in args)
     assert any(note.startswith("startoffset: ") for note in text.notes)
+
+
+def test_a_pointer_to_a_length_no_buffer_takes_is_one_element(tmp_path):
+    """libtasn1's ``asn1_get_length_der(const unsigned char *der, int der_len, int *len)``:
+    ``len`` receives the decoded length; it was an output buffer of 2·der_len + 512 ints
+    ("no length parameter of its own"), restored before every call."""
+    mod, ffi, text = _module_of_header(
+        tmp_path, "long get_len(const unsigned char *der, int der_len, int *len);\n",
+        "get_len")
+    for der, n, out in _inputs(mod, ffi, "get_len", n=20):
+        assert ffi.typeof(out) is ffi.typeof("int *")            # one int, not an array
+        assert out[0] == 0 and ffi.sizeof(der) == max(n, 1)
+    assert not any(note.startswith("len: ") for note in text.notes)

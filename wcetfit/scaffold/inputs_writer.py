@@ -746,6 +746,13 @@ class _Writer:
             # strlen met its longest text on one input in 4,097)
             return [f"    {name} = ffi.new(\"char[]\", _text_of(rng, _length(ctx)))  # a "
                     "NUL-terminated text of _length(ctx) characters; input"]
+        if _is_int(item) and not const and i not in pairs and i not in self.inout \
+                and _LENGTHY.search(p.name):
+            # a length the function stores (libtasn1's asn1_get_length_der(…, int *len)):
+            # one element, not an output buffer of 2·der_len + 512 ints
+            return [f"    {name} = ffi.new(\"{ptype}\", 0)  # {t.cname}: one {item.cname} "
+                    f"the function stores a length in (an out-value, by its name: no buffer "
+                    f"takes it as its length)"]
         fill = None                                # elements holding generated data
         total = self.total(item) if not const else None
         if i in self.borrowed and total is None:

@@ -1009,3 +1009,23 @@ def test_a_pointer_to_a_length_no_buffer_takes_is_one_element(tmp_path):
         assert ffi.typeof(out) is ffi.typeof("int *")            # one int, not an array
         assert out[0] == 0 and ffi.sizeof(der) == max(n, 1)
     assert not any(note.startswith("len: ") for note in text.notes)
+
+
+def test_a_string_copys_length_is_the_destinations_room(tmp_path):
+    """libbsd's ``strlcpy(char *dst, const char *src, size_t size)``: size was taken for
+    src's length and src had no NUL, so strlcpy's scan for the end of src read past the
+    buffer.  The length is dst's room, src a NUL-terminated string of its own length;
+    memcpy's ``(void *dst, const void *src, size_t n)`` keeps one length for both."""
+    header = ("#include <stddef.h>\n"
+              "size_t cpy(char *dst, const char *src, size_t size);\n"
+              "void *mcpy(void *dst, const void *src, size_t n);\n")
+    mod, ffi, text = _module_of_header(tmp_path, header, "cpy")
+    args = _inputs(mod, ffi, "cpy", n=40)
+    for dst, src, size in args:
+        assert ffi.sizeof(dst) == max(size, 1)
+        assert ffi.typeof(src) is ffi.typeof("char[]")          # a C string, its own NUL
+        assert b"\0" not in bytes(ffi.buffer(src))[:-1]
+    assert any(len(ffi.string(src)) > size for _, src, size in args)   # longer than the room
+    mod, ffi, text = _module_of_header(tmp_path, header, "mcpy")
+    for dst, src, n in _inputs(mod, ffi, "mcpy", n=20):
+        assert ffi.sizeof(src) == max(n, 1)

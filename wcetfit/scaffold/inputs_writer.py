@@ -330,6 +330,7 @@ class _Writer:
         self.borrowed: set[int] = set()             # buffers sized from another's length
         self.inout: set[int] = set()                # in-out length pointers (by pairs())
         self.elem_size: dict[int, int] = {}         # void buffer -> its element size param
+        self.c_strings: set[int] = set()            # a string copy's source (by pairs())
         self.names: list[str] = []                  # the parameters' Python names
         # in-out cursors: non-const pointers to an integer named like a position
         self.cursors: set[int] = {
@@ -452,8 +453,23 @@ class _Writer:
                     out[b] = c
                     named.add(c)
                     break
+        cdef = self.decl.cdef
+        for b in buffers:                       # a string copy: (char *dst, const char *src,
+            src, c = b + 1, b + 2               # size_t size)
+            # strlcpy, strlcat, strncpy: the length is the destination's room and the source
+            # a NUL-terminated string (taken for src's length, src had no NUL, and strlcpy's
+            # scan for its end read past the buffer)
+            if b in out or c >= len(params) or src not in buffers or src in out:
+                continue
+            if types[b].item.cname == "char" and types[src].item.cname == "char" \
+                    and not _const_pointee(params[b].spelling, cdef) \
+                    and _const_pointee(params[src].spelling, cdef) \
+                    and c in value_len and c not in named and _LENGTHY.search(params[c].name):
+                out[b] = c
+                named.add(c)
+                self.c_strings.add(src)
         for b in buffers:
-            if b in out:
+            if b in out or b in self.c_strings:
                 continue
             # By position, an integer right after the pointer is its length only when its
             # name says so (len, size, n, count, nbytes, num: _LENGTHY; bits, nbits: _BITS,

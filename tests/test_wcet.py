@@ -911,3 +911,17 @@ def test_only_a_fact_beyond_the_inputs_releases_its_loop_from_the_observed_limit
     assert _beyond_observed(LoopBound(per_entry=9, source="fact"),
                             LoopBound(per_entry=None, total=127, source="observed"))
     assert _beyond_observed(LoopBound(per_entry=9, source="fact"), None)
+
+
+def test_require_lets_the_blocks_no_input_ran_run_whatever_the_inputs_kept():
+    """libdeflate's crc32 under ``[wcet] unreached = "require"``: every input took the long
+    path, the relation N(long) = N(entry) they kept forbade the early return no input ran,
+    and its ceiling cost never reached the bound.  Under "require" the root's observed
+    count relations are not used while one of its blocks never ran."""
+    fn = make_fn("r", 0x1000, 4, [(0, 1), (0, 2), (1, 3), (2, 3)], [3])
+    X = np.array([simulate(fn, [1])] * 4)              # block 1 never runs
+    cols = [("r", b.address) for b in fn.blocks]
+    costs = {"r": costs_of(fn, [1, 50, 5, 1])}
+    assert analyze_wcet({"r": fn}, "r", costs, X, cols).bound_ticks == 1 + 5 + 1
+    assert analyze_wcet({"r": fn}, "r", costs, X, cols,
+                        unreached="require").bound_ticks == 1 + 50 + 1

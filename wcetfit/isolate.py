@@ -225,15 +225,17 @@ def _process_state() -> tuple[int, frozenset[str], frozenset[int]]:
         threads = len(os.listdir("/proc/self/task"))
     except OSError:
         threads = 1
-    code: set[str] = set()
+    spans: list[tuple[str, str, int, int]] = []
     try:
         with open("/proc/self/maps") as f:
             for line in f:
                 fields = line.split()
                 if len(fields) >= 2 and "x" in fields[1]:
-                    code.add(" ".join(fields[:2] + fields[5:6]))
-    except OSError:
+                    lo, _, hi = fields[0].partition("-")
+                    spans.append((fields[1], " ".join(fields[5:6]), int(lo, 16), int(hi, 16)))
+    except (OSError, ValueError):
         pass
+    code = _merged_code(spans)
     children: set[int] = set()
     try:
         for task in os.listdir("/proc/self/task"):
@@ -242,6 +244,21 @@ def _process_state() -> tuple[int, frozenset[str], frozenset[int]]:
     except (OSError, ValueError):
         pass
     return threads, frozenset(code), frozenset(children)
+
+
+def _merged_code(spans: list[tuple[str, str, int, int]]) -> frozenset[str]:
+    """Executable mappings as "start-end perms path", adjacent ones of the same
+    permissions and file merged: a mapping the kernel split in two is the same code (a
+    probe patched into one page of libbsd's 12-page text and restored left three lines
+    where there was one, and every split input failed with "the call changed or unmapped
+    executable memory")."""
+    out: list[list[Any]] = []
+    for perms, path, lo, hi in sorted(spans, key=lambda s: (s[1], s[0], s[2])):
+        if out and out[-1][0] == perms and out[-1][1] == path and out[-1][3] == lo:
+            out[-1][3] = hi
+        else:
+            out.append([perms, path, lo, hi])
+    return frozenset(f"{lo:x}-{hi:x} {perms} {path}".rstrip() for perms, path, lo, hi in out)
 
 
 def _what_changed(before: tuple[int, frozenset[str], frozenset[int]],

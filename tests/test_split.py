@@ -9,6 +9,7 @@ numpy's floating-point rank on small exact integer matrices.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -705,3 +706,74 @@ def test_split_after_analyze_gathers_the_block_traces(tmp_path):
 
     res = wcetfit("split", str(d), "--list")
     assert res.returncode == 0 and "no rounds stored" in res.stdout, res.stderr
+
+
+def test_a_round_estimate_below_zero_beyond_its_interval_is_said():
+    """libbsd's strlcpy, after a round: "0xc5f8: -18.8 ± 5.6 ticks", printed as any cost.
+    A time below zero beyond its interval is said to be one no machine has; one whose
+    interval reaches zero is printed as it is."""
+    import io
+    from types import SimpleNamespace
+
+    from wcetfit.cli.split import _print_round_result
+
+    rnd = SimpleNamespace(number=1, probes=(), time_s=1.6, notes=(), failures=(),
+                          excluded=(), baseline=None)
+    summary = {"blocks": [{"address": "0xc5f8", "cost_ticks": -18.8, "ci95_ticks": 5.6,
+                           "estimable": True},
+                          {"address": "0xc5e0", "cost_ticks": -0.3, "ci95_ticks": 0.6,
+                           "estimable": True}],
+               "groups": [], "rank": 2, "unknowns": 2}
+    cmp = {"separated": [], "newly_estimable": ["0xc5f8", "0xc5e0"], "disagreements": []}
+    out = io.StringIO()
+    _print_round_result(rnd, summary, cmp, out)
+    lines = out.getvalue().splitlines()
+    (low,) = [ln for ln in lines if ln.strip().startswith("0xc5f8")]
+    (near,) = [ln for ln in lines if ln.strip().startswith("0xc5e0")]
+    assert "below zero beyond its interval, a time no machine has" in low
+    assert "below zero" not in near
+
+
+def test_split_auto_runs_on_a_system_library(tmp_path):
+    """libbsd's strlcpy: every probed call failed with "the call changed or unmapped
+    executable memory": patching one page of its 12-page text split the kernel's mapping
+    in three lines, which the worker's check took for code gone.  Adjacent mappings of the
+    same file and permissions are one now, and the rounds separate the blocks."""
+    import subprocess
+    import sys
+
+    from smalltarget import write_target
+
+    lib = "/lib/x86_64-linux-gnu/libbsd.so.0"
+    if not os.path.exists(lib):
+        pytest.skip(f"{lib} is absent")
+    d = write_target(tmp_path / "lcpy", lib, "strlcpy",
+                     "size_t strlcpy(char *dst, const char *src, size_t size);",
+                     "    size = int(ctx.rng.integers(0, 300))\n"
+                     "    dst = ctx.ffi.new('char[]', max(size, 1))\n"
+                     "    src = ctx.ffi.new('char[]', b'x' * int(ctx.rng.integers(0, 300)))\n"
+                     "    return (dst, src, size)", inputs=60, repeats=3)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "wcetfit", *args, str(d)],
+                              capture_output=True, text=True, timeout=900)
+    res = run("analyze", "--no-wait")
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = run("split", "--auto")
+    assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])
+    assert "changed or unmapped executable memory" not in res.stderr
+    assert "round 1:" in res.stdout
+
+
+def test_a_mapping_the_kernel_split_is_the_same_code():
+    """/proc/self/maps lines of one file and permissions that meet are one mapping."""
+    from wcetfit.isolate import _merged_code
+
+    one = _merged_code([("r-xp", "/lib/a.so", 0x1000, 0xd000)])
+    split = _merged_code([("r-xp", "/lib/a.so", 0x1000, 0x5000),
+                          ("r-xp", "/lib/a.so", 0x5000, 0x6000),
+                          ("r-xp", "/lib/a.so", 0x6000, 0xd000)])
+    assert one == split == frozenset({"1000-d000 r-xp /lib/a.so"})
+    gone = _merged_code([("r-xp", "/lib/a.so", 0x1000, 0x5000),
+                         ("r-xp", "/lib/a.so", 0x6000, 0xd000)])
+    assert one - gone                            # a page unmapped is still seen

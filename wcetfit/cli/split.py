@@ -234,7 +234,15 @@ def _print_round_result(rnd: Any, summary: dict[str, Any], cmp: dict[str, Any],
     by = {b["address"]: b for b in summary["blocks"]}
     for a in cmp["newly_estimable"]:
         b = by[a]
-        out.write(f"  {a}: {_fmt(b['cost_ticks'], b['ci95_ticks'])} ticks\n")
+        cost, ci = b["cost_ticks"], b["ci95_ticks"]
+        # below zero beyond its interval: a time no machine has (libbsd's strlcpy, a block
+        # at -18.8 ± 5.6 ticks), said where it is printed
+        impossible = (cost is not None and cost + (ci or 0.0) < 0.0)
+        out.write(f"  {a}: {_fmt(cost, ci)} ticks"
+                  + (" — below zero beyond its interval, a time no machine has: the probes' "
+                     "rows and the whole calls disagree about it (a time that depends on "
+                     "what ran before, or on the probe), not a cost to use"
+                     if impossible else "") + "\n")
     for key in rnd.excluded:
         out.write(f"  left out: probe {key} (its rows disagree with the whole calls)\n")
     if rnd.baseline is not None:

@@ -1430,3 +1430,22 @@ def test_a_loop_bound_from_loops_the_worst_path_does_not_take_is_said():
     # iterations that cost something: other constraints hold the path
     rows[0] = SimpleNamespace(address=0x7930, solution_ticks=12.0, count_max=4)
     assert "observed_paths = false" in _uncharged_fact("f", fn, lo, rows).message
+
+
+def test_a_bound_that_is_mostly_its_margin_says_so_under_the_headline(built):
+    """libpcre2's pcre2_match: a 95% margin 21.7× the worst path's point made the bound 40×
+    the slowest input, headlined like any other; only a warning further down said why."""
+    from dataclasses import replace
+
+    *_, report = built
+    f = report.functions[0]
+
+    def headline(margin):
+        return " ".join(summary.to_text(replace(report, functions=(replace(
+            f, wcet=replace(f.wcet, margin_ticks=margin)),)
+            + tuple(report.functions[1:]))).split())
+
+    point = f.wcet.point_ticks
+    assert "Mostly uncertainty: the 95% margin is 21.7× the worst path's predicted time" \
+        in headline(21.7 * point)
+    assert "Mostly uncertainty" not in headline(0.5 * point)

@@ -49,6 +49,9 @@ WARNING_LINES = 30
 SCREEN_LINES = 60
 CLOSING_LINES = 4
 MIN_SHARE = 0.005      # a block or group below this share is not among the few that matter
+# A margin above this many times the worst path's point makes the bound mostly the fit's
+# uncertainty: the headline says so (the report's warning does at 1×).
+MARGIN_OVER_POINT = 2.0
 COMPACT_FROM = 5       # this many roots or more: each in about six lines
 
 
@@ -257,6 +260,14 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
             _line(console, f"Only for calls that keep the bound's constraints: "
                            f"{w.broken_inputs.text} break them (a [loops] or [flow] fact they "
                            f"contradict; see the warnings)", indent="    ", style="bold")
+        if w.margin_ticks is not None and w.point_ticks and \
+                w.margin_ticks > MARGIN_OVER_POINT * w.point_ticks:
+            # (libpcre2's pcre2_match: a margin 21.7× the path made the bound 40× the
+            # slowest input and 504× the slowest fresh call, headlined like any other)
+            _line(console, f"Mostly uncertainty: the 95% margin is "
+                           f"{w.margin_ticks / w.point_ticks:.1f}× the worst path's predicted "
+                           f"time, whose costs the inputs determine poorly (see the "
+                           f"warnings)", indent="    ", style="bold")
         if fr.inputs_one_path:
             # (expat's XML_Parse with init's NULL parser: every input returned at the first
             # check, and the headline read as the function's bound)

@@ -700,7 +700,11 @@ def test_rests_on_lists_facts_first_site_facts_and_no_zero_callee_bound():
     assert any(x.startswith("1 loop bound(s) given per call site in [loops] (h+0x60 ≤ 19")
                for x in lines)
     own = next(x for x in lines if x.startswith("callees' own bounds"))
-    assert "h —," in own and "h 0" not in own and "g 350.0 ticks (134.6 ns)" in own
+    assert "h (none of its own)," in own and "h 0" not in own \
+        and "g 350.0 ticks (134.6 ns)" in own
+    # said in words, not "h —; —: none, …" (a new user read it as garbled)
+    assert own.endswith("none of its own where the inputs do not determine the callee's "
+                        "block costs apart from its callers'") and "—" not in own
     # bounded per call site, the callees' whole-call bounds are not what the bound
     # charges (zlib's compress2: deflate 192,399,126 beside a root of 138,466): not listed
     site = NS(message="f: callees bounded per call site (2 callee instance(s) ...)")

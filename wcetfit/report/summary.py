@@ -523,7 +523,7 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
         # callers' (the fit's particular solution), not a WCET of 0
         shown = ", ".join(f"{c.name} {F.both(c.wcet.ipet_ticks, report.tsc_hz)}"
                           if c.wcet.ipet_ticks >= 1
-                          else f"{c.name} —" for c in callees[:6])
+                          else f"{c.name} (none of its own)" for c in callees[:6])
         more = f", … {len(callees) - 6} more" if len(callees) > 6 else ""
         none = any(c.wcet.ipet_ticks < 1 for c in callees[:6])
         # each callee's worst path over all its calls, context-insensitive: libcrypto's
@@ -533,8 +533,8 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
         out.append(f"callees' own bounds (context-insensitive: each one's worst path over "
                    f"all of its calls, which one call need not reach): "
                    f"{shown}{more}"
-                   + ("; —: none, the inputs do not determine its blocks' costs apart from "
-                      "its callers'" if none else ""))
+                   + (", none of its own where the inputs do not determine the callee's "
+                      "block costs apart from its callers'" if none else ""))
     rec = [f"{f.name} {f.wcet.recursion_depth}" for f in report.functions
            if f.wcet.recursion_depth]
     if rec:

@@ -267,8 +267,10 @@ def _summary(target: Target, function: str, index: int,
         text = describe_args(ffi, args)
         if lib.placeholders > before:
             # (libexpat's XML_Parse showed "called with a NULL parser", libgmp's mpz_t as
-            # zeros: what ctx.lib made is made only where the function is measured)
-            text += " (ctx.lib's results are zeros here, made only when measured)"
+            # zeros: what ctx.lib made is made only where the function is measured); first,
+            # where a one-line summary cut at its width still shows it (libpcre2's "NULL
+            # struct pcre2_real_code_8 *" read as a match on a NULL pattern)
+            text = "(ctx.lib's results are zeros here, made only when measured) " + text
         return text
     except WcetfitError as exc:
         log.info("input %d: arguments not described: %s", index, exc)

@@ -187,6 +187,12 @@ def test_check_times_fresh_crc32_inputs_that_do_not_join_the_fit(tmp_path):
     # the same seed again reuses its stored times, and says they are not of this session
     res = _wcetfit("check", str(d), "--inputs", "40", "--seed", "77")
     assert "stored by an earlier check" in res.stdout.splitlines()[0], res.stdout
+    # more of them: the rest are timed now, and said so (a new user read "500 … stored by
+    # an earlier check" where 300 had just been timed)
+    res = _wcetfit("check", str(d), "--inputs", "50", "--seed", "77")
+    assert "50 fresh inputs (seed 77) × 5 calls timed now (40 of them stored by an earlier " \
+           "check)" in " ".join(res.stdout.split()), res.stdout
+    assert "the stored times are of that session's machine" in res.stdout
     assert _wcetfit("check", str(d), "--inputs", "0").returncode == 2
     # the seed the bound was made from is no fresh input: refused, one line
     res = _wcetfit("check", str(d), "--seed", "1")

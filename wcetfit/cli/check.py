@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stdout if args.json != "-" else sys.stderr
     from wcetfit.search.adopt import adopted_before
     for root, check in checks.items():
-        out.write(describe(check, bounds[root][2], earlier=root in earlier,
+        out.write(describe(check, bounds[root][2], earlier=earlier.get(root, 0),
                            failures=failures[root], arguments=arguments[root],
                            adopted=adopted_before(session, root, seed)))
         if warned.get(root):
@@ -209,9 +209,18 @@ def _time_and_check(args: argparse.Namespace, seed: int,
     fs = open_session(args.target, seed=seed, inputs=args.inputs, repeats=args.repeats)
     method, _ = resolve_method(fs.target)
     m = fs.target.measure
-    earlier = {root for root in bounds
-               if load_times(fs.store, root, seed, method, m.repeats, warmup=m.warmup)
-               is not None}
+    # how many of the fresh inputs each function had timed in an earlier run (a check of
+    # the same seed with more --inputs times the rest now: "500 … stored by an earlier
+    # check" where 300 were timed in this one)
+    import numpy as np
+
+    earlier: dict[str, int] = {}
+    for root in bounds:
+        old = load_times(fs.store, root, seed, method, m.repeats, warmup=m.warmup)
+        if old is not None:
+            done = old.done if old.done is not None else np.isfinite(old.ticks)
+            earlier[root] = int(np.count_nonzero(done.all(axis=1)
+                                                 & (old.indices < m.inputs)))
     with progress_bars() as update:
         times = run_times(fs.target, fs.store, fs.roots, wait=not args.no_wait,
                           progress=lambda d, t: update("time", d, t))
@@ -233,24 +242,28 @@ def _time_and_check(args: argparse.Namespace, seed: int,
     return checks, earlier, failures, arguments
 
 
-def describe(check: Any, hz: float | None, *, earlier: bool = False,
+def describe(check: Any, hz: float | None, *, earlier: int = 0,
              failures: tuple[str, ...] = (), arguments: str | None = None,
              adopted: Any = None) -> str:
     """The check in a few lines: what was timed, covered or not and why, the slowest call,
     the machine's speed against the bound's, what to do, and the fresh inputs that
-    failed (``failures``: their descriptions)."""
+    failed (``failures``: their descriptions).  ``earlier``: how many of the fresh inputs
+    an earlier run had timed."""
     from wcetfit.report._format import both
     from wcetfit.wcet.fresh import speed_to_declare
 
     c = check
-    when = "stored by an earlier check" if earlier else "timed now"
+    when = ("stored by an earlier check" if earlier >= c.inputs else
+            f"timed now ({earlier:,} of them stored by an earlier check)" if earlier else
+            "timed now")
+    some = 0 < earlier < c.inputs
     failed = (f" ({len(c.failed_inputs):,} more failed, not timed: below)"
               if c.failed_inputs else "")
     lines = [f"{c.function}: {c.inputs:,} fresh inputs{failed} (seed {c.seed}) × {c.repeats} "
              f"calls {when}, against the bound {both(c.bound_ticks, hz)}"]
     if earlier:
-        lines.append("  those times are of that session's machine, not this one's (a new "
-                     "--seed times new inputs)")
+        lines.append(f"  {'the stored' if some else 'those'} times are of that session's "
+                     f"machine, not this one's (a new --seed times new inputs)")
     own = c.calls - c.interrupted
     left = (f"; {c.interrupted:,} taken for interrupts (far from their input's other calls "
             f"and at least 500 ns above their median, or preempted: over twice their "
@@ -282,7 +295,8 @@ def describe(check: Any, hz: float | None, *, earlier: bool = False,
         if arguments:
             lines.append(f"    arguments {arguments}")
     if c.fresh_speed is not None:
-        lines.append(f"  machine speed: {'that' if earlier else 'this'} run's slowest period "
+        run = "that" if earlier and not some else "this"
+        lines.append(f"  machine speed: {run} run's slowest period "
                      f"×{c.fresh_speed:.2f} its fast end; the bound covers ×{c.bound_speed:.2f}")
     if c.slower_machine:
         lines.append(f"  every call above the bound is below it slowed to ×{c.bound_speed:.2f} "

@@ -1029,3 +1029,20 @@ def test_a_string_copys_length_is_the_destinations_room(tmp_path):
     mod, ffi, text = _module_of_header(tmp_path, header, "mcpy")
     for dst, src, n in _inputs(mod, ffi, "mcpy", n=20):
         assert ffi.sizeof(src) == max(n, 1)
+
+
+def test_a_function_a_header_lacks_is_offered_the_names_within_it(tmp_path):
+    """``--function libdeflate_adler32 --header zlib.h``: the close names offered were
+    deflateSetHeader's kind, where zlib.h's adler32 is the one named within it."""
+    from wcetfit.errors import TargetError
+    from wcetfit.scaffold.header import declaration_from_header
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed: headers are not preprocessed")
+    h = tmp_path / "z.h"
+    h.write_text("unsigned long adler32(unsigned long a, const char *b, unsigned n);\n"
+                 "int deflate(void *strm, int flush);\n"
+                 "int deflateSetHeader(void *strm, void *head);\n")
+    with pytest.raises(TargetError, match=r"declares no function libdeflate_adler32 \(close: "
+                                          r"adler32, deflate"):
+        declaration_from_header(str(h), ["libdeflate_adler32"])

@@ -191,7 +191,14 @@ class _Extractor:
 
         name = next((n for n in names if n in self.functions), None)
         if name is None:
-            close = difflib.get_close_matches(names[0], list(self.functions), n=3)
+            # a name within the one asked for, or the other way round, first: zlib.h's
+            # adler32 for libdeflate_adler32 (difflib offered deflateSetHeader)
+            within = sorted((f for f in self.functions
+                             if len(f) >= 4 and (f in names[0] or names[0] in f)),
+                            key=lambda f: (not (names[0].endswith(f) or f.endswith(names[0])),
+                                           -len(f)))
+            close = list(dict.fromkeys(within + difflib.get_close_matches(
+                names[0], list(self.functions), n=3)))[:3]
             raise TargetError(f"{self.header} declares no function {' or '.join(names)}"
                               + (f" (close: {', '.join(close)})" if close else ""))
         decl = copy.deepcopy(self.ast.ext[self.functions[name]])

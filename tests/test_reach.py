@@ -291,3 +291,20 @@ def test_the_budget_never_interrupts_a_lock_being_taken_or_released():
     with lock:
         in_body = _in_a_context_manager(sys._getframe())
     assert lock.inside and lock.leaving and not in_body
+
+
+def test_paths_angr_stopped_name_the_first_error():
+    """libdeflate's adler32: "2 path(s) stopped by an angr error", and nothing said which
+    (angr lacks MMX's psadbw); the first error is named."""
+    from types import SimpleNamespace
+
+    from wcetfit.static.reach import errored_paths
+
+    class UnsupportedCCallError(Exception):
+        pass
+    errored = [SimpleNamespace(error=UnsupportedCCallError(
+        "Unsupported ccall amd64g_calculate_mmx_psadbw")), SimpleNamespace(error=None)]
+    assert errored_paths(errored) == (
+        "2 path(s) stopped by an angr error (the first: UnsupportedCCallError: Unsupported "
+        "ccall amd64g_calculate_mmx_psadbw)")
+    assert errored_paths([]) == "0 path(s) stopped by an angr error"

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
 from wcetfit.errors import BinaryError
 
@@ -132,6 +132,17 @@ class GroupReach:
     path_counts: tuple[int, ...] | None = None   # angr's counts of ``blocks`` on that path
     note: str = ""
     seconds: float = field(default=0.0, compare=False)
+
+
+def errored_paths(errored: list[Any]) -> str:
+    """The angr errors that stopped paths, in words, the first one named (libdeflate's
+    adler32: "2 path(s) stopped by an angr error", and no word of which, not even with
+    -v: angr lacks MMX's psadbw)."""
+    first = getattr(errored[0], "error", None) if errored else None
+    text = str(first).splitlines()[0][:160] if first is not None and str(first) else ""
+    what = (f" (the first: {type(first).__name__}: {text})" if text else
+            f" (the first: {type(first).__name__})" if first is not None else "")
+    return f"{len(errored)} path(s) stopped by an angr error{what}"
 
 
 def _to_signed(v: int) -> int:
@@ -300,7 +311,7 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
     if left["cut"]:
         why.append(f"{left['cut']} path(s) cut at {MAX_PATH_BLOCKS} blocks")
     if left["errored"]:
-        why.append(f"{left['errored']} path(s) stopped by an angr error")
+        why.append(errored_paths(simgr.errored))
     if left["unconstrained"]:
         why.append(f"{left['unconstrained']} path(s) jumped to a symbolic address")
     if concretised[0]:

@@ -27,7 +27,7 @@ import logging
 import operator
 import os
 import re
-from typing import Iterable
+from typing import Any, Iterable
 
 from wcetfit.errors import TargetError
 from wcetfit.scaffold.declaration import Constant, Documented
@@ -232,27 +232,19 @@ def _macros(dump: str) -> dict[str, tuple[str, str]]:
 
 def _enumerators(ast: object, own: set[str]) -> dict[str, int]:
     """The enumerators of the enums the library's own files define, with their values."""
-    from pycparser import c_ast, c_generator
-
-    from wcetfit.scaffold.header import _tag_nodes
+    from pycparser import c_generator
 
     gen = c_generator.CGenerator()
     out: dict[str, int] = {}
-    for ext in getattr(ast, "ext", ()):
-        coord = getattr(ext, "coord", None)
-        if coord is None or not coord.file or os.path.abspath(coord.file) not in own:
-            continue
-        for node in _tag_nodes(ext):
-            if not isinstance(node, c_ast.Enum) or node.values is None:
+    for _ext, node in _own_enums(ast, own):
+        nxt: int | None = 0
+        for e in node.values.enumerators:
+            value = nxt if e.value is None else evaluate(gen.visit(e.value), out)
+            if value is None:             # later implicit values are unknown too
+                nxt = None
                 continue
-            nxt: int | None = 0
-            for e in node.values.enumerators:
-                value = nxt if e.value is None else evaluate(gen.visit(e.value), out)
-                if value is None:             # later implicit values are unknown too
-                    nxt = None
-                    continue
-                out.setdefault(e.name, value)
-                nxt = value + 1
+            out.setdefault(e.name, value)
+            nxt = value + 1
     return out
 
 
@@ -261,20 +253,28 @@ def _enum_groups(ast: object, own: set[str]) -> dict[str, str]:
     typedef that names an enum without a tag."""
     from pycparser import c_ast
 
+    out: dict[str, str] = {}
+    for ext, node in _own_enums(ast, own):
+        name = node.name or (ext.name if isinstance(ext, c_ast.Typedef) else "") or ""
+        for e in node.values.enumerators:
+            out.setdefault(e.name, name)
+    return out
+
+
+def _own_enums(ast: object, own: set[str]) -> Iterable[tuple[Any, Any]]:
+    """(top-level declaration, enum with values) of the enums the library's own files
+    (``own``) define."""
+    from pycparser import c_ast
+
     from wcetfit.scaffold.header import _tag_nodes
 
-    out: dict[str, str] = {}
     for ext in getattr(ast, "ext", ()):
         coord = getattr(ext, "coord", None)
         if coord is None or not coord.file or os.path.abspath(coord.file) not in own:
             continue
         for node in _tag_nodes(ext):
-            if not isinstance(node, c_ast.Enum) or node.values is None:
-                continue
-            name = node.name or (ext.name if isinstance(ext, c_ast.Typedef) else "") or ""
-            for e in node.values.enumerators:
-                out.setdefault(e.name, name)
-    return out
+            if isinstance(node, c_ast.Enum) and node.values is not None:
+                yield ext, node
 
 
 def _expand_and_evaluate(source: str, header: str, macros: dict[str, str],

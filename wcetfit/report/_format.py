@@ -217,7 +217,8 @@ def misfit_scope_note(w, tsc_hz: float | None, *, short: bool = False) -> str | 
             f"{int(sc['far_inputs'])} inputs predicted and measured below it missed more, "
             f"up to ×{sc['far_misfit']:.2f} ({input_label(int(sc['far_input']))}: the upper "
             f"quartile of its calls {sc['far_ticks']:,.0f} ticks against "
-            f"{sc['far_predicted_ticks']:,.0f} predicted), costs the block counts do not see on their paths, taken not to "
+            f"{sc['far_predicted_ticks']:,.0f} predicted), costs the block counts do not "
+            f"see on their paths, taken not to "
             f"reach the worst path (observed, not proven; [wcet] misfit = \"all\" takes them"
             + (f": a bound of {both(alternative, tsc_hz)}" if alternative else "") + ")")
 

@@ -460,8 +460,9 @@ def not_interrupted(summary: Any, ticks: Any, tsc_hz: float | None) -> Any:
 # 2.94 → 3.12 (a short input's calls of 972–2,457 ticks, predicted 712: its level is a
 # larger share of the worst path than its mean), uncompress 2.31 → 2.34, the others
 # within 1 % (at 1e-3, bsearch 4.71 → 5.27: calls of ~350 ticks read in steps of 26,
-# whose quartile lies half a step above their mean); every call of 2,000 fresh inputs below the bound as before (fir: the same
-# 45 calls of a slower machine period, covered at the training's speed).  The median
+# whose quartile lies half a step above their mean); every call of 2,000 fresh inputs
+# below the bound as before (fir: the same 45 calls of a slower machine period, covered
+# at the training's speed).  The median
 # (isort 2.63) and the 90th percentile (the second slowest of ten calls: the call factor
 # then rests on one call per input) were the alternatives measured.
 LEVEL_QUANTILE = 0.75

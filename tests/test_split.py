@@ -767,7 +767,7 @@ def test_split_auto_runs_on_a_system_library(tmp_path):
 
 def test_a_mapping_the_kernel_split_is_the_same_code():
     """/proc/self/maps lines of one file and permissions that meet are one mapping."""
-    from wcetfit.isolate import _merged_code
+    from wcetfit.isolate import _code_lost, _merged_code
 
     one = _merged_code([("r-xp", "/lib/a.so", 0x1000, 0xd000)])
     split = _merged_code([("r-xp", "/lib/a.so", 0x1000, 0x5000),
@@ -776,4 +776,10 @@ def test_a_mapping_the_kernel_split_is_the_same_code():
     assert one == split == frozenset({"1000-d000 r-xp /lib/a.so"})
     gone = _merged_code([("r-xp", "/lib/a.so", 0x1000, 0x5000),
                          ("r-xp", "/lib/a.so", 0x6000, 0xd000)])
-    assert one - gone                            # a page unmapped is still seen
+    assert _code_lost(one, gone) == ["1000-d000 r-xp /lib/a.so"]   # a page unmapped is seen
+    assert _code_lost(one, split) == []
+    # code mapped next to code of the same kind merges with it: nothing of the old is lost
+    # (anonymous executable memory, a probe's stub beside the copy's code)
+    anon = _merged_code([("r-xp", "", 0x20000, 0x21000)])
+    grown = _merged_code([("r-xp", "", 0x20000, 0x21000), ("r-xp", "", 0x21000, 0x22000)])
+    assert grown == frozenset({"20000-22000 r-xp"}) and _code_lost(anon, grown) == []

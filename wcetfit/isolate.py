@@ -261,6 +261,27 @@ def _merged_code(spans: list[tuple[str, str, int, int]]) -> frozenset[str]:
     return frozenset(f"{lo:x}-{hi:x} {perms} {path}".rstrip() for perms, path, lo, hi in out)
 
 
+def _code_lost(before: frozenset[str], after: frozenset[str]) -> list[str]:
+    """The executable mappings of ``before`` that ``after`` no longer covers (same file
+    and permissions, the range within one of its merged mappings): a mapping made next to
+    another of the same kind merges with it, and is no code lost."""
+    def parse(line: str) -> tuple[str, int, int]:
+        span, _, rest = line.partition(" ")
+        lo, _, hi = span.partition("-")
+        return rest, int(lo, 16), int(hi, 16)
+
+    now: dict[str, list[tuple[int, int]]] = {}
+    for line in after:
+        kind, lo, hi = parse(line)
+        now.setdefault(kind, []).append((lo, hi))
+    lost = []
+    for line in before:
+        kind, lo, hi = parse(line)
+        if not any(a <= lo and hi <= b for a, b in now.get(kind, ())):
+            lost.append(line)
+    return lost
+
+
 def _what_changed(before: tuple[int, frozenset[str], frozenset[int]],
                   after: tuple[int, frozenset[str], frozenset[int]]) -> tuple[str, str] | None:
     if after[0] > before[0]:
@@ -271,7 +292,7 @@ def _what_changed(before: tuple[int, frozenset[str], frozenset[int]],
         return "fork", (f"the call started {len(new_children)} child process(es) still "
                         "running or unreaped (pid " + ", ".join(map(str, sorted(new_children)))
                         + ")")
-    lost = before[1] - after[1]
+    lost = _code_lost(before[1], after[1])
     if lost:
         return "code", ("the call changed or unmapped executable memory (" +
                         "; ".join(sorted(lost)[:2]) + "): later calls would not run the "

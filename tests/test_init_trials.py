@@ -191,6 +191,9 @@ def test_whole_range_note_spares_checksums(gcc, tmp_path):
     """, "upd"))
     assert [n.split(":")[0] for n in text.notes] == ["factor"]
     assert "over its whole range (-2**31..2**31 - 1)" in text.notes[0]
+    # nor a comment asking to narrow them (libdeflate's running crc was asked to)
+    crc = next(ln for ln in text.text.splitlines() if ln.strip().startswith("crc = "))
+    assert "narrow" not in crc and "any value, a checksum, hash or seed" in crc
 
 
 def test_a_64_bit_integer_drawn_over_32_bits_is_said_so(gcc, tmp_path):

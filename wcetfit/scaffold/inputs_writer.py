@@ -663,6 +663,10 @@ class _Writer:
                 if within is not None:
                     return [within]
             expr, comment = self.scalar(t)
+            if _is_int(t) and _ANY_BITS.search(p.name):
+                # (libdeflate's running crc was told to be narrowed, which nothing narrows)
+                comment = (f"{t.cname}: any value, a checksum, hash or seed by its name "
+                           f"(a running one: the value of an earlier call)")
             if _is_int(t) and not _ANY_BITS.search(p.name):
                 # an integer drawn over its type's whole range is the guess most likely
                 # to be wrong (bzip2's workFactor takes 0..250: 91 of 100 calls were

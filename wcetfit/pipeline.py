@@ -18,6 +18,9 @@ from wcetfit.target import Target, load_target
 
 log = logging.getLogger(__name__)
 
+# wcet_stage's ``searched`` when the caller did not read them: read from the store
+_STORED = object()
+
 
 @dataclass(frozen=True)
 class Session:
@@ -314,8 +317,11 @@ def activation_step(session: Session, root: str, progress: Progress | None = Non
         return (f"per-activation timing failed ({exc}); the fit uses whole calls only")
 
 
-def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
+def wcet_stage(session: Session, root: str, system: Any, fit: Any,
+               searched: Any = _STORED) -> Any:
     """The IPET bound, or the WcetError that prevented it (shown in the report).
+    ``searched``: the store's searched rows of ``root`` (their adopted calls hold the
+    bound above them), read from the store unless given (None: there are none).
 
     A function the model reaches but the counts do not hold (it ran uncounted) has no
     costs: the bound is refused, unless every block calling it no input ran and
@@ -392,7 +398,9 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
     p = session.target.exceedance
     options = dict(misfit_scope=session.target.misfit,
                    machine_speed=session.target.machine_speed,
-                   adopted_calls=_adopted_calls(session, root, system))
+                   adopted_calls=_adopted_calls(
+                       _search_rows(session, root) if searched is _STORED else searched,
+                       system))
     d = call_dispersion(system, fit, exceedance=p, point=result.bound_ticks, **options)
     curve = exceedance_curve(system, fit, point=result.bound_ticks,
                              exceedances=CURVE_EXCEEDANCES + (p,), **options)
@@ -404,13 +412,17 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any) -> Any:
                    machine_speed_declared=d.declared_speed)
 
 
-def _adopted_calls(session: Session, root: str, system: Any) -> tuple[Any, ...]:
-    """The calls checks timed above the bound, of the inputs ``check --adopt`` made rows
-    of the system (wcetfit.search.store.AdoptedCall)."""
+def _search_rows(session: Session, root: str) -> Any:
+    """The store's searched (and adopted) rows of ``root``, or None."""
     from wcetfit.search.store import load_search_rows
 
-    rows = load_search_rows(session.store, root, session.target.measure.seed,
+    return load_search_rows(session.store, root, session.target.measure.seed,
                             warmup=session.target.measure.warmup)
+
+
+def _adopted_calls(rows: Any, system: Any) -> tuple[Any, ...]:
+    """The calls checks timed above the bound, of the inputs ``check --adopt`` made rows
+    (``rows``: the searched rows) of the system (wcetfit.search.store.AdoptedCall)."""
     if rows is None or not rows.adopted_calls:
         return ()
     present = {int(i) for i in list(system.indices)}
@@ -427,7 +439,8 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
     from wcetfit.report import build_report
 
     system, fit = fit_stage(session, root, counts, times)
-    wcet = wcet_stage(session, root, system, fit)
+    searched = _search_rows(session, root)
+    wcet = wcet_stage(session, root, system, fit, searched)
     changed = state_changed(root, times)
     if changed is not None:
         # the counts and the times are of different paths: no bound from them
@@ -435,10 +448,6 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
         log.warning("%s: no WCET bound: %s", root, changed)
         wcet = WcetError(changed)
     functions = session.functions_of(root)
-    from wcetfit.search.store import load_search_rows
-
-    searched = load_search_rows(session.store, root, session.target.measure.seed,
-                                warmup=session.target.measure.warmup)
     sequences = dict(zip(searched.indices.tolist(), searched.sequences)) if searched else {}
 
     from wcetfit.search.witness import REACH_BASE, describe_reached, load_reach_rows

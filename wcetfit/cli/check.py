@@ -199,6 +199,8 @@ def _time_and_check(args: argparse.Namespace, seed: int,
     """Time the fresh inputs (stored under their seed) and check each function's calls;
     also the functions whose fresh times were already stored (timed in an earlier run),
     and each function's failed fresh inputs, described."""
+    import numpy as np
+
     from wcetfit.cli.progress import progress_bars
     from wcetfit.measurements import load_times
     from wcetfit.pipeline import open_session
@@ -212,8 +214,6 @@ def _time_and_check(args: argparse.Namespace, seed: int,
     # how many of the fresh inputs each function had timed in an earlier run (a check of
     # the same seed with more --inputs times the rest now: "500 … stored by an earlier
     # check" where 300 were timed in this one)
-    import numpy as np
-
     earlier: dict[str, int] = {}
     for root in bounds:
         old = load_times(fs.store, root, seed, method, m.repeats, warmup=m.warmup)

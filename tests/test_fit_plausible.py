@@ -265,3 +265,22 @@ def test_far_more_calls_set_aside_than_interrupts_explain_is_said():
     from wcetfit.fit import checks
     from wcetfit.wcet.dispersion import MIN_INTERRUPT_NS
     assert checks._MIN_INTERRUPT_NS == MIN_INTERRUPT_NS
+
+
+def test_preemptions_are_not_counted_as_calls_set_aside():
+    """A scheduler slice is no call of the function's (the bound's PREEMPTION_NS rule):
+    a busy machine that preempted many calls must not read as the function's own second
+    mode."""
+    from wcetfit.fit import checks
+    from wcetfit.fit.checks import interrupts_beyond_rate
+    from wcetfit.fit.robust import summarize_repeats
+    from wcetfit.wcet.dispersion import PREEMPTION_NS
+
+    assert checks._PREEMPTION_NS == PREEMPTION_NS
+    hz = 2.596e9
+    rng = np.random.default_rng(6)
+    base = rng.uniform(15_000, 25_000, 500)[:, None] * (1 + rng.normal(0, 0.003, (500, 10)))
+    sliced = base.copy()
+    sliced.flat[rng.choice(sliced.size, 200, replace=False)] += 4e-3 * hz   # 4 ms slices
+    keep = summarize_repeats(sliced, quantum=26.0).keep
+    assert interrupts_beyond_rate(sliced, keep, hz) is None

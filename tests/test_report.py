@@ -1453,3 +1453,30 @@ def test_a_bound_that_is_mostly_its_margin_says_so_under_the_headline(built):
     assert "Mostly uncertainty: the 95% margin is 21.7× the worst path's predicted time" \
         in headline(21.7 * point)
     assert "Mostly uncertainty" not in headline(0.5 * point)
+
+
+def test_calls_taken_for_interrupts_beyond_the_rate_are_what_the_bound_rests_on(built):
+    """libpcre2's pcre2_match: 136 of 2,200 calls were taken for interrupts where
+    interrupts explain about 12, said only in a warning of the fit, while the bound left
+    them out.  The report lists it among what the bound rests on, and the headline says
+    when some of them are above the bound."""
+    from dataclasses import replace
+
+    *_, report = built
+    f = report.functions[0]
+
+    def text(**aside):
+        return " ".join(summary.to_text(replace(report, functions=(replace(
+            f, wcet=replace(f.wcet, set_aside=aside)),)
+            + tuple(report.functions[1:]))).split())
+
+    base = dict(calls=2200, interrupted=136, preempted=0, expected=11.7, rate_hz=1000.0,
+                slowest_ticks=413374.0, slowest_input=104)
+    below = text(**base, beyond_rate=True, above_bound=0)
+    assert "136 of 2,200 timed calls (6.2%) taken for interrupts and left out" in below
+    assert "Not above every call measured" not in below
+    above = text(**base, beyond_rate=True, above_bound=2)
+    assert "Not above every call measured: 2 of the calls taken for interrupts" in above
+    assert "2 of them above the bound" in above
+    within = text(**dict(base, interrupted=12), beyond_rate=False, above_bound=2)
+    assert "taken for interrupts" not in within

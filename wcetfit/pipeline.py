@@ -404,12 +404,17 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any,
     d = call_dispersion(system, fit, exceedance=p, point=result.bound_ticks, **options)
     curve = exceedance_curve(system, fit, point=result.bound_ticks,
                              exceedances=CURVE_EXCEEDANCES + (p,), **options)
-    return replace(result, dispersion=d.excess, dispersion_factors=d.to_dict(), exceedance=p,
-                   exceedance_curve=curve, dispersion_calls=d.calls,
-                   dispersion_driver=dict(d.driver), slowest_call=dict(d.slowest_call),
-                   misfit_scope=d.scope.to_dict() if d.scope else {},
-                   call_growth=d.call_growth, machine_speed_measured=d.measured_speed,
-                   machine_speed_declared=d.declared_speed)
+    result = replace(result, dispersion=d.excess, dispersion_factors=d.to_dict(),
+                     exceedance=p, exceedance_curve=curve, dispersion_calls=d.calls,
+                     dispersion_driver=dict(d.driver), slowest_call=dict(d.slowest_call),
+                     misfit_scope=d.scope.to_dict() if d.scope else {},
+                     call_growth=d.call_growth, machine_speed_measured=d.measured_speed,
+                     machine_speed_declared=d.declared_speed)
+    from wcetfit.wcet.set_aside import set_aside_of
+    aside = set_aside_of(system, fit)
+    if aside is None:
+        return result
+    return replace(result, set_aside=aside.to_dict(result.upper_ticks))
 
 
 def _search_rows(session: Session, root: str) -> Any:

@@ -250,6 +250,16 @@ INTERRUPT_RATE_HZ = 1000.0
 # not imported: the fit comes before the bound): a call less than this above its input's
 # median is the function's own time whatever the repeat rule says.
 _MIN_INTERRUPT_NS = 500.0
+# and its preemption rule (wcetfit.wcet.dispersion.PREEMPTION_NS): a call more than twice
+# its input's fastest and this far above it was a scheduler slice, not counted here
+_PREEMPTION_NS = 100_000.0
+
+
+def beyond_interrupt_rate(seen: int, expected: float) -> bool:
+    """Whether ``seen`` calls set aside as interrupted are far more than the ``expected``
+    interrupts (a Poisson count): over three times the expected count and ten more is not
+    chance."""
+    return seen > 3.0 * expected + 10
 
 
 def interrupts_beyond_rate(ticks: Any, keep: Any, tsc_hz: float | None,
@@ -273,12 +283,16 @@ def interrupts_beyond_rate(ticks: Any, keep: Any, tsc_hz: float | None,
     timed = np.isfinite(t)
     with np.errstate(invalid="ignore"):
         excess = t - np.nanmedian(t, axis=1)[:, None]
-        aside = timed & ~np.asarray(keep, dtype=bool) & (excess >= _MIN_INTERRUPT_NS * 1e-9
-                                                        * float(tsc_hz))
-    seconds = float(np.nansum(np.where(timed, t, 0.0))) / float(tsc_hz)
+        fastest = np.min(np.where(timed, t, np.inf), axis=1)[:, None]
+        # a scheduler slice is no call of the function's (the bound's rule, below)
+        preempted = timed & (t - fastest >= _PREEMPTION_NS * 1e-9 * float(tsc_hz)) \
+            & (t - fastest > fastest)
+        aside = timed & ~np.asarray(keep, dtype=bool) & ~preempted & (
+            excess >= _MIN_INTERRUPT_NS * 1e-9 * float(tsc_hz))
+    seconds = float(np.nansum(np.where(timed & ~preempted, t, 0.0))) / float(tsc_hz)
     expected = seconds * rate_hz
     seen = int(aside.sum())
-    if seen <= 3.0 * expected + 10:
+    if not beyond_interrupt_rate(seen, expected):
         return None
     share = seen / max(1, int(timed.sum()))
     typical = float(np.median((t / np.nanmedian(t, axis=1)[:, None])[aside]))

@@ -193,6 +193,9 @@ class WcetSummary:
     # fact they contradict; wcetfit.wcet.result.BrokenInputs): the bound is only for the
     # calls that keep them (root only)
     broken_inputs: Any = None
+    # the timed calls taken for interrupts and left out of the bound, against the interrupts
+    # that can explain them (wcetfit.wcet.result.WcetResult.set_aside; root only)
+    set_aside: Mapping[str, Any] = field(default_factory=dict)
 
     def width(self) -> Any:
         """Where bound ÷ slowest input comes from (wcetfit.wcet.bracket.BracketWidth), or
@@ -774,6 +777,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         exceedance_curve=wres.bound_at_exceedances() if (ires and is_root) else (),
         dispersion_calls=wres.dispersion_calls if (ires and is_root) else None,
         broken_inputs=ires.broken_inputs if (ires and is_root) else None,
+        set_aside=dict(getattr(wres, "set_aside", {}) or {}) if (ires and is_root) else {},
         envelopes=tuple(wres.envelopes) if (ires and is_root) else (),
         relations=tuple(getattr(wres, "relations", ())) if (ires and is_root) else (),
         # the root's point is the whole bound's: callees bounded over all their

@@ -457,3 +457,27 @@ def factor(v: float) -> str:
     an input's prediction printed as ×0.02, and the printed factors multiplied to 1.43
     against a stated 1.19)."""
     return f"{v:.2f}" if abs(v) >= 0.1 else f"{v:.2g}"
+
+
+def set_aside_note(w, tsc_hz: float | None, *, short: bool = False) -> str | None:  # type: ignore[no-untyped-def]
+    """What the bound rests on when far more calls were taken for interrupts than
+    interrupts explain (wcetfit.wcet.set_aside): that they were interrupts, with how many
+    of them are above the bound; None when interrupts explain the calls left out."""
+    a = getattr(w, "set_aside", None) or {}
+    if not a.get("beyond_rate"):
+        return None
+    n, calls, expected = int(a["interrupted"]), int(a["calls"]), float(a["expected"])
+    above = int(a.get("above_bound", 0))
+    if short:
+        return (f"{n:,} calls taken for interrupts, left out (interrupts explain "
+                f"≈{expected:,.0f}" + (f"; {above:,} above the bound" if above else "") + ")")
+    slowest = (f"{input_label(int(a['slowest_input']))}, {both(a['slowest_ticks'], tsc_hz)}"
+               if a.get("slowest_ticks") is not None and a.get("slowest_input") is not None
+               else None)
+    where = (f"{above:,} of them above the bound (the slowest: {slowest})" if above
+             else f"all below the bound (the slowest: {slowest})" if slowest else "")
+    return (f"{n:,} of {calls:,} timed calls ({n / max(1, calls):.1%}) taken for "
+            f"interrupts and left out (at least 500 ns above their input's median), where "
+            f"interrupts at up to {float(a['rate_hz']):,.0f} per second explain about "
+            f"{expected:,.0f}: most are the function's own slower calls"
+            + (f"; {where}" if where else "") + " (time again on a quiet machine)")

@@ -105,6 +105,12 @@ or, where it is slower, a call ``wcetfit check --seed`` timed above an earlier b
 input ``--adopt`` made a row (``check``: that seed and the input's number there; its ticks
 at the bound's machine speed), which the bound stays above as well;
 ``max_observed_raw_ticks`` is the slowest call of all, interrupts included.
+``interrupts_left_out`` counts the timed calls the bound took for interrupts
+(``interrupted``; ``preempted`` apart) against ``expected``, the interrupts that land in
+calls this long at ``rate_hz``; ``beyond_rate``: far more than that, so most were the
+function's own slower calls, and the bound rests on their being interrupts;
+``above_bound``: how many of them are above the bound (``slowest_ticks``/``slowest_ns``,
+``slowest_input``: the slowest of them); null without a TSC rate.
 ``ipet_ticks`` is null for a callee whose blocks the inputs did not separate from its
 callers' (``no_bound_of_its_own``: its time is counted in theirs; its own sum would read 0).
 ``max_predicted_measured_ticks`` is the input predicted slowest as measured (the median of
@@ -269,6 +275,8 @@ def _function(fr: FunctionReport, hz: float | None,
                                     if w.slowest_call_check else None)}
                          if w.slowest_call_ticks is not None
                          and w.slowest_call_number is not None else None),
+        "interrupts_left_out": (dict(w.set_aside, slowest_ns=_ns(w.set_aside.get(
+            "slowest_ticks"), hz)) if w.set_aside else None),
         "max_observed_raw_ticks": _f(w.max_observed_raw_ticks),
         "max_observed_raw_ns": _ns(w.max_observed_raw_ticks, hz),
         "max_predicted_ticks": _f(w.max_predicted_ticks),

@@ -268,6 +268,13 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
                            f"{w.margin_ticks / w.point_ticks:.1f}× the worst path's predicted "
                            f"time, whose costs the inputs determine poorly (see the "
                            f"warnings)", indent="    ", style="bold")
+        above = int((w.set_aside or {}).get("above_bound", 0))
+        if above and (w.set_aside or {}).get("beyond_rate"):
+            # calls left out as interrupts where interrupts cannot explain that many: the
+            # headline must not read as above every call measured
+            _line(console, f"Not above every call measured: {above:,} of the calls taken for "
+                           f"interrupts are above it, where interrupts explain few of them "
+                           f"(see what the bound rests on)", indent="    ", style="bold")
         if fr.inputs_one_path:
             # (expat's XML_Parse with init's NULL parser: every input returned at the first
             # check, and the headline read as the function's bound)
@@ -490,6 +497,9 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
     scope = F.misfit_scope_note(w, report.tsc_hz, short=short)
     if scope:
         out.append(scope)
+    aside = F.set_aside_note(w, report.tsc_hz, short=short)
+    if aside:
+        out.append(aside)
     # (wcetfit.wcet.analyze's note on the [loops] facts of single call sites)
     site = [x.message for x in (*report.warnings, *fr.warnings)
             if "loop bound(s) given per call site in [loops]" in x.message]

@@ -430,8 +430,17 @@ def not_interrupted(summary: Any, ticks: Any, tsc_hz: float | None) -> Any:
     those it flags whose excess over the input's median is below :data:`MIN_INTERRUPT_NS`
     (all it flags when the TSC rate is unknown); never a call more than twice its input's
     fastest and :data:`PREEMPTION_NS` above it."""
+    own, _ = interrupt_masks(summary, ticks, tsc_hz)
+    return own
+
+
+def interrupt_masks(summary: Any, ticks: Any, tsc_hz: float | None) -> tuple[Any, Any]:
+    """(own, preempted) [input, repeat]: the calls that are the function's own time
+    (:func:`not_interrupted`) and those taken for a preemption (:data:`PREEMPTION_NS`);
+    a timed call in neither was taken for an interrupt."""
     if not tsc_hz:
-        return summary.keep
+        keep = np.asarray(summary.keep, dtype=bool)
+        return keep, np.zeros_like(keep)
     t = np.asarray(ticks, dtype=float)
     hz = float(tsc_hz)
     with np.errstate(invalid="ignore"):
@@ -440,7 +449,7 @@ def not_interrupted(summary: Any, ticks: Any, tsc_hz: float | None) -> Any:
         fastest = np.min(np.where(np.isfinite(t), t, np.inf), axis=1)[:, None]
         over = t - fastest
         preempted = np.isfinite(t) & (over >= PREEMPTION_NS * 1e-9 * hz) & (over > fastest)
-    return (summary.keep | cheap) & ~preempted
+    return (summary.keep | cheap) & ~preempted, preempted
 
 
 # An input's level, the time its calls' excess is taken over and its misfit measured from:

@@ -264,6 +264,10 @@ class WcetResult:
     # keep to the code the inputs ran
     unreached: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     unreached_policy: str = "observed"
+    # the timed calls taken for interrupts and left out of the bound, against the interrupts
+    # that can explain them (wcetfit.wcet.set_aside.SetAside.to_dict: calls, interrupted,
+    # preempted, expected, rate_hz, beyond_rate, slowest_ticks, slowest_input, above_bound)
+    set_aside: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def upper_ticks(self) -> float:

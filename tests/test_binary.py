@@ -552,3 +552,24 @@ def test_relative_jump_table_with_hoisted_base(tmp_path):
     assert list(jt.targets) == [jt.table_address + v for v in vals]
     assert all(t in insns for t in jt.targets)
     assert {d for s, d in fn.edges if s == jt.block} == set(jt.targets)
+
+
+def test_callees_model_warnings_are_one_line_the_roots_each_their_own(caplog):
+    """libc's fnmatch printed ten warnings about calloc, malloc_trim and stdio internals it
+    can reach, and a user could not tell whether they mattered: the requested function's
+    are said one by one, the callees' in one line that names them (each still at info)."""
+    import logging
+    from types import SimpleNamespace
+
+    models = {"root": SimpleNamespace(name="root", warnings=("root: unresolved jump",)),
+              **{f"c{i}": SimpleNamespace(name=f"c{i}", warnings=(f"c{i}: falls through",))
+                 for i in range(8)},
+              "quiet": SimpleNamespace(name="quiet", warnings=())}
+    with caplog.at_level(logging.INFO, logger="wcetfit.static.binary"):
+        binary._log_model_warnings(models, {"root"})
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned[0] == "root: unresolved jump"
+    assert len(warned) == 2 and warned[1].startswith("8 callee(s) have warnings"), warned
+    assert "(c0, c1, c2, c3, c4, c5 …)" in warned[1] and "quiet" not in warned[1]
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert "c7: falls through" in infos

@@ -1480,3 +1480,42 @@ def test_calls_taken_for_interrupts_beyond_the_rate_are_what_the_bound_rests_on(
     assert "2 of them above the bound" in above
     within = text(**dict(base, interrupted=12), beyond_rate=False, above_bound=2)
     assert "taken for interrupts" not in within
+
+
+def test_a_large_groups_cells_are_cut_to_a_screen_and_keep_their_value():
+    """libpcre2's pcre2_match (--function): a group of 276 blocks whose combination had as
+    many terms, and 262 groups of one unexecuted block each, made the groups table 1,900
+    of 2,065 lines.  The cell names the first blocks and terms and how many more, the
+    combination keeps its value, and the unexecuted blocks are one row."""
+    from types import SimpleNamespace
+
+    from wcetfit.report import _format as F
+    from wcetfit.report.text import _groups
+
+    names = [f"f+{i:#x}" for i in range(100)]
+    assert F.first_names(names[:24]) == ", ".join(names[:24])
+    cut = F.first_names(names)
+    assert cut.endswith("f+0x17 … and 76 more (--json lists them)"), cut
+    terms = " + ".join(f"2.5·0x{i:05x}" for i in range(200))
+    text = "ε + " + terms + " = 76829.8 ± 176548 ticks (29594.3 ± 68005 ns)"
+    short = F.first_terms(text)
+    assert len(short) < 700 and short.endswith(
+        "more terms) = 76829.8 ± 176548 ticks (29594.3 ± 68005 ns)"), short
+    shown = short.count("·")
+    assert f"({200 - shown:,} more terms)" in short, short
+    assert F.first_terms("0x1 + 0x2 = 3 ticks") == "0x1 + 0x2 = 3 ticks"
+
+    def group(gid, kind, blocks, combinations=()):
+        return SimpleNamespace(id=gid, kind=kind, blocks=tuple(blocks),
+                               combinations=tuple(combinations), share=0.0,
+                               share_estimable=False, advice="add inputs that reach it")
+
+    groups = (group(0, "overhead", range(0x100, 0x100 + 30), [text]),
+              *(group(10 + i, "unexecuted", [0x900 + i]) for i in range(40)))
+    fr = SimpleNamespace(name="f", groups=groups, blocks=(),
+                         key=lambda a: f"f+{a:#x}")
+    table = _groups(fr, {})
+    assert table.row_count == 2
+    cells = [str(c) for col in table.columns for c in col._cells]
+    assert "40 groups" in cells and "unexecuted" in cells
+    assert any("and 16 more (--json lists them)" in c for c in cells), cells

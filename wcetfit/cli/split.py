@@ -22,6 +22,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "first and stored.")
     p.add_argument("target", metavar="TARGET_DIR", help="folder holding wcetfit.toml")
     p.add_argument("--function", help="measured function (default: the target's first)")
+    p.add_argument("--inputs", type=int, metavar="N",
+                   help="number of generated inputs (default: those of the stored timing "
+                        "run, as `wcetfit analyze --inputs N` measured them; without one, "
+                        "[measure] inputs)")
     p.add_argument("--seed", type=int, metavar="S",
                    help="seed of the inputs (default: [measure] seed)")
     p.add_argument("--repeats", type=int, metavar="R",
@@ -65,11 +69,20 @@ def run(args: argparse.Namespace) -> int:
     check_output_path(args.json)
     out: TextIO = sys.stdout if args.json != "-" else sys.stderr
     t_start = time.monotonic()
-    s = open_session(args.target, seed=args.seed, repeats=args.repeats)
+    s = open_session(args.target, seed=args.seed, repeats=args.repeats, inputs=args.inputs)
     function = args.function or s.target.functions[0]
     if function not in s.roots:
         raise WcetfitError(f"{function} is not a measured function of {args.target} "
                            f"(measured: {', '.join(s.roots)})")
+    if args.inputs is None:
+        # the inputs the analysis was made with: after `analyze --inputs 200` on a target
+        # of 500, the count run with traces counted 500 inputs, 300 of them never timed
+        stored = R.stored_generated_inputs(s, function)
+        if stored and stored != s.target.measure.inputs:
+            out.write(f"{function}: splitting the {stored} inputs of the stored timing run "
+                      f"(wcetfit.toml's [measure] inputs = {s.target.measure.inputs}; "
+                      f"--inputs N chooses)\n")
+            s = R.with_inputs(s, stored)
 
     if args.drop is not None:
         ok = RD.drop_round(s.store, args.drop)

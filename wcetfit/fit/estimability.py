@@ -131,6 +131,19 @@ class Analysis:
         return bool(np.linalg.norm(self.V0.T @ cs) <= max(tol, np.sqrt(self.q_tol)) * nrm)
 
 
+# Beyond this uncertainty of the null space's projector, which block costs the inputs
+# determine apart is decided with this tolerance (and said: ill_conditioned_note).
+MAX_NULL_SPACE_UNCERTAINTY = 1e-3
+
+
+def ill_conditioned_note(uncertainty: float) -> str:
+    """What an analysis whose null space is uncertain to ``uncertainty`` means."""
+    return (f"the inputs' block counts are nearly dependent (the count matrix is "
+            f"ill-conditioned, to {uncertainty:.1g}): which block costs the inputs determine "
+            f"apart is decided with a tolerance, and inputs that vary the counts more would "
+            f"make it sure")
+
+
 def analyze(gram: np.ndarray, noise_ratio: float = 0.0,
             eig: tuple[np.ndarray, np.ndarray] | None = None, *,
             quiet: bool = False) -> Analysis:
@@ -174,13 +187,9 @@ def analyze(gram: np.ndarray, noise_ratio: float = 0.0,
     else:
         q_tol = 1e-10
     uncertainty = q_tol
-    if q_tol > 1e-3:
-        (log.debug if quiet else log.warning)(
-            "the inputs' block counts are nearly dependent (the count matrix is "
-            "ill-conditioned, to %.1g): which block costs the inputs determine apart is "
-            "decided with a tolerance, and inputs that vary the counts more would make it "
-            "sure", q_tol)
-        q_tol = 1e-3
+    if q_tol > MAX_NULL_SPACE_UNCERTAINTY:
+        (log.debug if quiet else log.warning)("%s", ill_conditioned_note(q_tol))
+        q_tol = MAX_NULL_SPACE_UNCERTAINTY
     qd = np.diag(Q)
     estimable = qd <= q_tol
     idx = np.flatnonzero(~estimable)

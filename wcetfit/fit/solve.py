@@ -228,7 +228,9 @@ class _Fitter:
             raise FitError("every row was rejected")
         # noise level for the rank tolerance: residuals of the last rejection round when it
         # settled (its fit was on exactly these rows), else of a preliminary solution
-        an0 = est.analyze(Gr, 0.0)
+        # (quiet: said once below, among the fit's warnings that the report lists; logged
+        # at WARNING it was printed on stderr above every report of the stored analysis)
+        an0 = est.analyze(Gr, 0.0, quiet=True)
         last = getattr(self, "_last_pred", None)
         if last is not None and last[0].size == self.has.sum() and \
                 np.array_equal(last[2], self.w > 0):
@@ -242,7 +244,9 @@ class _Fitter:
         s_rob = robust.MAD_TO_SIGMA * float(np.median(np.abs(rk - np.median(rk))))
         ynorm = float(np.sqrt(np.sum(wk * self.y[kept] ** 2)))
         noise_ratio = s_rob / ynorm if ynorm > 0 else 0.0
-        an = est.analyze(Gr, noise_ratio, eig=an0.eig)
+        an = est.analyze(Gr, noise_ratio, eig=an0.eig, quiet=True)
+        if an0.null_space_uncertainty > est.MAX_NULL_SPACE_UNCERTAINTY:
+            self._warn(est.ill_conditioned_note(an0.null_space_uncertainty))
         if an.rank < an0.rank:
             log.info("noise-level tolerance dropped %d weak direction(s)", an0.rank - an.rank)
             self._warn(f"{an0.rank - an.rank} combination(s) of block counts vary too little "

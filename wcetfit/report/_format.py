@@ -168,6 +168,37 @@ def first_lines(lines, most: int = CELL_LINES) -> str:  # type: ignore[no-untype
     return "\n".join(lines[:most] + [f"… {len(lines) - most:,} more (--json lists them)"])
 
 
+# The blocks a table cell names and the characters of one combination it shows (libpcre2's
+# pcre2_match: a group of 276 blocks whose one combination had as many terms made its
+# table 1,100 lines of --function's 2,065); the JSON report has them all.
+CELL_NAMES = 24
+CELL_TERMS_CHARS = 600
+
+
+def first_names(names, most: int = CELL_NAMES) -> str:  # type: ignore[no-untyped-def]
+    """``names`` joined by commas, the first ``most`` and how many more."""
+    names = list(names)
+    if len(names) <= most:
+        return ", ".join(names)
+    return ", ".join(names[:most]) + f" … and {len(names) - most:,} more (--json lists them)"
+
+
+def first_terms(text: str, most: int = CELL_TERMS_CHARS) -> str:
+    """A combination's text to its last whole term within ``most`` characters, and how
+    many terms more."""
+    if len(text) <= most:
+        return text
+    # the value after the last " = " stays whole: it is what the combination says
+    eq = text.rfind(" = ")
+    lhs, value = (text[:eq], text[eq:]) if eq > 0 else (text, "")
+    cut = max(lhs.rfind(" + ", 0, most), lhs.rfind(" − ", 0, most))
+    if cut <= 0:
+        return text
+    rest = lhs[cut:]
+    more = rest.count(" + ") + rest.count(" − ")
+    return lhs[:cut] + f" … ({more:,} more terms)" + value
+
+
 def curve_levels(w) -> tuple:  # type: ignore[no-untyped-def]
     """The bound at each exceedance of the curve, as the full tables list them: none when
     the single-call factors are not extrapolated (every level would be the same largest

@@ -117,6 +117,30 @@ MISSING_TRACES = "traces"   # no count set with block traces (`wcetfit analyze` 
 MISSING_TIMES = "times"     # no whole-call times for the target's method and repeats
 
 
+def stored_generated_inputs(session: Any, function: str) -> int | None:
+    """How many generated inputs the stored timing run of ``function`` holds (at the
+    target's seed, repeats and timing method), None when there is none."""
+    from wcetfit.measurements import load_times
+    from wcetfit.search.candidates import SEARCH_BASE
+    from wcetfit.timing.run import resolve_method
+
+    m = session.target.measure
+    method, _why = resolve_method(session.target)
+    ts = load_times(session.store, function, m.seed, method, m.repeats, warmup=m.warmup)
+    if ts is None:
+        return None
+    return int(np.sum(np.asarray(ts.indices) < SEARCH_BASE)) or None
+
+
+def with_inputs(session: Any, inputs: int) -> Any:
+    """The session measuring ``inputs`` generated inputs instead of the target's number."""
+    from dataclasses import replace
+
+    target = session.target
+    return replace(session, target=replace(target, measure=replace(target.measure,
+                                                                   inputs=inputs)))
+
+
 def missing_measurements(session: Any, function: str) -> list[str]:
     """What :func:`load_state` needs of ``function`` and the store lacks, in the order
     :func:`gather_measurements` measures it: :data:`MISSING_TRACES`, :data:`MISSING_TIMES`."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from wcetfit.errors import BinaryError, FunctionNotFound
 from wcetfit.model import (CALL_INDIRECT, BinaryInfo, BinaryModel, FunctionModel,
@@ -652,7 +652,30 @@ def load_model(path: str, functions: Sequence[str | int] | None = None, *,
         _warn_whole_binary(path, [(fn.name, ", ".join(f"{a:#x}" for a in fn.unresolved_jumps))
                                   for fn in models.values() if fn.warnings])
     else:
-        for fn in models.values():
-            for w in fn.warnings:
-                log.warning("%s", w)
+        _log_model_warnings(models, set(requested))
     return BinaryModel(info, models, requested, aliases)
+
+
+# Callees whose static-model warnings are named in the one line that stands for theirs.
+NAMED_CALLEE_WARNINGS = 6
+
+
+def _log_model_warnings(models: dict[str, Any], requested: set[str]) -> None:
+    """The requested functions' model warnings one by one, the callees' in one line (each
+    at info): libc's fnmatch printed ten lines about calloc, malloc_trim and stdio
+    internals it can reach, and a user could not tell whether they mattered."""
+    callees = []
+    for fn in models.values():
+        for w in fn.warnings:
+            if fn.name in requested:
+                log.warning("%s", w)
+            else:
+                log.info("%s", w)
+        if fn.warnings and fn.name not in requested:
+            callees.append(fn.name)
+    if callees:
+        shown = ", ".join(callees[:NAMED_CALLEE_WARNINGS]) + (
+            " …" if len(callees) > NAMED_CALLEE_WARNINGS else "")
+        log.warning("%d callee(s) have warnings of their static model (%s): `wcetfit cfg "
+                    "BINARY --function NAME` lists a callee's; the count run names what it "
+                    "cannot count of those the inputs reach", len(callees), shown)

@@ -308,3 +308,58 @@ def test_paths_angr_stopped_name_the_first_error():
         "2 path(s) stopped by an angr error (the first: UnsupportedCCallError: Unsupported "
         "ccall amd64g_calculate_mmx_psadbw)")
     assert errored_paths([]) == "0 path(s) stopped by an angr error"
+
+
+def test_a_null_start_whose_path_faults_gives_no_witness(lib):
+    """A pointer may also be NULL, explored from a start of its own; a path through a null
+    pointer that reads near address 0 faults in the real call, so it reaches nothing
+    (angr would read symbolic bytes there and go on: bufcheck's p[0] == 'Z' test then
+    "reached" its block with p = NULL)."""
+    from wcetfit.static.reach import REACHED, BufParam, IntParam, reach_blocks
+
+    fn = "bufcheck"
+    model = models_for(lib, [fn])[fn]
+    target = _after_compare(lib, fn, "0x7f", taken=False)
+    res = reach_blocks(lib, model.address, [target],
+                       _template(p=BufParam(8, may_be_null=True), n=IntParam(0, 8)),
+                       budget_s=60)
+    assert res[0].status == REACHED, res[0].note
+    p, n = res[0].witness.values
+    assert p is not None and p[0] == ord("Z") and n > 3, res[0].witness.describe()
+
+
+def test_a_null_check_is_reached_with_a_null_pointer_and_runs_so():
+    """zlib's adler32_z returns 1 at once for a null buffer (`if (buf == Z_NULL) return
+    1L`): no generated input runs that block, and under a template whose pointers were
+    never null it was "not found".  With the null start it is reached, the witness's
+    buffer is NULL, and the real call with a null pointer runs the block and returns 1."""
+    if not os.path.exists(ZLIB):
+        pytest.skip(f"{ZLIB} is absent")
+    from wcetfit.count.instrumented import Counter, InstrumentedCopy
+    from wcetfit.count.relocate import closure
+    from wcetfit.loader import load_binary
+    from wcetfit.static.reach import REACHED, BufParam, IntParam, reach_blocks
+    from wcetfit.timing.thunk import build_harness
+
+    fn = "adler32_z"
+    models = models_for(ZLIB, [fn])
+    model = models[fn]
+    template = _template(adler=IntParam(0, 2**32 - 1), buf=BufParam(16, may_be_null=True),
+                         n=IntParam(0, 16))
+    assert "buffer[16] symbolic or NULL" in template.describe()
+    res = reach_blocks(ZLIB, model.address, [b.address for b in model.blocks], template,
+                       budget_s=60)
+    nulls = [r for r in res if r.status == REACHED and r.witness.values[1] is None]
+    assert nulls, [(hex(r.address), r.status, r.note) for r in res]
+    assert "arg1 = NULL" in nulls[0].witness.describe()
+
+    h = build_harness("unsigned long adler32_z(unsigned long adler, const unsigned char *buf,"
+                      " size_t len);", "")
+    with InstrumentedCopy(load_binary(ZLIB), closure(models, [fn])) as copy:
+        counter = Counter(copy, fn, h)
+        cols = copy.block_addresses(fn)
+        for i, r in enumerate(nulls):
+            adler, _buf, n = r.witness.values
+            got = counter.count(i, h.pack(fn, (adler, h.ffi.NULL, n)))
+            assert dict(zip(cols, (int(c) for c in got.counts[fn])))[r.address] >= 1
+            assert int(got.return_value) == 1, got

@@ -239,6 +239,7 @@ def test_shapes_template_and_store_round_trip(tmp_path):
     tmpl, shapes, why = template_for(t, "bufcheck", range(10), max_buffer=4)
     assert why == "" and shapes == (ArgShape("array", "unsigned char", 4), ArgShape("int"))
     assert tmpl.params[0].length == 4 and tmpl.params[1].hi <= 4
+    assert tmpl.params[0].may_be_null            # a pointer is also explored as NULL
 
     ffi = build_harness(PROTO, "").ffi
     blocks = (0x10, 0x20)
@@ -253,9 +254,15 @@ def test_shapes_template_and_store_round_trip(tmp_path):
     assert back.witnesses == rows.witnesses and back.shapes == shapes
     assert bytes(ffi.buffer(shapes[0].build(ffi, back.witnesses[0][0]))) == b"Zq\x00\x7f"
     later = ReachRows("bufcheck", 1, "lfence", 2.4e9, shapes, np.array([REACH_BASE + 1]),
-                      ((b"\x00" * 4, 0),), ("group 3",), back.functions,
+                      ((None, 0),), ("group 3",), back.functions,
                       np.array([[40.0, 41.0, 40.0]]),
                       ({"group": 3, "blocks": ["0x10"], "status": "not found"},))
     merged = merge_reach_rows(back, later)
     assert merged.indices.tolist() == [REACH_BASE, REACH_BASE + 1]
     assert [v.get("block") or v.get("group") for v in merged.verdicts] == ["0x20", 3]
+    # a null pointer's witness survives the store and rebuilds as a null pointer
+    save_reach_rows(store, merged)
+    again = load_reach_rows(store, "bufcheck", 1)
+    assert again.witnesses[1] == (None, 0)
+    null = shapes[0].build(ffi, again.witnesses[1][0])
+    assert null == ffi.NULL and ffi.typeof(null).cname == "unsigned char *"

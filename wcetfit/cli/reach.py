@@ -76,6 +76,7 @@ def _where(s: Any, fn: str, address: int) -> str:
 
 
 def _print(out: Any, s: Any, root: str, rep: Any, *, kept: bool) -> None:
+    from wcetfit.numbering import input_label
     from wcetfit.timing.tsc import ticks_to_ns
 
     never = len(rep.blocks)
@@ -99,7 +100,7 @@ def _print(out: Any, s: Any, root: str, rep: Any, *, kept: bool) -> None:
     for b in rep.blocks:
         where = _where(s, b.function, b.address)
         if b.status == "reached":
-            out.write(f"  {where}: reached by input {b.input}: {b.arguments} (the count run "
+            out.write(f"  {where}: reached by {input_label(b.input)}: {b.arguments} (the count run "
                       f"executed it{timed(b.input)})\n")
         elif b.status == "unreachable":
             out.write(f"  {where}: proven unreachable from the entry ({b.note})\n")
@@ -111,7 +112,7 @@ def _print(out: Any, s: Any, root: str, rep: Any, *, kept: bool) -> None:
         blocks = ", ".join(f"{a:#x}" for a in g.blocks[:4]) + \
             (f" and {len(g.blocks) - 4} more" if len(g.blocks) > 4 else "")
         if g.status == "separated":
-            out.write(f"  group {g.group} ({blocks}): separated by input {g.input} (counts "
+            out.write(f"  group {g.group} ({blocks}): separated by {input_label(g.input)} (counts "
                       f"{list(g.counts)} in the count run{timed(g.input)})\n")
         elif g.status == "inseparable":
             out.write(f"  group {g.group} ({blocks}): no input from the entry separates it "

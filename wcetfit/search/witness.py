@@ -44,6 +44,8 @@ class ArgShape:
     def build(self, ffi: Any, value: Any) -> Any:
         if self.kind == "int":
             return int(value)
+        if value is None:                       # a witness's null pointer
+            return ffi.cast(f"{self.item} *", 0)
         data = bytes(value)
         obj = ffi.new(f"{self.item}[]", self.items) if self.kind == "array" \
             else ffi.new(f"{self.item} *")
@@ -92,7 +94,10 @@ def template_for(target: Target, root: str, indices: Sequence[int],
     params: list[Any] = []
     for k, sh in enumerate(shapes):
         if sh.kind != "int":
-            params.append(BufParam(_nbytes(ffi, sh)))
+            # also NULL: a function's null check (zlib's adler32: `if (buf == Z_NULL)
+            # return 1`) is a block no generated input runs, and was "not found" under a
+            # template whose pointers were never null
+            params.append(BufParam(_nbytes(ffi, sh), may_be_null=True))
             continue
         vals = [int(r[k]) for r in rows]
         lo, hi = min(vals), max(vals)
@@ -146,12 +151,16 @@ def reach_name(function: str, seed: int) -> str:
 
 
 def _value_json(v: Any) -> dict[str, Any]:
+    if v is None:
+        return {"null": True}
     if isinstance(v, (bytes, bytearray)):
         return {"bytes": base64.b64encode(bytes(v)).decode("ascii")}
     return {"int": int(v)}
 
 
 def _value_from(d: dict[str, Any]) -> Any:
+    if d.get("null"):
+        return None
     return base64.b64decode(d["bytes"]) if "bytes" in d else int(d["int"])
 
 

@@ -51,6 +51,9 @@ INSEPARABLE = "inseparable"
 # large trip count, and loops bounded only by a symbolic value, from eating the budget on
 # one path).  A cut path forbids the "unreachable" verdict.
 MAX_PATH_BLOCKS = 4000
+# An access below this address through a null pointer faults in the real call (the first
+# page is never mapped).
+NULL_PAGE = 0x1000
 # Buffers go to fresh memory far above anything the loader maps for a shared object.
 _BUF_BASE = 0x7E00_0000_0000
 _BUF_GAP = 0x10_0000
@@ -70,13 +73,16 @@ class IntParam:
 
 @dataclass(frozen=True)
 class BufParam:
-    """A pointer to a fresh buffer of ``length`` bytes: concrete ``content``, or symbolic."""
+    """A pointer to a fresh buffer of ``length`` bytes: concrete ``content``, or symbolic;
+    with ``may_be_null``, also a null pointer (explored from a start of its own)."""
     length: int
     content: bytes | None = None
+    may_be_null: bool = False
 
     def describe(self) -> str:
-        return (f"buffer[{self.length}] concrete" if self.content is not None
-                else f"buffer[{self.length}] symbolic")
+        return ((f"buffer[{self.length}] concrete" if self.content is not None
+                 else f"buffer[{self.length}] symbolic")
+                + (" or NULL" if self.may_be_null else ""))
 
 
 Param = Union[IntParam, BufParam]
@@ -93,13 +99,16 @@ class ArgTemplate:
 
 @dataclass(frozen=True)
 class Witness:
-    """Concrete arguments: an ``int`` per integer parameter, ``bytes`` per buffer."""
-    values: tuple[Union[int, bytes], ...]
+    """Concrete arguments: an ``int`` per integer parameter, ``bytes`` per buffer, None
+    for a null pointer."""
+    values: tuple[Union[int, bytes, None], ...]
 
     def describe(self) -> str:
         parts = []
         for i, v in enumerate(self.values):
-            if isinstance(v, bytes):
+            if v is None:
+                parts.append(f"arg{i} = NULL")
+            elif isinstance(v, bytes):
                 shown = v[:32].hex() + ("…" if len(v) > 32 else "")
                 parts.append(f"arg{i} = buffer[{len(v)}] {shown}")
             else:
@@ -220,13 +229,6 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
         else:
             raise TypeError(f"arg{i}: not an IntParam or BufParam: {p!r}")
 
-    state = project.factory.call_state(function_address + delta, *args, add_options=state_opts)
-    for addr, content in buffers:
-        if content is not None:
-            state.memory.store(addr, content)
-    for c in constraints:
-        state.solver.add(c)
-
     # A symbolic address concretised (to one value for writes, a bounded range for reads)
     # drops paths: then running out of states proves nothing.
     concretised = [0]
@@ -235,9 +237,47 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
         expr = st.inspect.address_concretization_expr
         if expr is not None and getattr(expr, "symbolic", False):
             concretised[0] += 1
-    state.inspect.b("address_concretization", when=angr.BP_AFTER, action=_on_concretise)
 
-    simgr = project.factory.simulation_manager(state)
+    def _on_access(st):
+        # a null pointer's path that reads or writes near address 0 faults in the real
+        # call: no path of the function (angr would read symbolic bytes there and go on)
+        addr = (st.inspect.mem_read_address if st.inspect.mem_read_address is not None
+                else st.inspect.mem_write_address)
+        if addr is None or not hasattr(addr, "symbolic"):
+            return
+        if not addr.symbolic:
+            if st.solver.eval(addr) < NULL_PAGE:
+                st.globals["faulted"] = True
+        elif st.solver.max(addr) < NULL_PAGE:
+            # (the null pointer plus a symbolic offset: adler32_z's buf + len, len ≤ 16,
+            # "reached" its loop with buf = NULL, and the real call crashed)
+            st.globals["faulted"] = True
+        elif st.solver.min(addr) < NULL_PAGE:
+            st.add_constraints(addr.UGE(NULL_PAGE))    # the values that do not fault
+
+    def start(nulls: frozenset[int]) -> Any:
+        # a nullable pointer gets a start of its own where it is NULL (not a symbolic
+        # choice between NULL and its buffer: every access through it would then be to a
+        # symbolic address, concretised, and no verdict could be exhaustive)
+        call = [claripy.BVV(0, 64) if i in nulls else a for i, a in enumerate(args)]
+        st = project.factory.call_state(function_address + delta, *call,
+                                        add_options=state_opts)
+        for addr, content in buffers:
+            if content is not None:
+                st.memory.store(addr, content)
+        for c in constraints:
+            st.solver.add(c)
+        st.globals["nulls"] = nulls
+        st.inspect.b("address_concretization", when=angr.BP_AFTER, action=_on_concretise)
+        if nulls:
+            st.inspect.b("mem_read", when=angr.BP_BEFORE, action=_on_access)
+            st.inspect.b("mem_write", when=angr.BP_BEFORE, action=_on_access)
+        return st
+
+    # the null starts first: a null check returns at once, and a path that faults ends
+    starts = [start(frozenset([i])) for i, p in enumerate(template.params)
+              if isinstance(p, BufParam) and p.may_be_null] + [start(frozenset())]
+    simgr = project.factory.simulation_manager(starts)
     simgr.use_technique(angr.exploration_techniques.LengthLimiter(MAX_PATH_BLOCKS, drop=False))
     simgr.use_technique(angr.exploration_techniques.DFS())
 
@@ -247,16 +287,35 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
     paths = [0]                       # complete paths (returned from the function)
 
     def _note_hits() -> None:
+        faulted = [st for st in simgr.active if st.globals.get("faulted")]
+        if faulted:
+            # (a path that faulted is no call of the function: dropped, and counted as
+            # one that ended; it forbids no verdict)
+            simgr.move("active", "faulted", lambda st: st.globals.get("faulted", False))
+            simgr.drop(stash="faulted")
+        def hit(st: Any, address: int) -> None:
+            found[address - delta] = BlockReach(
+                address - delta, REACHED, _witness(st, template, variables),
+                f"path of {len(st.history.bbl_addrs)} blocks", time.perf_counter() - t0)
+            wanted.discard(address)
+
         for st in simgr.active:
             if st.addr in wanted and st.addr - delta not in found:
-                found[st.addr - delta] = BlockReach(
-                    st.addr - delta, REACHED, _witness(st, template, variables),
-                    f"path of {len(st.history.bbl_addrs)} blocks",
-                    time.perf_counter() - t0)
-                wanted.discard(st.addr)
+                if st.globals.get("nulls"):
+                    # a null pointer's block counts once the call returns: it may fault
+                    # within the block (adler32_z reads buf[0] for len == 1 before its
+                    # null check: "reached" with buf = NULL, and the real call crashed)
+                    st.globals["pending"] = st.globals.get("pending", ()) + (st.addr,)
+                else:
+                    hit(st, st.addr)
         ended = simgr.stashes.get("deadended", [])
         for st in ended:
             paths[0] += 1
+            if st.globals.get("faulted"):
+                continue
+            for address in st.globals.get("pending", ()):
+                if address in wanted:
+                    hit(st, address)
             if not open_groups:
                 break
             seen: dict[int, int] = {}
@@ -432,9 +491,12 @@ def _witness(state, template: ArgTemplate, variables) -> Witness:
         for v in syms:
             shift -= v.size()
             solved[id(v)] = (value >> shift) & ((1 << v.size()) - 1)
-    values: list[Union[int, bytes]] = []
-    for p, v in zip(template.params, variables):
-        if isinstance(p, IntParam):
+    values: list[Union[int, bytes, None]] = []
+    nulls = state.globals.get("nulls", frozenset())
+    for i, (p, v) in enumerate(zip(template.params, variables)):
+        if i in nulls:
+            values.append(None)
+        elif isinstance(p, IntParam):
             raw = p.value if v is None else solved[id(v)]
             values.append(_to_signed(raw & ((1 << 64) - 1)) if p.lo < 0 else raw)
         elif v is None:

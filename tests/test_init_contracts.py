@@ -257,3 +257,71 @@ def test_function_in_a_binary_without_symbols_is_named_by_address(gcc, tmp_path)
     subprocess.run(["strip", "--strip-all", str(exe)], check=True)
     with pytest.raises(FunctionNotFound, match="no symbols at all.*address"):
         binary.load_model(str(exe), ["work"], use_cache=False)
+
+
+# --- texts and the lengths of encoders -------------------------------------------------
+
+def test_an_encoders_length_is_its_inputs_not_the_outputs_before_it(gcc, tmp_path):
+    """nettle_base64_encode_raw(char *dst, size_t length, const uint8_t *src): the length
+    was taken for dst's, src was a guess, and every long input overran dst (the run
+    crashed).  An output's room named so (dstlen) stays the output's, and a text after
+    the length (snprintf's format) takes no length."""
+    decl = _decl(tmp_path, """
+        #include <stdint.h>
+        #include <stddef.h>
+        void encode_raw(char *dst, size_t length, const uint8_t *src);
+    """, "encode_raw")
+    mod, ffi, text = _module(tmp_path, decl)
+    args = _inputs(mod, ffi, "encode_raw", n=40)
+    assert max(n for _, n, _ in args) == mod.MAX_LEN
+    for dst, n, src in args:
+        assert ffi.sizeof(src) == max(n, 1)
+        assert ffi.sizeof(dst) >= 4 * -(-n // 3) + 1
+    for header, function in (("void put(uint8_t *dst, size_t dstlen, const uint8_t *src);",
+                              "put"),
+                             ("int fmt(char *buf, size_t size, const char *format);", "fmt")):
+        mod, ffi, _ = _module(tmp_path, _decl(tmp_path, "#include <stdint.h>\n#include "
+                                              "<stddef.h>\n" + header, function, "h.h"))
+        for out, n, _ in _inputs(mod, ffi, function, n=20):
+            assert ffi.sizeof(out) == max(n, 1)
+
+
+def test_a_string_of_bytes_without_a_length_ends_in_its_nul(gcc, tmp_path):
+    """libxml2's xmlUTF8Strlen(const xmlChar *utf), xmlChar an unsigned char: random bytes
+    of UNSIZED_LEN had no zero on one input in five, and the function read past the
+    buffer, silently.  A string of non-zero bytes and its NUL, in a buffer a reader of a
+    fixed size stays within."""
+    decl = _decl(tmp_path, """
+        typedef unsigned char xmlChar;
+        int xmlUTF8Strlen(const xmlChar *utf);
+    """, "xmlUTF8Strlen")
+    mod, ffi, text = _module(tmp_path, decl)
+    lengths = []
+    for (s,) in _inputs(mod, ffi, "xmlUTF8Strlen", n=40):
+        raw = bytes(ffi.buffer(s))
+        assert len(raw) >= mod.UNSIZED_LEN and 0 in raw
+        lengths.append(raw.index(0))
+    assert max(lengths) == mod.MAX_LEN and len(set(lengths)) > 10
+    assert "_string(ffi, \"xmlChar\"" in _line(text.text, "utf")
+
+
+def test_two_texts_of_a_comparison_share_a_prefix(gcc, tmp_path):
+    """sqlite3_stricmp(const char *, const char *) and xmlStrcasecmp(const xmlChar *,
+    const xmlChar *): drawn apart, two texts differ at their first character, and the
+    comparison's loop never ran (a bound of 3,384 ticks where two equal 4 KB strings took
+    34,671).  The second equals the first up to a drawn point; a function that does not
+    compare (by its name) keeps its texts apart."""
+    for header, function in (("int sqlite3_stricmp(const char *, const char *);",
+                              "sqlite3_stricmp"),
+                             ("typedef unsigned char xmlChar;\n"
+                              "int xmlStrcasecmp(const xmlChar *str1, const xmlChar *str2);",
+                              "xmlStrcasecmp")):
+        mod, ffi, text = _module(tmp_path, _decl(tmp_path, header, function, f"{function}.h"))
+        args = _inputs(mod, ffi, function, n=40)
+        equal = [a for a, b in args if ffi.string(a) == ffi.string(b)]
+        assert len(equal) >= 10, function
+        assert max(len(ffi.string(a)) for a in equal) == mod.MAX_LEN, function
+        assert "_share_prefix" in text.text
+    mod, ffi, text = _module(tmp_path, _decl(
+        tmp_path, "char *join(const char *a, const char *b);", "join", "join.h"))
+    assert "_share_prefix(ctx" not in text.text.split("def generate(ctx):")[1]

@@ -161,6 +161,13 @@ _NOT_A_VALUE = re.compile(r"(?i)mask|(^|_)(err|error|errno|fail|failed|failure)(
 # A text that holds a number: by the parameter's name (C's nptr), or the function's
 # (strtod, strtoul, atoi, wcstol's narrow kin)
 _NUMBER_TEXT = re.compile(r"(?i)^(nptr|num_?str|number_?str)$")
+# A length named for an output's room (dstlen, outsize, capacity, avail_out, maxlen): the
+# output's, whatever input follows it (pairs(): an encoder's length is its input's).
+_OUTPUT_ROOM = re.compile(r"(?i)(out|dst|dest|cap|room|avail|max)")
+# A function that compares or matches two texts, by its name (strcmp, strcasecmp, strcoll,
+# strverscmp, sqlite3_stricmp, sqlite3_strglob, sqlite3_strlike, xmlStrcasecmp,
+# xmlStrEqual, fnmatch): its texts share a drawn prefix (compared_lines).
+_COMPARES = re.compile(r"(?i)(cmp|compar|coll|glob|like|match|equal)")
 _PARSES_NUMBERS = re.compile(r"^_*(strto(d|f|ld|l|ll|ul|ull|q|uq|imax|umax|f\d+x?)(_l)?|"
                              r"ato(i|l|ll|f))$")
 # A pointer to a pointer named as an output: the function stores a pointer through it.
@@ -468,6 +475,25 @@ class _Writer:
                 out[b] = c
                 named.add(c)
                 self.c_strings.add(src)
+        for b in buffers:                       # an encoder: (char *dst, size_t length,
+            c, src = b + 1, b + 2               # const uint8_t *src)
+            # the length is what the input holds, and the output's size follows from it
+            # (nettle_base64_encode_raw: taken for dst's length, every long input overran
+            # dst, and the run crashed)
+            if b in out or src >= len(params) or src not in buffers or src in out \
+                    or c not in value_len or c in named or _BITS.search(params[c].name):
+                continue
+            own = src + 1                       # src's own length after it: not an encoder
+            if own in value_len and own not in named and (
+                    _LENGTHY.search(params[own].name) or _UNNAMED.fullmatch(params[own].name)):
+                continue
+            if not _const_pointee(params[b].spelling, cdef) \
+                    and _const_pointee(params[src].spelling, cdef) \
+                    and types[src].item.cname != "char" \
+                    and _LENGTHY.search(params[c].name) \
+                    and not _OUTPUT_ROOM.search(params[c].name):
+                out[src] = c
+                named.add(c)
         for b in buffers:
             if b in out or b in self.c_strings:
                 continue
@@ -534,7 +560,44 @@ class _Writer:
                 return [f"    _share_prefix(ctx, ffi, {names[a]}, {names[b]}, {names[c]})  # "
                         f"{params[b].name} equal to {params[a].name} up to a drawn point: "
                         f"compared, they would differ at once"]
+        # two NUL-terminated texts of a comparison (strcmp, sqlite3_stricmp, xmlStrcasecmp,
+        # fnmatch, sqlite3_strglob): drawn apart they differ at their first character, and
+        # the comparison's loop never ran (sqlite3_stricmp: a bound of 3,384 ticks where
+        # two equal 4 KB strings took 34,671)
+        texts = self.text_params(pairs)
+        if len(texts) >= 2 and _COMPARES.search(self.decl.function):
+            a, b = texts[:2]
+            return [f"    _share_prefix(ctx, ffi, {names[a]}, {names[b]}, len({names[a]}))  # "
+                    f"{params[b].name} equal to {params[a].name} up to a drawn point, its "
+                    f"NUL included when all of it: compared, they would differ at once"]
         return []
+
+    def byte_string(self, i: int, pairs: dict[int, int]) -> bool:
+        """Whether parameter ``i`` is a NUL-terminated string of a 1-byte integer type
+        other than char (``const xmlChar *``, ``const unsigned char *``): read only, no
+        length parameter, no array type of its own."""
+        t, p = self.types[i], self.params[i]
+        if t.kind != "pointer" or i in pairs or i in self.cursors:
+            return False
+        item = t.item
+        return (item.kind == "primitive" and item.cname not in ("char", "_Bool") + _CHARS
+                and _is_int(item) and self.ffi.sizeof(item) == 1
+                and _const_pointee(p.spelling, self.decl.cdef)
+                and _typedef_length(self.ffi, p.spelling) is None)
+
+    def text_params(self, pairs: dict[int, int]) -> list[int]:
+        """The NUL-terminated texts among the parameters: const char * without a length,
+        and strings of bytes (:meth:`byte_string`)."""
+        out = []
+        for i, (p, t) in enumerate(zip(self.params, self.types)):
+            if t.kind == "pointer" and i not in pairs and t.item.cname == "char" \
+                    and _const_pointee(p.spelling, self.decl.cdef) \
+                    and not _NUMBER_TEXT.search(p.name.lstrip("_")) \
+                    and not _PARSES_NUMBERS.search(self.decl.function):
+                out.append(i)
+            elif self.byte_string(i, pairs):
+                out.append(i)
+        return out
 
     def buffer_kind(self, t: Any) -> bool:
         if t.kind != "pointer":
@@ -766,6 +829,15 @@ class _Writer:
             # strlen met its longest text on one input in 4,097)
             return [f"    {name} = ffi.new(\"char[]\", _text_of(rng, _length(ctx)))  # a "
                     "NUL-terminated text of _length(ctx) characters; input"]
+        if self.byte_string(i, pairs):
+            # a string of bytes (libxml2's const xmlChar *): read to its NUL, which random
+            # bytes of UNSIZED_LEN lacked on one input in five (xmlUTF8Strlen read past
+            # the buffer, and nothing said); in a buffer of UNSIZED_LEN all the same, for
+            # a function that reads a fixed size instead
+            return [f"    {name} = _string(ffi, \"{ptype[:-1].strip()}\", _length(ctx), rng)  # "
+                    f"{t.cname}, no length parameter: a string of _length(ctx) non-zero "
+                    f"bytes and its NUL, in UNSIZED_LEN elements (a function that reads a "
+                    f"fixed size reads zeros after the NUL); input"]
         if _is_int(item) and not const and i not in pairs and i not in self.inout \
                 and _LENGTHY.search(p.name):
             # a length the function stores (libtasn1's asn1_get_length_der(…, int *len)):
@@ -1118,6 +1190,19 @@ def _buffer(ffi, ctype, n, size, rng):
     raw = bytearray(skew) + bytearray(data)
     array = ctype if "[]" in ctype else ctype + "[]"     # "short[][64]": arrays of 64
     return ffi.from_buffer(array, memoryview(raw)[skew:], require_writable=True)
+
+
+def _string(ffi, ctype, n, rng):
+    """A string of n non-zero bytes of ctype (a 1-byte type) and its NUL, in a buffer of
+    max(UNSIZED_LEN, n + 1) elements: random bytes, or a few values (FEW_VALUES)."""
+    buf = ffi.new(ctype + "[]", max(UNSIZED_LEN, n + 1))
+    if rng.random() < FEW_VALUES:
+        values = rng.integers(1, 256, int(rng.integers(2, 5)), dtype=np.uint8)
+        data = values[rng.choice(len(values), n)].tobytes()
+    else:
+        data = rng.integers(1, 256, n, dtype=np.uint8).tobytes()
+    ffi.memmove(buf, data, n)
+    return buf
 
 
 def _text(rng, most):

@@ -161,6 +161,11 @@ def test_beyond_the_size_limit_the_fit_is_linear_and_says_so(monkeypatch):
     assert res.interval_method.startswith("sandwich") and res.costs == "linear"
     assert any("unconstrained least squares" in w and "more than the 5" in w
                for w in res.warnings)
+    # a coded warning the report's fit line reads, with the costs left below zero
+    [w] = [w for w in res.fit_warnings if w.code == "unconstrained_for_size"]
+    negative = sum(1 for b in res.blocks if b.cost_ticks is not None and b.cost_ticks < 0)
+    assert w.message.startswith(f"{w.message.split()[0]} unknowns, more than the 5")
+    assert (f"{negative} block cost(s) below zero" in w.message) == (negative > 0)
 
 
 def test_costs_option_is_checked():

@@ -1519,3 +1519,25 @@ def test_a_large_groups_cells_are_cut_to_a_screen_and_keep_their_value():
     cells = [str(c) for col in table.columns for c in col._cells]
     assert "40 groups" in cells and "unexecuted" in cells
     assert any("and 16 more (--json lists them)" in c for c in cells), cells
+
+
+def test_a_fit_too_large_to_hold_physical_says_so_on_its_fit_line(built):
+    """zstd's compressor: 718 unknowns, more than the physical fit is run for, gave block
+    costs, path totals and callee bounds below zero, and the one-screen fit line said
+    nothing of it (only the 100th-odd warning)."""
+    from dataclasses import replace
+
+    *_, report = built
+    f = report.functions[0]
+    extra = dict(f.fit_extra)
+    extra["fit_warnings"] = list(extra.get("fit_warnings") or ()) + [{
+        "code": "unconstrained_for_size",
+        "message": "718 unknowns, more than the 600 the physically held fit and its "
+                   "bootstrap are run for: the costs are unconstrained least squares, 35 "
+                   "block cost(s) below zero (no machine has them; the sums the inputs "
+                   "determine are what the bound uses)"}]
+    line = summary.fit_in_words(replace(f, fit_extra=extra), report.tsc_hz)
+    assert ("costs not held to physical values: unconstrained least squares, for 718 "
+            "unknowns (the physical fit runs for up to 600), 35 block cost(s) below zero"
+            in line), line
+    assert "not held to physical" not in summary.fit_in_words(f, report.tsc_hz)

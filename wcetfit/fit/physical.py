@@ -59,7 +59,7 @@ import numpy as np
 from scipy.optimize import lsq_linear, nnls
 
 from wcetfit.fit.intervals import resampled_normals
-from wcetfit.fit.result import WARN_HELD, FitWarning
+from wcetfit.fit.result import WARN_HELD, WARN_UNCONSTRAINED, FitWarning
 
 # Ridge on the scaled block unknowns: picks one solution among those the inputs cannot
 # tell apart, and changes a fitted value by less than this fraction of its scale.
@@ -246,6 +246,19 @@ def _percent(rise: float) -> str:
     significant digits below (a rise noted at all, ≥ NOTED_RISE, never prints as "0.0")."""
     pct = 100.0 * rise
     return f"{pct:.1f}" if pct >= 0.1 else f"{pct:.2g}"
+
+
+def unconstrained_warning(unknowns: int, negative: int) -> FitWarning:
+    """The report's warning when the fit has more unknowns than :data:`MAX_UNKNOWNS`: the
+    costs are unconstrained least squares, ``negative`` of the block costs below zero."""
+    return FitWarning(
+        WARN_UNCONSTRAINED,
+        f"{unknowns} unknowns, more than the {MAX_UNKNOWNS} the physically held fit and its "
+        f"bootstrap are run for: the costs are unconstrained least squares"
+        + (f", {negative} block cost(s) below zero (no machine has them; the sums the "
+           f"inputs determine are what the bound uses)" if negative else ""),
+        "fewer functions or blocks in one fit (measure a callee as a target of its own), "
+        "or inputs that separate more blocks (fewer unknowns remain in the groups)")
 
 
 def held_warning(note: str) -> FitWarning:

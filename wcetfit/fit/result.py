@@ -180,6 +180,7 @@ WARN_NEGATIVE_COST = "negative_cost"          # an estimable cost (sum) wholly b
 WARN_OVERHEAD = "overhead_below_floor"        # ε (+ once-per-call blocks) below its floor
 WARN_NEGATIVE_PREDICTION = "negative_prediction"   # a call predicted below the floor
 WARN_HELD = "held_to_physical"                # the unconstrained fit broke a physical limit
+WARN_UNCONSTRAINED = "unconstrained_for_size"  # too many unknowns for the physical fit
 
 
 @dataclass(frozen=True)

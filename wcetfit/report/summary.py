@@ -729,12 +729,29 @@ def fit_in_words(fr: FunctionReport, hz: float | None = None) -> str:
                      f"would determine them)")
     if isinstance(rows, dict) and rows.get("rejected"):
         text += f"; {rows['rejected']} of {rows.get('total', '?')} inputs set aside as outliers"
+    size = [w for w in fr.fit_extra.get("fit_warnings") or ()
+            if isinstance(w, Mapping) and w.get("code") == "unconstrained_for_size"]
+    if size:
+        # (zstd's compressor: 718 unknowns, negative costs and callee bounds, and this
+        # line said nothing)
+        text += "; costs not held to physical values: " + str(size[0].get("message", "")) \
+            .split(": the costs are ", 1)[-1].replace("unconstrained least squares",
+                                                      "unconstrained least squares, for " +
+                                                      _unknowns(size[0]), 1)
     if held:
         # the data asked for costs no machine has: said here, not only among the warnings
         text += ("; costs held to physical values (every block ≥ 0, ε ≥ its floor), "
                  "which least squares broke" + (f": the residual sum of squares rose "
                                                 f"{rise.group(1)} %" if rise else ""))
     return text
+
+
+def _unknowns(warning: Mapping) -> str:
+    """"718 unknowns (the physical fit runs for up to 600)" from an unconstrained_for_size
+    warning's message."""
+    m = re.match(r"(\d+) unknowns, more than the (\d+)", str(warning.get("message", "")))
+    return (f"{m.group(1)} unknowns (the physical fit runs for up to {m.group(2)})" if m
+            else "too many unknowns")
 
 
 def _speed(fr: FunctionReport) -> str | None:

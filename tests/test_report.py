@@ -1184,8 +1184,18 @@ def test_path_below_slowest_input_names_what_covers_it(built):
     report = build_report(fns, "f", fit, counts, cols, slow, w, TSC_HZ)
     found = [x.message for x in report.function("f").warnings
              if "is below the slowest input's median" in x.message]
-    assert len(found) == 1 and f"below 3 of the {len(slow)} inputs' medians" in found[0], found
+    assert len(found) == 1 and f"more than 5 % below 3 of the {len(slow)} inputs' medians" \
+        in found[0], found
     assert "those inputs spent" in found[0]
+    # inputs within the few percent a median moves by are not counted (nettle's base64
+    # encoder: "below 23 of the 220 inputs' medians", most of them the worst path's own
+    # inputs within 2 % of its point)
+    path = wres.bound_ticks + (wres.margin_ticks or 0.0)
+    slow[3:10] = 1.02 * path
+    report = build_report(fns, "f", fit, counts, cols, slow, w, TSC_HZ)
+    found = [x.message for x in report.function("f").warnings
+             if "is below the slowest input's median" in x.message]
+    assert f"below 3 of the {len(slow)} inputs' medians" in found[0], found
 
 
 def test_where_the_time_goes_says_whose_worst_path_a_callee_count_is(built):

@@ -1551,3 +1551,26 @@ def test_a_fit_too_large_to_hold_physical_says_so_on_its_fit_line(built):
             "unknowns (the physical fit runs for up to 600), 35 block cost(s) below zero"
             in line), line
     assert "not held to physical" not in summary.fit_in_words(f, report.tsc_hz)
+
+
+def test_check_repeats_what_the_bound_covers_that_fresh_inputs_cannot_test(built):
+    """libuuid's uuid_parse on init's printable text: every input rejected at the length
+    test, the bound "only for the one path every input ran", and `check` said "covered"
+    with nothing else, while valid UUIDs took longer than the bound."""
+    from dataclasses import replace
+
+    from wcetfit.cli.check import bound_premises
+
+    *_, report = built
+    f = report.functions[0]
+    one = replace(report, functions=(replace(f, inputs_one_path=True),)
+                  + tuple(report.functions[1:]))
+    [text] = bound_premises(one)
+    ran = sum(1 for b in f.blocks if b.executed)
+    assert text.startswith(f"the bound is of the one path every training input ran ({ran} of "
+                           f"{len(f.blocks)} blocks of {f.name})"), text
+    never = sum(1 for g in report.functions for b in g.blocks if not b.executed)
+    said = bound_premises(report)
+    assert bool(said) == bool(never)
+    if never:
+        assert said[0].startswith(f"{never} of ") and "wcetfit reach" in said[0]

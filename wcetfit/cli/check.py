@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
                           f"made from ([measure] seed): a check needs inputs of another "
                           f"seed (without --seed, a new one)")
     seed = args.seed if args.seed is not None else _new_seed(training)
-    session, bounds, warned = _bounds(args.target)
+    session, bounds, warned, premises = _bounds(args.target)
     from wcetfit.errors import MeasurementError
     try:
         checks, earlier, failures, arguments = _time_and_check(args, seed, bounds)
@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         out.write(describe(check, bounds[root][2], earlier=earlier.get(root, 0),
                            failures=failures[root], arguments=arguments[root],
                            adopted=adopted_before(session, root, seed)))
+        for text in premises.get(root, ()):
+            out.write(f"  {text}\n")
         if warned.get(root):
             # (the count of lines the analysis logged, not of the report's warnings: a user
             # read "2 warning(s)" here and "Warnings (104)" in the report)
@@ -166,7 +168,7 @@ def _warnings_held_back() -> Iterator[list]:
 
 
 def _bounds(target: str) -> tuple[Any, dict[str, tuple[float, float, float | None]],
-                                  dict[str, int]]:
+                                  dict[str, int], dict[str, list[str]]]:
     """The training's session (``--adopt`` joins its rows); per measured function: (bound
     ticks, the machine speed it covers, TSC rate), from the analysis of the stored
     measurements (the report's, cached as ``report`` keeps it); per function, how many of
@@ -178,7 +180,7 @@ def _bounds(target: str) -> tuple[Any, dict[str, tuple[float, float, float | Non
         with_stored_repeats
 
     s = with_stored_repeats(open_session(target))
-    bounds, warned = {}, {}
+    bounds, warned, premises = {}, {}, {}
     for root in s.target.functions:
         counts, times = stored_measurements(s, root)
         with _warnings_held_back() as held:
@@ -191,7 +193,30 @@ def _bounds(target: str) -> tuple[Any, dict[str, tuple[float, float, float | Non
                                f"`wcetfit report {target}` says why")
         speed = float((w.dispersion_factors or {}).get("machine_speed", 1.0))
         bounds[root] = (float(w.ipet_ticks), speed, report.tsc_hz)
-    return s, bounds, warned
+        premises[root] = bound_premises(report)
+    return s, bounds, warned, premises
+
+
+def bound_premises(report: Any) -> list[str]:
+    """What the bound covers, as its report says, that fresh inputs of the same generate()
+    cannot test: the one path every training input ran, the blocks none ran.  libuuid's
+    uuid_parse on printable text: every input rejected at the length test, "covered" here
+    with nothing else said, and valid UUIDs took longer than the bound."""
+    fr = report.functions[0]
+    out = []
+    if fr.inputs_one_path:
+        ran = sum(1 for b in fr.blocks if b.executed)
+        out.append(f"the bound is of the one path every training input ran ({ran} of "
+                   f"{len(fr.blocks)} blocks of {fr.name}); fresh inputs of the same "
+                   f"generate() run it too, and a call that takes another path is not "
+                   f"covered by it (the report's warnings say how to vary the inputs)")
+    never = sum(1 for f in report.functions for b in f.blocks if not b.executed)
+    if never and not fr.inputs_one_path:
+        total = sum(len(f.blocks) for f in report.functions)
+        out.append(f"{never} of {total} blocks no training input ran are left out of the "
+                   f"bound; fresh inputs of the same generate() rarely run them (`wcetfit "
+                   f"reach` looks for inputs that do)")
+    return out
 
 
 def _time_and_check(args: argparse.Namespace, seed: int,

@@ -1046,3 +1046,32 @@ def test_a_function_a_header_lacks_is_offered_the_names_within_it(tmp_path):
     with pytest.raises(TargetError, match=r"declares no function libdeflate_adler32 \(close: "
                                           r"adler32, deflate"):
         declaration_from_header(str(h), ["libdeflate_adler32"])
+
+
+def test_every_input_rejected_with_one_error_code_is_said_under_the_headline(tmp_path):
+    """libuuid's uuid_parse on init's printable text: every call returned -1 (the text is
+    not 36 characters), and the bound of that rejection read like the function's.  The
+    timing run keeps what each input returned; one value below zero for all of them is
+    said under the headline and first among the warnings (zstd's ZSTD_decompress on
+    random bytes: (size_t)-10 on every call)."""
+    lib, header = f"{LIBDIR}/libuuid.so.1", "/usr/include/uuid/uuid.h"
+    _system(lib, header)
+    target, fn, res = _init_then_analyze(tmp_path, lib, header, "uuid_parse")
+    assert fn["one_error_return"] == {"inputs": fn["one_error_return"]["inputs"], "value": -1}
+    assert fn["one_error_return"]["inputs"] >= 30
+    text = " ".join(res.stdout.split())
+    assert "Only for calls that return -1: all" in text
+    assert "timed inputs returned -1: an error code most likely" in text
+
+
+def test_one_error_return_reads_unsigned_codes_and_needs_one_value():
+    from wcetfit.timing.state import one_error_return
+
+    same = {str(i): "18446744073709551606" for i in range(20)}      # (size_t)-10
+    assert one_error_return(same) == (20, -10)
+    assert one_error_return({str(i): "4294967295" for i in range(12)}) == (12, -1)
+    assert one_error_return({str(i): "0" for i in range(20)}) is None       # success
+    assert one_error_return(dict(same, **{"3": "5"})) is None               # two values
+    assert one_error_return({str(i): "-3" for i in range(5)}) is None      # too few
+    assert one_error_return({str(i): "nan" for i in range(20)}) is None
+    assert one_error_return(None) is None

@@ -475,6 +475,7 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
         report = replace(report, warnings=(Finding(changed, REMEDY),) + tuple(report.warnings),
                          functions=(replace(report.functions[0], timed_other_path=True),)
                          + tuple(report.functions[1:]))
+    report = _with_one_error_return(report, root, times)
     report = _with_failures(report, counts, times)
     report = _with_reach_verdicts(report, reached)
     if notes:
@@ -505,6 +506,31 @@ def state_changed(root: str, times: Any) -> str | None:
 
     entry = ((getattr(times, "environment", None) or {}).get("state") or {}).get(root)
     return changed_text(root, entry or {}, input_label)
+
+
+def _with_one_error_return(report: Any, root: str, times: Any) -> Any:
+    """Every timed input returned one value that reads as an error code: said first among
+    the root's warnings and under its headline (wcetfit.timing.state.one_error_return)."""
+    from dataclasses import replace
+
+    from wcetfit.report import Finding
+    from wcetfit.timing.state import one_error_return
+
+    returned = ((getattr(times, "environment", None) or {}).get("returns") or {}).get(root)
+    found = one_error_return(returned)
+    if found is None:
+        return report
+    n, value = found
+    finding = Finding(
+        f"all {n:,} timed inputs returned {value}: an error code most likely, so every call "
+        f"stopped at the same check, and the bound is the time of that rejection",
+        "generate arguments the function accepts (a decompressor needs compressed data: "
+        "make it in generate() with the library's compressor through ctx.lib; a handle or "
+        "mode must be valid); unless the rejection is what is to be timed")
+    functions = (replace(report.functions[0], one_error_return=(n, value)),) \
+        + tuple(report.functions[1:])
+    return replace(report, functions=functions,
+                   warnings=(finding,) + tuple(report.warnings))
 
 
 def _with_target_output(report: Any, times: Any) -> Any:

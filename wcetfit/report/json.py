@@ -308,6 +308,9 @@ def _function(fr: FunctionReport, hz: float | None,
     out = {
         "name": fr.name, "address": hexaddr(fr.address), "root": fr.is_root,
         "timed_other_path": fr.timed_other_path,
+        "one_error_return": ({"inputs": fr.one_error_return[0],
+                              "value": fr.one_error_return[1]}
+                             if fr.one_error_return is not None else None),
         "blocks": blocks,
         "groups": [{"id": _plain(g.id), "blocks": [hexaddr(a) for a in g.blocks],
                     "kind": g.kind, "combinations": list(g.combinations), "advice": g.advice,

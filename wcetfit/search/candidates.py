@@ -213,7 +213,7 @@ def _time_candidates(target: Target, root: str, address: int, method: str,
     m = target.measure
     for r in range(repeats):
         def on_result(key: int, result: dict[str, tuple[np.ndarray, int]], r: int = r) -> None:
-            row, migrated, _returns = result[root]
+            row, migrated = result[root][:2]
             if not migrated:
                 ticks[pos[key], r] = row[0]
 

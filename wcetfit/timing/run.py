@@ -140,7 +140,9 @@ class _TimingWorker:
                 timed = time_input(self.harness, proto, address, pack, self.repeats, 0,
                                    self.method)
                 returns = None
-            out[name] = (timed.ticks, timed.migrated, returns if check else None)
+            value = timed.result if comparable(self.harness.signature(proto).result) \
+                else None
+            out[name] = (timed.ticks, timed.migrated, returns if check else None, value)
         return out
 
 
@@ -219,6 +221,7 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     from wcetfit.locks import timing_lock
     from wcetfit.timing import tsc
     from wcetfit.timing.state import record as record_state
+    from wcetfit.timing.state import record_return
 
     m = target.measure
     method, why = resolve_method(target)
@@ -260,6 +263,9 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
             env.setdefault("state", {})[f] = dict(old_state)
         if old.environment.get("target_output") and "target_output" not in env:
             env["target_output"] = dict(old.environment["target_output"])
+        old_returns = (old.environment.get("returns") or {}).get(f)
+        if old_returns:
+            env.setdefault("returns", {})[f] = dict(old_returns)
     # inputs the count run of the same seed saw fail (crash, hang, a check): the same
     # arguments fail the original code the same way, and without counts they are no row
     # of the fit.  Timing them cost a worker each (libpng's png_get_uint_31, 52 of 80
@@ -282,6 +288,8 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
     load = env.setdefault("load", {})
     # whether each input's timed calls returned what its first call did (wcetfit.timing.state)
     state = env.setdefault("state", {})
+    # what each input's timed call returned (wcetfit.timing.state.record_return)
+    returned = env.setdefault("returns", {})
 
     def snapshot() -> dict[str, TimeSet]:
         measured = np.flatnonzero(done.any(axis=1))
@@ -308,11 +316,12 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
 
             def store_result(index: int, result: dict[str, tuple[np.ndarray, int, Any]],
                              r: int = r) -> None:
-                for f, (row, mig, returns) in result.items():
+                for f, (row, mig, returns, value) in result.items():
                     ticks[f][index, r] = row[0]
                     migrated[f] += mig
                     if returns is not None:
                         record_state(state, f, index, *returns)
+                    record_return(returned, f, index, value)
                 done[index, r] = True
 
             wrote = measure_saving(

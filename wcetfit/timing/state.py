@@ -57,6 +57,38 @@ def record(state: dict[str, Any], function: str, index: int, first: Any, last: A
         entry["examples"].append([int(index), repr(first), repr(last)])
 
 
+def record_return(returned: dict[str, Any], function: str, index: int, value: Any) -> None:
+    """Note what input ``index``'s timed call returned (a number; the first pass's, once
+    per input) in ``returned`` (the times' environment entry "returns": function → input
+    → repr of the value)."""
+    if value is None or isinstance(value, dict):
+        return
+    returned.setdefault(function, {}).setdefault(str(int(index)), repr(value))
+
+
+# Below this many inputs one return value for all of them says little.
+MIN_ONE_RETURN_INPUTS = 10
+
+
+def one_error_return(entry: Mapping[str, str] | None) -> tuple[int, int] | None:
+    """(inputs, value as a signed number) when every input's timed call returned one value
+    that reads as an error code (below zero as a signed number: an unsigned type's top
+    bit set), else None.  zstd's ZSTD_decompress on random bytes: every call returned
+    (size_t)-10, "unknown frame descriptor", and the report gave a plausible bound of the
+    rejection with no word of it."""
+    if not entry or len(entry) < MIN_ONE_RETURN_INPUTS:
+        return None
+    values = set(entry.values())
+    if len(values) != 1:
+        return None
+    try:
+        v = int((next(iter(values))))
+    except ValueError:                     # a float, NaN, a bool's repr
+        return None
+    signed = v - (1 << 64) if v >= 1 << 63 else v - (1 << 32) if 1 << 31 <= v < 1 << 32 else v
+    return (len(entry), signed) if signed < 0 else None
+
+
 def changed_text(function: str, entry: Mapping[str, Any], label: Any = str) -> str | None:
     """The refusal's reason when some input's calls returned different values, or None.
     ``label``: input number → its name in messages."""

@@ -67,9 +67,16 @@ def test_adopted_fresh_inputs_the_bound_missed_join_the_training(tmp_path):
     (c,) = json.loads((tmp_path / "c.json").read_text())["checks"]
     longs = [i for i in range(FRESH) if _long(fresh, i)]
     assert set(longs) <= set(c["missed_inputs"]), (longs, c["missed_inputs"])
-    assert sorted(int(i) for i in c["adopted"]) == c["missed_inputs"]
-    assert f"adopted {len(c['missed_inputs'])} of the {len(c['missed_inputs'])} fresh input(s)" \
-        in res.stdout, res.stdout
+    # the long inputs ran the loop further than the bound takes (counted, not timed)
+    assert c["loops_beyond"] and all(b["seen"] >= 999 > b["bound"] and b["source"] ==
+                                     "observed" for b in c["loops_beyond"]), c["loops_beyond"]
+    assert {i for b in c["loops_beyond"] for i in b["numbers"]} >= set(longs)
+    assert "BEYOND THE BOUND'S LOOP BOUNDS" in res.stdout
+    # the inputs above the bound, and those that ran a loop further than it takes
+    beyond = {i for b in c["loops_beyond"] for i in b["numbers"]}
+    assert {int(i) for i in c["adopted"]} == set(c["missed_inputs"]) | beyond
+    assert f"adopted {len(c['adopted'])} of the fresh input(s) ({len(c['missed_inputs'])} " \
+        f"the bound missed" in res.stdout, res.stdout
 
     res = _wcetfit("report", str(d), "--json", str(tmp_path / "r.json"))
     assert res.returncode == 0, res.stderr
@@ -92,7 +99,7 @@ def test_adopted_fresh_inputs_the_bound_missed_join_the_training(tmp_path):
     assert after["ipet_ticks"] >= max(m["at_bound_speed"] for m in missed.values())
     assert after["ipet_ticks"] > 3 * before["ipet_ticks"]      # 20× the loop's iterations
     text = " ".join(res.stdout.split())
-    assert f"{TRAINING} inputs + {len(c['missed_inputs'])} adopted from checks" in text, text
+    assert f"{TRAINING} inputs + {len(c['adopted'])} adopted from checks" in text, text
     assert "Slowest measured input: adopted input" in text and "(adopted from a check)" in text
     # each adopted input rebuilds exactly: its arguments as the check described its own
     assert after["slowest_input"]["arguments"].endswith(", 1000)"), after["slowest_input"]
@@ -103,11 +110,11 @@ def test_adopted_fresh_inputs_the_bound_missed_join_the_training(tmp_path):
     from wcetfit.search.adopt import adopt_fresh, adopted_before
     session = open_session(str(d))
     again = adopt_fresh(session, "mix", fresh, tuple(c["missed_inputs"]), wait=False)
-    assert again.numbers == {} and sorted(again.before) == c["missed_inputs"]
+    assert again.numbers == {} and sorted(again.before) == sorted(int(i) for i in c["adopted"])
     assert adopted_before(session, "mix", fresh) == again.before
     session.store.lock.release()                # (the store's lock: the commands' now)
     res = _wcetfit("report", str(d))
-    assert f"{TRAINING} inputs + {len(c['missed_inputs'])} adopted from checks" in \
+    assert f"{TRAINING} inputs + {len(c['adopted'])} adopted from checks" in \
         " ".join(res.stdout.split())
 
     # a check of the training's own seed is still refused; another seed is checked as ever

@@ -165,8 +165,13 @@ def test_check_times_fresh_crc32_inputs_that_do_not_join_the_fit(tmp_path):
     (c,) = out["checks"]
     assert c["function"] == "crc32" and c["bound_ticks"] == pytest.approx(bound)
     assert c["inputs"] + len(c["failed_inputs"]) == 40 and c["repeats"] == 5
-    # the exit status and the text say what the JSON says
-    assert (res.returncode == 0) == c["covered"]
+    # the exit status and the text say what the JSON says: covered in time, and no loop
+    # run further than the bound takes (counted: a longer fresh input than the training's
+    # longest runs crc32's loops beyond their observed bounds)
+    assert (res.returncode == 0) == (c["covered"] and not c["loops_beyond"])
+    assert ("BEYOND THE BOUND'S LOOP BOUNDS" in res.stdout) == bool(c["loops_beyond"])
+    for b in c["loops_beyond"]:
+        assert b["seen"] > b["bound"] and b["function"].startswith("crc32"), b
     assert (c["slowest"]["ticks"] <= bound) == c["covered"]
     first = res.stdout.splitlines()[:2]
     assert first[0].startswith("crc32: 40 fresh inputs (seed 77) × 5 calls timed now, "

@@ -16,14 +16,16 @@ EXIT_NOT_COVERED = 1
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "check", help="time fresh inputs and compare every call with the bound",
-        description="Time inputs the bound was not made from (another seed, timing only: "
-                    "they do not join the fit) and compare every call with the WCET bound "
-                    "of the stored measurements.  Calls the bound's own rule takes for "
-                    "interrupts are counted and left out.  A call above the bound is told "
-                    "apart by cause: the machine slower than the speed the bound covers "
-                    "(every call below it at that speed), or an input the model misses.  "
-                    "Exit status 0: every call covered; 1: some call above the bound; 2: "
-                    "bad input.")
+        description="Time inputs the bound was not made from (another seed: they do not "
+                    "join the fit) and compare every call with the WCET bound of the "
+                    "stored measurements; count them too, and compare each loop they run "
+                    "with the loop bounds the bound rests on.  Calls the bound's own rule "
+                    "takes for interrupts are counted and left out.  A call above the bound "
+                    "is told apart by cause: the machine slower than the speed the bound "
+                    "covers (every call below it at that speed), or an input the model "
+                    "misses.  Exit status 0: every call covered and every loop within the "
+                    "bound's; 1: some call above the bound, or a loop run further than the "
+                    "bound takes; 2: bad input.")
     p.add_argument("target", metavar="TARGET_DIR", help="folder holding wcetfit.toml")
     p.add_argument("--inputs", type=int, metavar="N",
                    help="fresh inputs to time (default: [measure] inputs)")
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
                           f"made from ([measure] seed): a check needs inputs of another "
                           f"seed (without --seed, a new one)")
     seed = args.seed if args.seed is not None else _new_seed(training)
-    session, bounds, warned, premises = _bounds(args.target)
+    session, bounds, warned, premises, reports = _bounds(args.target)
     from wcetfit.errors import MeasurementError
     try:
         checks, earlier, failures, arguments = _time_and_check(args, seed, bounds)
@@ -72,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         more = f" --inputs {args.inputs}" if args.inputs is not None else ""
         raise type(exc)(f"{exc} (fresh inputs of seed {seed}: `wcetfit check --seed "
                         f"{seed}{more}` goes on with what is stored)") from exc
+    beyond = _loops_beyond(args, seed, reports)
     out = sys.stdout if args.json != "-" else sys.stderr
     from wcetfit.search.adopt import adopted_before
     for root, check in checks.items():
@@ -80,36 +83,76 @@ def run(args: argparse.Namespace) -> int:
                            adopted=adopted_before(session, root, seed)))
         for text in premises.get(root, ()):
             out.write(f"  {text}\n")
+        found = beyond.get(root, ())
+        if found:
+            # below the bound in time, beyond it in the counts: the bound does not hold for
+            # them, whatever their time (libxxhash's XXH64: a loop bounded at 6 (observed)
+            # ran 127 times on a fresh input, and the check said "covered")
+            out.write(f"  BEYOND THE BOUND'S LOOP BOUNDS: {len(found)} loop(s) ran further "
+                      f"on fresh inputs than the bound takes; the bound does not hold for "
+                      f"those inputs, whatever their time:\n")
+            for b in found[:6]:
+                out.write(f"    - {b.describe()}\n")
+            if len(found) > 6:
+                out.write(f"    - … and {len(found) - 6} more (--json lists them)\n")
+            out.write("    → `wcetfit check --adopt` makes the inputs above the bound rows; "
+                      "give the loops [loops] facts, or inputs that reach them, and analyze "
+                      "again\n")
         if warned.get(root):
             # (the count of lines the analysis logged, not of the report's warnings: a user
             # read "2 warning(s)" here and "Warnings (104)" in the report)
             out.write(f"  (the analysis logged {warned[root]} warning line(s), held back "
                       f"here; the report lists all its warnings: `wcetfit report "
                       f"{args.target}`)\n")
-    adopted = _adopt(args, session, seed, checks, out) if args.adopt else {}
+    adopted = _adopt(args, session, seed, checks, out, beyond) if args.adopt else {}
     write_json(args.json, {"schema": "wcetfit.check/1", "seed": seed,
                            "checks": [dict(c.to_dict(), slowest_arguments=arguments[r],
                                            adopted={str(i): k for i, k in
-                                                    adopted.get(r, {}).items()})
+                                                    adopted.get(r, {}).items()},
+                                           loops_beyond=[b.to_dict()
+                                                         for b in beyond.get(r, ())])
                                       for r, c in checks.items()]})
-    return 0 if all(c.covered and c.calls for c in checks.values()) else EXIT_NOT_COVERED
+    ok = all(c.covered and c.calls for c in checks.values()) and \
+        not any(beyond.get(r) for r in checks)
+    return 0 if ok else EXIT_NOT_COVERED
+
+
+def _loops_beyond(args: argparse.Namespace, seed: int, reports: dict) -> dict:
+    """Per measured function, the loops fresh inputs ran further than its bound takes
+    (wcetfit.wcet.premises): the fresh inputs counted (the count run, stored under their
+    seed), their counts against each loop bound of the report."""
+    from wcetfit.cli.progress import progress_bars
+    from wcetfit.count.run import run_counts
+    from wcetfit.pipeline import open_session
+    from wcetfit.wcet.premises import loops_beyond
+
+    fs = open_session(args.target, seed=seed, inputs=args.inputs, repeats=args.repeats)
+    with progress_bars() as update:
+        counts = run_counts(fs.target, fs.store, fs.model, list(fs.roots),
+                            progress=lambda d, t: update("count", d, t))
+    return {root: loops_beyond(reports[root].functions, fs.model, counts[root])
+            for root in reports if root in counts}
 
 
 def _adopt(args: argparse.Namespace, session: Any, seed: int, checks: dict,
-           out: Any) -> dict:
-    """``--adopt``: the fresh inputs each function's bound missed, counted and timed now
-    and kept among the training's searched inputs (wcetfit.search.adopt); what became of
-    them, said.  Returns function → {fresh input: its search input number}."""
+           out: Any, beyond: dict | None = None) -> dict:
+    """``--adopt``: the fresh inputs each function's bound missed, and those that ran a
+    loop further than it takes (``beyond``), counted and timed now and kept among the
+    training's searched inputs (wcetfit.search.adopt); what became of them, said.
+    Returns function → {fresh input: its search input number}."""
     from wcetfit.numbering import input_label
     from wcetfit.search.adopt import adopt_fresh
 
     done: dict = {}
     for root, c in checks.items():
-        if not c.missed_inputs:
+        loops = sorted({i for b in (beyond or {}).get(root, ()) for i in b.numbers}
+                       - set(c.missed_inputs))
+        wanted = tuple(c.missed_inputs) + tuple(loops)
+        if not wanted:
             out.write(f"{root}: --adopt: nothing to adopt, no call is above the bound at the "
-                      f"machine speed it covers\n")
+                      f"machine speed it covers and no loop beyond its bounds\n")
             continue
-        a = adopt_fresh(session, root, seed, c.missed_inputs, wait=not args.no_wait,
+        a = adopt_fresh(session, root, seed, wanted, wait=not args.no_wait,
                         missed_calls=c.missed_calls)
         done[root] = a.numbers
         if a.before:
@@ -122,9 +165,12 @@ def _adopt(args: argparse.Namespace, session: Any, seed: int, checks: dict,
         pairs = ", ".join(f"fresh input {i} → {input_label(k)}"
                           for i, k in list(a.numbers.items())[:4])
         more = " …" if len(a.numbers) > 4 else ""
-        out.write(f"{root}: adopted {len(a.numbers)} of the {len(c.missed_inputs)} fresh "
-                  f"input(s) the bound missed into the training ({pairs}{more}): `wcetfit "
-                  f"report {args.target}` bounds them; check again with a new seed\n")
+        what = " and ".join(x for x in (
+            f"{len(c.missed_inputs)} the bound missed" if c.missed_inputs else "",
+            f"{len(loops)} that ran a loop beyond its bounds" if loops else "") if x)
+        out.write(f"{root}: adopted {len(a.numbers)} of the fresh input(s) ({what}) into the "
+                  f"training ({pairs}{more}): `wcetfit report {args.target}` bounds them; "
+                  f"check again with a new seed\n")
         for f in a.failures[:3]:
             out.write(f"  left out, failed when counted or timed: {f.describe()}\n")
     return done
@@ -168,7 +214,7 @@ def _warnings_held_back() -> Iterator[list]:
 
 
 def _bounds(target: str) -> tuple[Any, dict[str, tuple[float, float, float | None]],
-                                  dict[str, int], dict[str, list[str]]]:
+                                  dict[str, int], dict[str, list[str]], dict[str, Any]]:
     """The training's session (``--adopt`` joins its rows); per measured function: (bound
     ticks, the machine speed it covers, TSC rate), from the analysis of the stored
     measurements (the report's, cached as ``report`` keeps it); per function, how many of
@@ -180,7 +226,7 @@ def _bounds(target: str) -> tuple[Any, dict[str, tuple[float, float, float | Non
         with_stored_repeats
 
     s = with_stored_repeats(open_session(target))
-    bounds, warned, premises = {}, {}, {}
+    bounds, warned, premises, reports = {}, {}, {}, {}
     for root in s.target.functions:
         counts, times = stored_measurements(s, root)
         with _warnings_held_back() as held:
@@ -194,7 +240,8 @@ def _bounds(target: str) -> tuple[Any, dict[str, tuple[float, float, float | Non
         speed = float((w.dispersion_factors or {}).get("machine_speed", 1.0))
         bounds[root] = (float(w.ipet_ticks), speed, report.tsc_hz)
         premises[root] = bound_premises(report)
-    return s, bounds, warned, premises
+        reports[root] = report
+    return s, bounds, warned, premises, reports
 
 
 def bound_premises(report: Any) -> list[str]:

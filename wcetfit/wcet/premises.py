@@ -1,0 +1,99 @@
+"""Fresh inputs against the loop bounds a WCET bound rests on, by their block counts.
+
+A bound takes each loop's iterations from a fact or from the most the training inputs
+reached.  `wcetfit check` times fresh inputs, and a call below the bound says nothing of
+those premises: libxxhash's XXH64 with inputs of up to 255 bytes, its loop bounded at 6
+iterations (observed), met a fresh input of 4,096 bytes that ran it 127 times, and the
+check said "covered" — the single-call factor, made from the noise of short calls, happened
+to hold the call.  Counting the fresh inputs (the count run, native speed) shows every
+loop a fresh input ran further than the bound takes: the bound does not hold for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+
+# The fresh inputs named per loop (the JSON, and what `check --adopt` takes).
+MAX_NUMBERS = 50
+
+
+@dataclass(frozen=True)
+class LoopBeyond:
+    """A loop a fresh input ran further than the bound takes."""
+
+    function: str
+    loop: str                 # "fn+0xOFF"
+    kind: str                 # "per entry" or "per call"
+    bound: int                # the iterations the bound takes
+    source: str               # where that bound comes from ("observed", "fact", …)
+    seen: int                 # the most a fresh input ran
+    input: int | None         # that fresh input's number
+    inputs: int               # how many fresh inputs ran it further than the bound
+    numbers: tuple[int, ...] = ()   # their numbers (the first MAX_NUMBERS)
+
+    def describe(self) -> str:
+        who = f"fresh input {self.input}" if self.input is not None else "a fresh input"
+        more = f"; {self.inputs:,} fresh inputs ran it further" if self.inputs > 1 else ""
+        return (f"{who} ran loop {self.loop} {self.seen:,} times {self.kind}, where the bound "
+                f"takes at most {self.bound:,} ({self.source}){more}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def loops_beyond(functions: Sequence[Any], model: Any, counts: Any) -> tuple[LoopBeyond, ...]:
+    """The loops of the report's ``functions`` (each with ``name`` and ``wcet.loops``,
+    wcetfit.report.FunctionReport) that fresh inputs, counted in ``counts``
+    (wcetfit.measurements.CountSet), ran further than the bound takes; ``model`` the
+    binary's static model (wcetfit.static.binary.BinaryModel)."""
+    from wcetfit.wcet.loops import observed_loop_bounds
+
+    by_name = {fc.name: fc for fc in counts.functions}
+    indices = np.asarray(counts.indices)
+    out: list[LoopBeyond] = []
+    for fr in functions:
+        fc = by_name.get(fr.name)
+        loops = tuple(getattr(fr.wcet, "loops", ()) or ())
+        if fc is None or not loops or len(indices) == 0:
+            continue
+        try:
+            fn = model.function(fr.name)
+        except KeyError:
+            continue
+        fresh = observed_loop_bounds(fn, fc.counts, fc.blocks)
+        for lo in loops:
+            seen = fresh.get(lo.header)
+            if seen is None:
+                continue
+            b = lo.bound
+            for kind, have, got in (("per entry", b.per_entry, seen.per_entry),
+                                    ("per call", b.total, seen.total)):
+                if have is None or got is None or got <= have:
+                    continue
+                # how many inputs ran it further (one by one, as the bound is judged)
+                rows = [k for k in range(len(indices))
+                        if _ran_beyond(fn, fc, k, lo.header, kind, have)]
+                beyond = len(rows)
+                witness = (int(indices[seen.witness]) if seen.witness is not None
+                           and 0 <= seen.witness < len(indices) else None)
+                out.append(LoopBeyond(fr.name, lo.name, kind, int(have), str(b.source),
+                                      int(got), witness, max(1, beyond),
+                                      tuple(int(indices[k]) for k in rows[:MAX_NUMBERS])))
+                break
+    return tuple(out)
+
+
+def _ran_beyond(fn: Any, fc: Any, row: int, header: int, kind: str, bound: int) -> bool:
+    """Whether input ``row`` of ``fc`` alone ran the loop at ``header`` further than
+    ``bound`` (``kind`` as the bound is)."""
+    from wcetfit.wcet.loops import observed_loop_bounds
+
+    one = observed_loop_bounds(fn, fc.counts[row:row + 1], fc.blocks).get(header)
+    if one is None:
+        return False
+    got = one.per_entry if kind == "per entry" else one.total
+    return got is not None and got > bound

@@ -325,3 +325,16 @@ def test_two_texts_of_a_comparison_share_a_prefix(gcc, tmp_path):
     mod, ffi, text = _module(tmp_path, _decl(
         tmp_path, "char *join(const char *a, const char *b);", "join", "join.h"))
     assert "_share_prefix(ctx" not in text.text.split("def generate(ctx):")[1]
+
+
+def test_a_gnu_function_of_glibcs_own_header_is_found(gcc):
+    """strverscmp is declared in string.h only under _GNU_SOURCE: init said the header
+    "declares no function strverscmp", and a wrapper header defining the macro came after
+    <stdio.h> had fixed the feature macros.  The header is read as a library exports its
+    functions, GNU ones included."""
+    from wcetfit.scaffold.header import declaration_from_header
+
+    if not os.path.exists("/usr/include/string.h"):
+        pytest.skip("/usr/include/string.h is absent")
+    decl = declaration_from_header("/usr/include/string.h", ["strverscmp"])
+    assert decl.function == "strverscmp" and len(decl.params) == 2

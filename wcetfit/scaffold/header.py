@@ -61,8 +61,11 @@ def preprocess(header: str, *, compiler: str = "gcc") -> str:
 
 def include_source(header: str) -> str:
     """The C that :func:`preprocess` runs through the preprocessor: the header after
-    <stddef.h> and <stdio.h>."""
-    return (f"#include <stddef.h>\n#include <stdio.h>\n"
+    <stddef.h> and <stdio.h>, with _GNU_SOURCE defined first: a library exports its GNU
+    functions whatever a program asks for, and glibc's headers declare them only then
+    (string.h's strverscmp: "declares no function strverscmp", and a wrapper header
+    defining it came after <stdio.h> had fixed the feature macros)."""
+    return (f"#define _GNU_SOURCE 1\n#include <stddef.h>\n#include <stdio.h>\n"
             f"#include \"{os.path.abspath(header)}\"\n")
 
 

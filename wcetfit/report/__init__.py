@@ -196,6 +196,9 @@ class WcetSummary:
     # the timed calls taken for interrupts and left out of the bound, against the interrupts
     # that can explain them (wcetfit.wcet.result.WcetResult.set_aside; root only)
     set_aside: Mapping[str, Any] = field(default_factory=dict)
+    # [wcet] unreached: "observed" (blocks no input ran left out of the worst path) or
+    # "require" (costed at the most their instructions can take)
+    unreached_policy: str = "observed"
 
     def width(self) -> Any:
         """Where bound ÷ slowest input comes from (wcetfit.wcet.bracket.BracketWidth), or
@@ -781,6 +784,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         dispersion_calls=wres.dispersion_calls if (ires and is_root) else None,
         broken_inputs=ires.broken_inputs if (ires and is_root) else None,
         set_aside=dict(getattr(wres, "set_aside", {}) or {}) if (ires and is_root) else {},
+        unreached_policy=getattr(wres, "unreached_policy", "observed") if wres is not None
+        else "observed",
         envelopes=tuple(wres.envelopes) if (ires and is_root) else (),
         relations=tuple(getattr(wres, "relations", ())) if (ires and is_root) else (),
         # the root's point is the whole bound's: callees bounded over all their

@@ -72,3 +72,38 @@ budget = 0
     assert doc["failed_inputs"] == 6
     assert "(6 more failed and are in no figure: the first warning)" in \
         " ".join(text.splitlines()[0:2])
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build the target")
+def test_the_search_is_not_run_on_inputs_that_mostly_fail(tmp_path, capsys):
+    """zstd's decompressor with 58 of 60 inputs crashing: the worst-case search mutated
+    them into 300 crashing candidates, a minute and a hundred warning lines.  With most
+    inputs failing, the search step is skipped and said."""
+    from wcetfit.cli import main
+    from wcetfit.measurements import open_store
+    from wcetfit.search.store import load_search_rows
+    from wcetfit.target import load_target
+
+    (tmp_path / "hostile.c").write_text(HOSTILE_C)
+    subprocess.run(["gcc", "-O2", "-fPIC", "-shared", "-pthread", "-o",
+                    str(tmp_path / "libhostile.so"), str(tmp_path / "hostile.c")], check=True)
+    (tmp_path / "wcetfit.toml").write_text("""
+binary = "libhostile.so"
+functions = ["hostile"]
+prototype = "long hostile(int kind, int x);"
+inputs = "inputs.py"
+[measure]
+inputs = 20
+repeats = 3
+[search]
+budget = 40
+""")
+    # kind 2 aborts when x == 3: 15 of the 20 inputs
+    (tmp_path / "inputs.py").write_text(
+        "def generate(ctx):\n    return (2, 3 if ctx.index % 4 else 0)\n")
+    main(["analyze", str(tmp_path), "--no-wait"])
+    said = [ln for ln in capsys.readouterr().err.splitlines()
+            if "search step is skipped" in ln]
+    assert said and "15 of 20 inputs failed when counted" in said[0], said
+    target = load_target(str(tmp_path))
+    assert load_search_rows(open_store(target), "hostile", target.measure.seed) is None

@@ -102,6 +102,12 @@ def test_every_way_of_reading_shares_one_analysis(target, capsys):
     assert len(calls) == 2
     _report(d, capsys, "--inputs", "30")
     assert len(calls) == 2
+    # the number of inputs to measure is no part of an analysis of what is stored
+    # (`analyze --inputs 200` on a target of 500, then `report`: computed again)
+    toml = d / "wcetfit.toml"
+    toml.write_text(toml.read_text().replace("inputs = 40", "inputs = 60"))
+    _report(d, capsys)
+    assert len(calls) == 2
 
 
 def test_changed_setting_computes_again(target, capsys):
@@ -141,6 +147,8 @@ def test_other_code_damaged_entry_and_opt_outs_compute_again(target, capsys, mon
     assert _report(d, capsys) == first and len(calls) == 3
     _report(d, capsys, "--no-cache")
     assert len(calls) == 4
+    # what --no-cache computed is kept: the report after it is read back
+    assert _report(d, capsys) == first and len(calls) == 4
     monkeypatch.setenv("WCETFIT_NO_CACHE", "1")
     _report(d, capsys)
     _report(d, capsys)

@@ -121,7 +121,10 @@ def analysis_key(session: Any, root: str, extra: Sequence[Any] = ()) -> str:
     parts = {
         "format": CACHE_FORMAT,
         "code": code_digest(),
-        "target": repr(session.target),
+        # the target's settings but the number of inputs to measure: the analysis is of
+        # what is stored (`analyze --inputs 200` on a target of 500, then `report`,
+        # computed the same analysis again)
+        "target": repr(_without_input_count(session.target)),
         "root": root,
         "roots": sorted((k, int(v)) for k, v in session.roots.items()),
         "models": hashlib.sha256(json.dumps(models, sort_keys=True, default=str)
@@ -133,6 +136,16 @@ def analysis_key(session: Any, root: str, extra: Sequence[Any] = ()) -> str:
         "extra": repr(tuple(extra)),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _without_input_count(target: Any) -> Any:
+    """``target`` with its [measure] inputs set aside (the key's "target")."""
+    from dataclasses import replace
+
+    try:
+        return replace(target, measure=replace(target.measure, inputs=0))
+    except TypeError:               # not a dataclass (a test's stand-in)
+        return target
 
 
 def _overhead_floor(session: Any) -> float | str | None:
@@ -226,10 +239,12 @@ def cached_report(session: Any, root: str, compute: Callable[[], Any], *,
                   extra: Sequence[Any] = (), use_cache: bool = True) -> tuple[Any, bool]:
     """(report, read back): the cached report of ``root``'s analysis when its key
     matches, else ``compute()``'s (an object with ``.report``), kept for the next time."""
-    if not (use_cache and enabled()):
+    if not enabled():
         return compute().report, False
     key = analysis_key(session, root, extra)
-    report = load(session, root, key, extra)
+    # (--no-cache computes it again, and keeps it: `report --no-cache` then `report`
+    # computed twice)
+    report = load(session, root, key, extra) if use_cache else None
     if report is not None:
         return report, True
     capture = _Capture()

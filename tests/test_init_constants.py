@@ -232,3 +232,30 @@ def test_init_then_analyze_aes_set_encrypt_key(tmp_path):
     inputs = (target / "inputs.py").read_text()
     assert re.search(r"userKey = _buffer\(ffi, \"unsigned char\", \(bits \+ 7\) // 8,", inputs)
     assert fn["name"] == "AES_set_encrypt_key"
+
+
+def test_constants_naming_a_setting_are_no_values_of_it(gcc, tmp_path):
+    """brotli's BrotliEncoderCompress(int quality, int lgwin, …): BROTLI_PARAM_LGWIN = 2, a
+    member of the enum of settings BrotliEncoderSetParameter takes, was every input's
+    lgwin (a window below the encoder's least).  The setting's identifiers are left out,
+    and the constants whose comment names the setting are its values."""
+    h = _header(tmp_path, """
+        #include <stddef.h>
+        #include <stdint.h>
+        /** Minimal value for ::BROTLI_PARAM_LGWIN parameter. */
+        #define BROTLI_MIN_WINDOW_BITS 10
+        /** Maximal value for ::BROTLI_PARAM_LGWIN parameter. */
+        #define BROTLI_MAX_WINDOW_BITS 24
+        typedef enum BrotliEncoderParameter {
+          BROTLI_PARAM_MODE = 0,
+          BROTLI_PARAM_QUALITY = 1,
+          BROTLI_PARAM_LGWIN = 2
+        } BrotliEncoderParameter;
+        int compress(int quality, int lgwin, size_t input_size, const uint8_t *input_buffer);
+    """)
+    mod, ffi, text = _module(tmp_path, _decl(h, "compress"))
+    lgwins = {lgwin for _, lgwin, _, _ in _inputs(mod, ffi, "compress", n=60)}
+    assert min(lgwins) >= 10 and max(lgwins) <= 24 and {10, 24} <= lgwins, sorted(lgwins)
+    assert "BROTLI_PARAM" not in _line(text.text, "lgwin")
+    # quality names no constant of its own here: not BROTLI_PARAM_QUALITY = 1
+    assert "BROTLI_PARAM" not in _line(text.text, "quality")

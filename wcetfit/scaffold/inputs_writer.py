@@ -175,10 +175,17 @@ _OUT_SLOT = re.compile(r"(?i)(^|_)(out\w*|output|result|res|ret|dst|dest|end|end
 # Enums of what a function returns, not of what it takes: return codes, errors, statuses.
 _RETURN_CODES = re.compile(r"(?i)(^|_)(rc|ret|retval|return|returns|err|errs|error|errors|"
                            r"errno|status|result|results)(_|$)")
+# Constants that name a setting, not a value of it: the members of an enum of parameters
+# (brotli's BrotliEncoderParameter: BROTLI_PARAM_LGWIN = 2 was drawn as every input's
+# lgwin, a window below the encoder's least), and names with _PARAM_ in them.
+_SETTING_NAMES = re.compile(r"(?i)(param|parameter|parameters|option|options|setting|"
+                            r"settings)(_?t)?$")
+_SETTING_NAME = re.compile(r"(?i)(^|_)(param|opt|option)_")
 # Constants named as the ends or the default of a scale are values on it, never flags;
 # a maximum without a minimum bounds a range that starts at 0 (zconf.h's MAX_MEM_LEVEL).
 _ON_A_SCALE = re.compile(r"(?i)(^|_)(min|max|minimum|maximum|default)(_|$)")
 _MAXIMUM = re.compile(r"(?i)(^|_)max(imum)?(_|$)")
+_MINIMUM = re.compile(r"(?i)(^|_)min(imum)?(_|$)")
 # Parameter names too generic for constants or comments carrying them to say what the
 # parameter takes ("Allowed flush values" is not about a parameter named value).
 _GENERIC = frozenset("value val values number num data size type count result arg "
@@ -239,7 +246,8 @@ def _constants_for(name: str, constants: tuple[Constant, ...],
     if len(key) < 4 or key in _GENERIC:      # n, len, key, crc: in too many names
         return []
     values = [c for c in constants if not _NOT_A_VALUE.search(c.name)
-              and not _RETURN_CODES.search(c.group)]
+              and not _RETURN_CODES.search(c.group) and not _SETTING_NAMES.search(c.group)
+              and not _SETTING_NAME.search(c.name)]
     enums = {c.group for c in values if c.group and key in c.group.lower().replace("_", "")}
     if enums:
         words = set(function.lower().split("_"))
@@ -248,8 +256,12 @@ def _constants_for(name: str, constants: tuple[Constant, ...],
         found = [c for c in values if c.group in enums and score[c.group] == best]
     else:
         word = re.compile(rf"(?i)(?<![\w-]){re.escape(name)}s?(?![\w-])")   # a word: not "high-level"
+        # or the setting's constant a comment names ("Minimal value for
+        # ::BROTLI_PARAM_LGWIN parameter", above BROTLI_MIN_WINDOW_BITS, for lgwin)
+        setting = re.compile(rf"(?i)[A-Za-z0-9]_{re.escape(name)}(?![\w-])")
         found = [c for c in values
-                 if key in c.name.lower().replace("_", "") or word.search(c.about)]
+                 if key in c.name.lower().replace("_", "") or word.search(c.about)
+                 or setting.search(c.about)]
     found = list({c.name: c for c in found}.values())
     # an enum the parameter names is its values however many (gcry_md_algos: 39)
     return found if len(found) <= (_MOST_ENUMERATED if enums else _MOST_NAMED) else []
@@ -1006,8 +1018,9 @@ class _Writer:
         plain, flags = _split_flags(consts)
         values = sorted(set(plain) | {v for v in doc.values if lo <= v <= hi})
         ends = values + [min(max(v, lo), hi) for r in doc.ranges for v in r]
-        if any(_MAXIMUM.search(c.name) for c in consts) and lo <= 0:
-            ends.append(0)                       # a maximum's range starts at 0
+        if any(_MAXIMUM.search(c.name) for c in consts) and lo <= 0 \
+                and not any(_MINIMUM.search(c.name) for c in consts):
+            ends.append(0)      # a maximum's range starts at 0, unless a minimum is named
         low, high = (min(ends), max(ends)) if ends else (0, 0)
         shown = [f"{c.name} = {_pow(c.value)}" + (" (a flag)" if c.value in flags else "")
                  for c in sorted(consts, key=lambda c: c.value)]

@@ -96,6 +96,20 @@ class GroupRow:
     share_estimable: bool
 
 
+# Imported functions of no arguments that return a pointer to per-thread data (glibc's
+# ctype tables, errno): a call of them takes the same few instructions every time, and
+# "its time varies with its arguments" was said of them (libuuid's uuid_parse_range).
+CONSTANT_TIME_IMPORTS = frozenset({
+    "__ctype_b_loc", "__ctype_tolower_loc", "__ctype_toupper_loc", "__errno_location",
+    "__h_errno_location", "__libc_single_threaded", "pthread_self"})
+
+
+def _name_of_import(name: str | None) -> str:
+    """An import's symbol name without its version or library ("__errno_location@GLIBC_2.2.5
+    (libc.so.6)" → "__errno_location")."""
+    return (name or "").split("@")[0].split(" ")[0]
+
+
 # The model's worst path (point + margin) below this share of the slowest input's median
 # is said: machine speed and call noise move a median by a few percent.
 MODEL_BELOW = 0.95
@@ -844,7 +858,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         for co in ires.calls:
             # (an imported call off the worst path, e.g. __stack_chk_fail in a block no
             # input ran, changes nothing in the bound: no warning)
-            if co.kind == CALL_IMPORTED and co.count > 0:
+            if co.kind == CALL_IMPORTED and co.count > 0 \
+                    and _name_of_import(co.target_name) not in CONSTANT_TIME_IMPORTS:
                 warns.append(Finding(
                     f"{name}: call to imported {co.target_name or '?'} at "
                     f"{loop_key(fn, co.block)}: its time varies with its arguments and is not "

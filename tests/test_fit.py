@@ -811,6 +811,11 @@ def test_a_groups_advice_names_a_few_relations_and_counts_the_rest():
     assert len(texts) == 10                          # the relations are all kept
     assert advice.count("vary the inputs so that") == MAX_ADVICE == 3
     assert advice.endswith("and 7 more relations of their counts like these")
+    # the first of many written out, all counted (brotli's encoder: thousands of
+    # relations, each tested with an SVD, took a report a quarter of an hour)
+    texts, advice = relations_text(pairs, True, total=1234)
+    assert len(texts) == 10 and advice.endswith("and 1,231 more relations of their counts "
+                                                "like these")
 
 
 def test_a_relation_of_many_blocks_with_fractional_weights_is_advised_in_words():

@@ -130,7 +130,8 @@ def _parsed(decl):
     from wcetfit.timing.prototype import parse_signatures
 
     ffi, functions = parse_signatures(decl.prototype, decl.cdef)
-    assert [n for n, _ in functions] == [decl.function]
+    # the function first; after it, the functions that set up its structs (initializers)
+    assert [n for n, _ in functions] == [decl.function, *decl.initializers.values()]
     return ffi, functions[0][1]
 
 

@@ -338,3 +338,49 @@ def test_a_gnu_function_of_glibcs_own_header_is_found(gcc):
         pytest.skip("/usr/include/string.h is absent")
     decl = declaration_from_header("/usr/include/string.h", ["strverscmp"])
     assert decl.function == "strverscmp" and len(decl.params) == 2
+
+
+def test_a_librarys_context_struct_is_set_up_by_its_init_function(gcc, tmp_path):
+    """nettle's sha256_update(struct sha256_ctx *ctx, …): init filled the context with
+    random fields, its index past the 64-byte block, and 114 of 218 inputs crashed.  The
+    header's function that sets such a struct up (named for init, its one parameter a
+    pointer to the struct; of several the one nearest the function by name: sha256_init,
+    not sha224_init) is declared in the prototype and called through ctx.lib."""
+    from types import SimpleNamespace
+
+    from wcetfit.target import InputContext, input_rng
+
+    decl = _decl(tmp_path, """
+        #include <stddef.h>
+        #include <stdint.h>
+        struct sha256_ctx { uint32_t state[8]; uint64_t count; unsigned int index;
+                            uint8_t block[64]; };
+        void nettle_sha224_init(struct sha256_ctx *ctx);
+        void nettle_sha256_init(struct sha256_ctx *ctx);
+        void nettle_sha256_update(struct sha256_ctx *ctx, size_t length, const uint8_t *data);
+    """, "nettle_sha256_update")
+    assert decl.initializers == {"ctx": "nettle_sha256_init"}
+    assert decl.prototype.endswith(" void nettle_sha256_init(struct sha256_ctx *ctx);")
+    mod, ffi, text = _module(tmp_path, decl)
+    assert "ctx.lib.nettle_sha256_init(ctx_)" in text.text
+    called = []
+    lib = SimpleNamespace(nettle_sha256_init=lambda c: called.append(c))
+    args = mod.generate(InputContext(input_rng(1, 0), ffi, 0, "nettle_sha256_update", lib))
+    assert called == [args[0]] and ffi.typeof(args[0]).cname == "struct sha256_ctx *"
+    # a struct the function only reads, or one no function of the header sets up, is not
+    decl = _decl(tmp_path, """
+        struct key { int rounds; };
+        void key_init(const struct key *k);
+        int use(struct key *k, int x);
+    """, "use", "k.h")
+    assert decl.initializers == {}
+
+
+def test_nettles_sha256_update_is_set_up_by_sha256_init():
+    """The system's nettle/sha2.h (sha256_init is a macro for nettle_sha256_init)."""
+    from wcetfit.scaffold.header import declaration_from_header
+
+    if not os.path.exists("/usr/include/nettle/sha2.h"):
+        pytest.skip("/usr/include/nettle/sha2.h is absent")
+    decl = declaration_from_header("/usr/include/nettle/sha2.h", ["nettle_sha256_update"])
+    assert decl.initializers == {"ctx": "nettle_sha256_init"}

@@ -198,6 +198,11 @@ def lift(fx: Any, comp: np.ndarray, vecs: np.ndarray) -> tuple[np.ndarray, list[
     return T, blocks
 
 
+# The count relations of one group written out (its advice names the first
+# wcetfit.fit.wording.MAX_ADVICE, and counts them all).
+MAX_RELATIONS = 20
+
+
 def count_relations(fx: Any, T: np.ndarray, blocks: list[int], basis: dict[str, Any] | None,
                excess: int) -> tuple[list[str], str | None]:
     """Readable count relations that hold in every input (and, with a structural basis,
@@ -210,16 +215,21 @@ def count_relations(fx: Any, T: np.ndarray, blocks: list[int], basis: dict[str, 
     order = sorted(range(len(blocks)), key=lambda i: (-freq[i], fx.addrs[blocks[i]]))
     _, rows = est.readable_basis(T, order)
     chosen: list[np.ndarray] = []
+    # the relations written out are the first MAX_RELATIONS; the others are counted
+    # (brotli's encoder: thousands, each tested against the structural space with an SVD,
+    # a quarter of an hour of a report that lists three)
     if basis is not None:
         S = basis["S"][blocks]
+        total = excess
         for r in rows:
-            if len(chosen) >= excess:
+            if len(chosen) >= min(excess, MAX_RELATIONS):
                 break
             trial = np.array(chosen + [r]).T
             if est.excess_over(trial, S) > len(chosen):
                 chosen.append(r)
     else:
-        chosen = list(rows)
+        total = len(rows)
+        chosen = list(rows[:MAX_RELATIONS])
     pairs = []
     for r in chosen:
         r, fr = est.rationalize(r, fx.opts.max_denominator)
@@ -231,7 +241,7 @@ def count_relations(fx: Any, T: np.ndarray, blocks: list[int], basis: dict[str, 
         lhs = [(hexaddr(fx.addrs[blocks[i]]), r[i]) for i in range(len(r)) if r[i] > 0]
         rhs = [(hexaddr(fx.addrs[blocks[i]]), -r[i]) for i in range(len(r)) if r[i] < 0]
         pairs.append((lhs, rhs))
-    texts, text = relations_text(pairs, basis is not None)
+    texts, text = relations_text(pairs, basis is not None, total=total)
     return texts, text
 
 

@@ -29,9 +29,10 @@ def linear_text(terms: list[tuple[str, float, Fraction | None]]) -> str:
 
 
 def relations_text(pairs: list[tuple[list[tuple[str, float]], list[tuple[str, float]]]],
-                   structural: bool) -> tuple[list[str], str | None]:
+                   structural: bool, total: int | None = None) -> tuple[list[str], str | None]:
     """Count relations "lhs = rhs" (each side: (block name, coefficient) terms) and the
-    advice to break them; without a structural basis the advice is conditional."""
+    advice to break them; without a structural basis the advice is conditional.
+    ``total``: how many relations there are, of which ``pairs`` are the first."""
     texts: list[str] = []
     advice: list[str] = []
     for lhs, rhs in pairs:
@@ -53,11 +54,12 @@ def relations_text(pairs: list[tuple[list[tuple[str, float]], list[tuple[str, fl
             advice.append(f"vary the inputs so that {', '.join(blocks[:3])}"
                           + (f" and {len(blocks) - 3} more blocks" if len(blocks) > 3 else "")
                           + " run in other proportions to each other")
-    if len(advice) > MAX_ADVICE:
+    total = max(len(advice), total or 0)
+    if total > MAX_ADVICE:
         # one per relation: libbz2's largest group (784 blocks) had thousands, 13,254
         # lines of one table cell in `report --full`; the first say what to vary
-        advice = advice[:MAX_ADVICE] + [f"and {len(advice) - MAX_ADVICE:,} more relations "
-                                        f"of their counts like these"]
+        advice = advice[:MAX_ADVICE] + [f"and {total - min(len(advice), MAX_ADVICE):,} "
+                                        f"more relations of their counts like these"]
     if not structural:
         text = ("if the CFG lets these counts differ: " + "; ".join(advice)) if advice else None
     else:

@@ -68,3 +68,7 @@ class Declaration:
     # own header files, and per parameter name the values its comments give
     constants: tuple[Constant, ...] = ()
     documented: dict[str, Documented] = field(default_factory=dict)
+    # parameter name → the header's function that sets up the struct it points to (its
+    # declaration follows the function's in ``prototype``; generate() calls it through
+    # ctx.lib)
+    initializers: dict[str, str] = field(default_factory=dict)

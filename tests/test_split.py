@@ -767,6 +767,13 @@ def test_split_auto_runs_on_a_system_library(tmp_path):
     assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])
     assert "changed or unmapped executable memory" not in res.stderr
     assert "round 1:" in res.stdout
+    # the report says the rounds are stored and their joint fit is not in the bound (a
+    # new user's report was the same before and after `split --auto`, with no word)
+    res = run("report")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "split round(s) are stored for strlcpy" in " ".join(res.stdout.split()) or \
+        "split round(s) are stored for strlcpy" in " ".join(
+            run("report", "--function", "strlcpy").stdout.split())
 
 
 def test_a_mapping_the_kernel_split_is_the_same_code():

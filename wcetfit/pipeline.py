@@ -476,6 +476,7 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
                          functions=(replace(report.functions[0], timed_other_path=True),)
                          + tuple(report.functions[1:]))
     report = _with_one_error_return(report, root, times)
+    report = _with_split_rounds(report, session, root)
     report = _with_failures(report, counts, times)
     report = _with_reach_verdicts(report, reached)
     if notes:
@@ -506,6 +507,36 @@ def state_changed(root: str, times: Any) -> str | None:
 
     entry = ((getattr(times, "environment", None) or {}).get("state") or {}).get(root)
     return changed_text(root, entry or {}, input_label)
+
+
+def _with_split_rounds(report: Any, session: Any, root: str) -> Any:
+    """The split rounds stored for ``root``, said among the root's warnings: their joint
+    fit separates blocks the whole calls do not, and is `wcetfit split`'s own; the bound
+    is fitted from the whole calls (a new user's report was the same before and after
+    `split --auto`, and nothing said the rounds were not in it)."""
+    from dataclasses import replace
+
+    from wcetfit.report import Finding
+    from wcetfit.split.rounds import round_numbers
+
+    try:
+        numbers = round_numbers(session.store)
+    except Exception:  # noqa: BLE001 -- a store without rounds, or unreadable names
+        return report
+    if not numbers:
+        return report
+    from wcetfit.split.rounds import load_rounds
+
+    mine = load_rounds(session.store, root)
+    if not mine:
+        return report
+    finding = Finding(
+        f"{len(mine)} split round(s) are stored for {root} (`wcetfit split --list`): the "
+        f"costs their probes separate are `wcetfit split`'s joint fit (its --json), not in "
+        f"this bound, which is fitted from whole calls",
+        "read the separated costs with `wcetfit split TARGET_DIR --json -`; the blocks "
+        "they separate stay grouped here")
+    return replace(report, warnings=tuple(report.warnings) + (finding,))
 
 
 def _with_one_error_return(report: Any, root: str, times: Any) -> Any:

@@ -387,3 +387,21 @@ def test_the_search_steps_fit_does_not_repeat_the_fits_warnings(monkeypatch, cap
     said = [r.getMessage() for r in caplog.records]
     assert said == ["candidate 3 crashed"]
     assert logging.getLogger("wcetfit.fit").level == logging.NOTSET     # restored
+
+
+def test_a_long_step_without_a_bar_says_it_is_still_working(capsys):
+    """brotli's encoder: after 19 s of measuring, a quarter of an hour with nothing on the
+    terminal (the fit and the bound of 894 loops).  A step past its threshold says so,
+    and how long it took."""
+    import time
+
+    from wcetfit.cli.progress import still_working
+
+    with still_working("analysing f (fit, bound, report)", after=0.05, every=10):
+        time.sleep(0.2)
+    err = capsys.readouterr().err
+    assert "analysing f (fit, bound, report): 0 s so far" in err
+    assert "analysing f (fit, bound, report): done in 0 s" in err
+    with still_working("quick", after=5):
+        pass
+    assert capsys.readouterr().err == ""

@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.common import measure_overrides
-    from wcetfit.cli.progress import progress_bars
+    from wcetfit.cli.progress import progress_bars, still_working
     from wcetfit.cli.report import check_outputs, emit
     from wcetfit.timing.run import run_times
     from wcetfit.fit.system import refuse_shared_blocks
@@ -65,10 +65,12 @@ def run(args: argparse.Namespace) -> int:
     def analysis(root):  # type: ignore[no-untyped-def]
         # kept for the `wcetfit report` that follows (wcetfit.analysis_cache); read back
         # when this run measured nothing new
-        report, _ = cached_report(
-            s, root, lambda: analyze_stage(s, root, *stored_measurements(s, root),
-                                           notes=notes.get(root, ())),
-            extra=report_cache_extra(None, notes.get(root, ())), use_cache=not args.no_cache)
+        with still_working(f"analysing {root} (fit, bound, report)"):
+            report, _ = cached_report(
+                s, root, lambda: analyze_stage(s, root, *stored_measurements(s, root),
+                                               notes=notes.get(root, ())),
+                extra=report_cache_extra(None, notes.get(root, ())),
+                use_cache=not args.no_cache)
         return ReportOf(root, report)
 
     analyses = [analysis(root) for root in roots]

@@ -225,13 +225,17 @@ def _bounds(target: str) -> tuple[Any, dict[str, tuple[float, float, float | Non
     from wcetfit.pipeline import analyze_stage, open_session, stored_measurements, \
         with_stored_repeats
 
+    from wcetfit.cli.progress import still_working
+
     s = with_stored_repeats(open_session(target))
     bounds, warned, premises, reports = {}, {}, {}, {}
     for root in s.target.functions:
         counts, times = stored_measurements(s, root)
         with _warnings_held_back() as held:
-            report, _ = cached_report(s, root, lambda: analyze_stage(s, root, counts, times),
-                                      extra=report_cache_extra(None))
+            with still_working(f"analysing {root} (fit, bound, report)"):
+                report, _ = cached_report(s, root,
+                                          lambda: analyze_stage(s, root, counts, times),
+                                          extra=report_cache_extra(None))
         warned[root] = len(held)
         w = report.functions[0].wcet
         if w.ipet_ticks is None:

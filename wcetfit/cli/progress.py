@@ -40,3 +40,44 @@ def progress_bars() -> Iterator[Callable[[str, int, int], None]]:
 
     with bars:
         yield update
+
+
+# A step without a progress bar (the fit, the bound) that runs longer than this says so
+# on stderr, and again every STILL_EVERY_S: a large library function's analysis takes
+# minutes after its measurements (brotli's encoder, 894 loops), and a user saw a silent
+# terminal for a quarter of an hour.
+STILL_AFTER_S = 30.0
+STILL_EVERY_S = 120.0
+
+
+@contextlib.contextmanager
+def still_working(what: str, *, after: float = STILL_AFTER_S,
+                  every: float = STILL_EVERY_S) -> Iterator[None]:
+    """One line on stderr when the step inside takes longer than ``after`` seconds
+    ("analysing f: 30 s so far …"), again every ``every`` seconds, and how long it took
+    when it said anything (on a terminal or not: a log file is as silent)."""
+    import threading
+    import time
+
+    start = time.monotonic()
+    done = threading.Event()
+    said = [False]
+
+    def tell() -> None:
+        wait = after
+        while not done.wait(wait):
+            sys.stderr.write(f"{what}: {time.monotonic() - start:,.0f} s so far (large "
+                             f"functions take minutes here)\n")
+            sys.stderr.flush()
+            said[0] = True
+            wait = every
+
+    thread = threading.Thread(target=tell, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        if said[0]:
+            sys.stderr.write(f"{what}: done in {time.monotonic() - start:,.0f} s\n")

@@ -69,14 +69,17 @@ def run(args: argparse.Namespace) -> int:
         # refused before the analysis, which may take a minute, when there is nothing
         # else to write (with --json or --html those are written first, then refused)
         _known_before_analysis(s, args.function)
+    from wcetfit.cli.progress import still_working
+
     analyses = []
     for root in s.target.functions:
         counts, times = stored_measurements(s, root)
         if args.inputs is not None:
             counts, times = _first_inputs(root, counts, times, args.inputs)
-        report, _ = cached_report(
-            s, root, lambda: analyze_stage(s, root, counts, times),
-            extra=report_cache_extra(args.inputs), use_cache=not args.no_cache)
+        with still_working(f"analysing {root} (fit, bound, report)"):
+            report, _ = cached_report(
+                s, root, lambda: analyze_stage(s, root, counts, times),
+                extra=report_cache_extra(args.inputs), use_cache=not args.no_cache)
         analyses.append(_flag_changed_inputs(ReportOf(root, report),
                                              s.store.inputs_changed_note))
     emit(analyses, args, session=s)

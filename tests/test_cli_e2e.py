@@ -380,6 +380,7 @@ def test_the_search_steps_fit_does_not_repeat_the_fits_warnings(monkeypatch, cap
 
     monkeypatch.setattr("wcetfit.search.workflow.run_search", fake_search)
     monkeypatch.setattr("wcetfit.search.store.load_search_rows", lambda *a, **k: None)
+    monkeypatch.setattr(analyze, "_mostly_failed", lambda s, root: None)   # no store here
     target = SimpleNamespace(search_budget=10, search_timed=2, search_timed_budget=0,
                              measure=SimpleNamespace(seed=1, warmup=0))
     with caplog.at_level(logging.WARNING):

@@ -1603,3 +1603,23 @@ def test_the_code_no_input_ran_is_among_what_the_bound_rests_on(built):
     required = replace(r, functions=(replace(r.functions[0], wcet=replace(
         f.wcet, unreached_policy="require")),) + tuple(r.functions[1:]))
     assert "the code the inputs ran: " not in " ".join(summary.to_text(required).split())
+
+
+def test_a_declared_speed_where_none_was_followed_is_said_as_a_margin():
+    """libxxhash's XXH64, calls too short to follow the machine's speed, [wcet]
+    machine_speed = 1.5: "the timing run's slowest period: ×1.00" read as a steady
+    machine, where nothing was measured."""
+    from types import SimpleNamespace
+
+    from wcetfit.report.summary import _speed_assumed
+
+    def fr(followed):
+        return SimpleNamespace(
+            wcet=SimpleNamespace(machine_speed_measured=1.0, machine_speed_declared=1.5,
+                                 ipet_ticks=3492.0),
+            fit_extra={"machine_speed": {"followed": followed}})
+    text = _speed_assumed(fr(False))
+    assert text.startswith("the machine no slower than ×1.50 its speed during the timing run")
+    assert "not followed" in text and "×1.00" not in text
+    assert "slowest period: ×1.00" in _speed_assumed(fr(True))
+    assert _speed_assumed(fr(False), short=True) == "machine ≤ ×1.50 as timed (declared)"

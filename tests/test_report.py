@@ -1623,3 +1623,20 @@ def test_a_declared_speed_where_none_was_followed_is_said_as_a_margin():
     assert "not followed" in text and "×1.00" not in text
     assert "slowest period: ×1.00" in _speed_assumed(fr(True))
     assert _speed_assumed(fr(False), short=True) == "machine ≤ ×1.50 as timed (declared)"
+
+
+def test_an_assertion_failure_is_a_failure_exit_not_an_input_to_add():
+    """nettle's base64 encoder: two blocks that call __assert_fail were "blocks an input
+    reaching them can take longer on: add such inputs", and `reach` spent its budget on
+    them."""
+    from types import SimpleNamespace
+
+    from wcetfit.model import failure_exits
+
+    fn = SimpleNamespace(calls=(
+        SimpleNamespace(block=0x10, target_name="__assert_fail@GLIBC_2.2.5"),
+        SimpleNamespace(block=0x20, target_name="__stack_chk_fail"),
+        SimpleNamespace(block=0x30, target_name="memcpy")))
+    assert failure_exits(fn, [0x10, 0x20, 0x30, 0x40]) == {0x10: "__assert_fail",
+                                                           0x20: "__stack_chk_fail"}
+    assert failure_exits(fn, [0x30]) == {}

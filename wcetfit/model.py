@@ -12,7 +12,7 @@ them (a shared object starts at 0), never a loader's rebased ones.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 SCHEMA_CFG = "wcetfit.cfg/1"
 
@@ -403,3 +403,25 @@ def function_from_json(d: dict[str, Any]) -> FunctionModel:
             d["ifunc"]["symbol"], A(d["ifunc"]["resolver"]), A(d["ifunc"]["implementation"]),
             d["ifunc"]["implementation_name"]),
     )
+
+
+# Calls no correct call reaches: the stack protector's and the fortified functions'
+# failures (libpng's png_sig_cmp+0x87, a call of __stack_chk_fail).
+FAILURE_CALLS = frozenset({"__stack_chk_fail", "__stack_chk_fail_local", "__fortify_fail",
+                           "__chk_fail"})
+# Calls that end the program rather than return: an assertion that failed, a fatal error
+# (nettle's base64 encoder: two `call __assert_fail` blocks were "blocks an input reaching
+# them can take longer on: add such inputs", and `reach` spent its budget on them).
+ABORT_CALLS = frozenset({"__assert_fail", "__assert_perror_fail", "__libc_fatal"})
+
+
+def failure_exits(fn: "FunctionModel", blocks: Sequence[int]) -> dict[int, str]:
+    """Of ``blocks``, those that call a failure function (:data:`FAILURE_CALLS`,
+    :data:`ABORT_CALLS`), with its name."""
+    wanted = set(blocks)
+    out: dict[int, str] = {}
+    for cs in fn.calls:
+        name = (cs.target_name or "").split("@", 1)[0].split(" ")[0]
+        if cs.block in wanted and name in FAILURE_CALLS | ABORT_CALLS:
+            out[cs.block] = name
+    return out

@@ -717,7 +717,10 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             f"{name}: {len(failing)} block(s) never executed are failure exits ("
             + ", ".join(f"{loop_key(fn, a)} calls {t}" for a, t in list(failing.items())[:3])
             + (" …" if len(failing) > 3 else "")
-            + "): only a corrupted stack or buffer reaches them"
+            + ("): only a corrupted stack or buffer reaches them"
+               if not set(failing.values()) <= _abort_calls() else
+               "): a call that reaches them ends the program (an assertion failed) and "
+               "has no time to bound")
             + ("; the bound leaves them out" if wres is None
                or wres.unreached_policy == "observed" else ""), ""))
         never_other = tuple(a for a in never if a not in failing)
@@ -1120,26 +1123,23 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
 # Functions whose call ends a failed run: the stack protector's and fortify's checks.  A
 # block that calls one is reached only when memory is already corrupted.  (abort and
 # assertions stay among the blocks to reach: an argument can lead there.)
-FAILURE_CALLS = frozenset({"__stack_chk_fail", "__stack_chk_fail_local", "__fortify_fail",
-                           "__chk_fail"})
-
-
 def _failure_exits(fn: FunctionModel, blocks: Sequence[int]) -> dict[int, str]:
-    """Of ``blocks``, those that call a failure function (:data:`FAILURE_CALLS`), with
-    its name."""
-    wanted = set(blocks)
-    out: dict[int, str] = {}
-    for cs in fn.calls:
-        name = (cs.target_name or "").split("@", 1)[0]
-        if cs.block in wanted and name in FAILURE_CALLS:
-            out[cs.block] = name
-    return out
+    """Of ``blocks``, those that call a failure function (wcetfit.model.failure_exits)."""
+    from wcetfit.model import failure_exits
+
+    return failure_exits(fn, blocks)
 
 
 __all__ = ["BlockRow", "FitBlock", "FitFunction", "FitGroup", "FunctionReport", "GroupRow",
            "input_label",
            "Report", "TICKS_NOTE", "TICKS_UNIT", "Finding", "WcetSummary", "build_report",
            "describe_block", "read_fit", "ticks_to_ns"]
+
+
+def _abort_calls() -> frozenset[str]:
+    from wcetfit.model import ABORT_CALLS
+
+    return ABORT_CALLS
 
 
 def _observed_site(fn: Any, instruction: int) -> Any:

@@ -86,6 +86,24 @@ def _measured(session: Any, root: str) -> tuple[Any, Any]:
     return stored_measurements(session, root, require_times=False)
 
 
+def _failure_blocks(session: Any, never: list[tuple[str, int]]) -> set[tuple[str, int]]:
+    """Of ``never`` ((function, block) pairs), those that call a failure function
+    (wcetfit.model.failure_exits)."""
+    from wcetfit.model import failure_exits
+
+    out: set[tuple[str, int]] = set()
+    by_fn: dict[str, list[int]] = {}
+    for fn, a in never:
+        by_fn.setdefault(fn, []).append(a)
+    for fn, blocks in by_fn.items():
+        try:
+            model = session.model.function(fn)
+        except KeyError:
+            continue
+        out |= {(fn, a) for a in failure_exits(model, blocks)}
+    return out
+
+
 def run_reach(session: Any, root: str, budget_s: float, *, keep: bool = True,
               max_buffer: int = MAX_BUFFER, groups: bool = True) -> ReachReport:
     """Explore towards ``root``'s unexecuted blocks and unseparated groups for at most
@@ -102,6 +120,16 @@ def run_reach(session: Any, root: str, budget_s: float, *, keep: bool = True,
     never = [(fc.name, int(a)) for fc in counts.functions
              for a, c in zip(fc.blocks, fc.counts.sum(axis=0)) if c == 0]
     notes: list[str] = []
+    # blocks that call a failure (the stack protector's, an assertion's, abort) are no
+    # goal: no call that returns runs them (nettle's base64 encoder: the budget spent on
+    # two `call __assert_fail` blocks)
+    exits = _failure_blocks(session, never)
+    if exits:
+        never = [x for x in never if x not in exits]
+        notes.append(f"{len(exits)} block(s) that call a failure or abort not looked for "
+                     f"(no call that returns runs them): "
+                     + ", ".join(f"{a:#x} ({fn})" for fn, a in sorted(exits)[:4])
+                     + (" …" if len(exits) > 4 else ""))
     goals: list[GroupGoal] = []
     group_ids: list[int] = []
     if groups and times is not None:

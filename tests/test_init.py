@@ -683,6 +683,12 @@ def test_header_errors_are_target_errors(tmp_path):
     """))
     with pytest.raises(TargetError, match="gcc -E failed"):
         declaration_from_header(str(h), ["f"])
+    # a type nobody declared: pycparser's "Invalid declaration", and gcc's line and name
+    h.write_text("typedef unsigned long long hash_t;\n"
+                 "hash_t f(const void *input, my_size_t length);\n")
+    with pytest.raises(TargetError, match=r"gcc says: .*v\.h:2:\d+: error: unknown type "
+                                          r"name .my_size_t."):
+        declaration_from_header(str(h), ["f"])
 
 
 def test_header_own_standard_typedef_is_kept_and_parse_errors_name_the_line(tmp_path):

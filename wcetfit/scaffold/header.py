@@ -94,9 +94,32 @@ def parse_header(header: str) -> object:
         return c_parser.CParser().parse(text, filename=os.path.basename(header))
     except Exception as exc:  # pycparser's ParseError, or its lexer's errors
         line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise TargetError(f"{header}: cannot parse it after gcc -E ({line}); write the "
-                          "prototype and cdef in wcetfit.toml by hand, or pass --header "
-                          "with a header holding plain C declarations") from None
+        said = _compiler_says(header)
+        raise TargetError(f"{header}: cannot parse it after gcc -E ({line})"
+                          + (f"; gcc says: {said}" if said else "")
+                          + "; write the prototype and cdef in wcetfit.toml by hand, or pass "
+                          "--header with a header holding plain C declarations") from None
+
+
+def _compiler_says(header: str, compiler: str = "gcc") -> str | None:
+    """gcc's first error on the header, compiled as :func:`preprocess` reads it: the line
+    and the name pycparser's "Invalid declaration" leaves out (an unknown type name:
+    "lib.h:2:35: error: unknown type name 'my_size_t'")."""
+    if shutil.which(compiler) is None:
+        return None
+    here = os.path.dirname(os.path.abspath(header))
+    try:
+        out = subprocess.run([compiler, "-fsyntax-only", "-I", here, "-idirafter",
+                              os.path.dirname(here), "-x", "c", "-"],
+                             input=include_source(header), capture_output=True, text=True,
+                             timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    first = next((ln for ln in out.stderr.splitlines() if ": error: " in ln), None)
+    if first is None:
+        return None
+    # the path as the user gave it, not the absolute one gcc prints
+    return first.replace(os.path.abspath(header), header).strip()
 
 
 @functools.lru_cache(maxsize=1)

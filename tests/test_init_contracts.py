@@ -384,3 +384,17 @@ def test_nettles_sha256_update_is_set_up_by_sha256_init():
         pytest.skip("/usr/include/nettle/sha2.h is absent")
     decl = declaration_from_header("/usr/include/nettle/sha2.h", ["nettle_sha256_update"])
     assert decl.initializers == {"ctx": "nettle_sha256_init"}
+
+
+def test_a_64_bit_seed_takes_any_value_of_its_width(gcc, tmp_path):
+    """libxxhash's XXH64(…, XXH64_hash_t seed): "any value, a … seed by its name", drawn
+    over its low 32 bits only."""
+    decl = _decl(tmp_path, """
+        #include <stddef.h>
+        typedef unsigned long long XXH64_hash_t;
+        XXH64_hash_t XXH64(const void *input, size_t length, XXH64_hash_t seed);
+    """, "XXH64")
+    mod, ffi, text = _module(tmp_path, decl)
+    seeds = [seed for _, _, seed in _inputs(mod, ffi, "XXH64", n=60)]
+    assert max(seeds) >= 1 << 40 and all(0 <= s < 1 << 64 for s in seeds)
+    assert "any value" in _line(text.text, "seed")

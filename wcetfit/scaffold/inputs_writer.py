@@ -740,6 +740,10 @@ class _Writer:
             expr, comment = self.scalar(t)
             if _is_int(t) and _ANY_BITS.search(p.name):
                 # (libdeflate's running crc was told to be narrowed, which nothing narrows)
+                # over its whole width: a 64-bit seed drawn over its low 32 bits was said
+                # to take any value (libxxhash's XXH64)
+                lo, hi = _full_range(ffi, t)
+                expr = f"_int(rng, {_pow(lo)}, {_pow(hi)})"
                 comment = (f"{t.cname}: any value, a checksum, hash or seed by its name "
                            f"(a running one: the value of an earlier call)")
             if _is_int(t) and not _ANY_BITS.search(p.name):

@@ -794,3 +794,23 @@ def test_a_mapping_the_kernel_split_is_the_same_code():
     anon = _merged_code([("r-xp", "", 0x20000, 0x21000)])
     grown = _merged_code([("r-xp", "", 0x20000, 0x21000), ("r-xp", "", 0x21000, 0x22000)])
     assert grown == frozenset({"20000-22000 r-xp"}) and _code_lost(anon, grown) == []
+
+
+def test_split_prints_the_blocks_no_input_ran_in_one_line():
+    """zstd's compressor: 1,755 of the 2,016 lines of `split --auto` were groups of one
+    unexecuted block each, repeated every round."""
+    import io
+
+    from wcetfit.cli.split import _print_fit
+
+    groups = [{"id": i, "kind": "unexecuted", "blocks": [f"f+{i:#x}"], "combinations": []}
+              for i in range(30)]
+    groups.append({"id": 99, "kind": "structural", "blocks": ["f+0x100", "f+0x110"],
+                   "combinations": [{"text": "0x100 + 0x110 = 12.0 ± 1.0 ticks"}]})
+    out = io.StringIO()
+    _print_fit({"rank": 3, "unknowns": 40, "groups": groups,
+                "blocks": [{"estimable": False}] * 40}, out, "fit")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4, lines
+    assert lines[1].startswith("  30 block(s) no input ran (unexecuted, no cost): f+0x0, ")
+    assert lines[1].endswith(" …") and "group 99 (structural)" in lines[2]

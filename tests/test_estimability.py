@@ -255,3 +255,28 @@ def test_local_scale_follows_heteroscedastic_noise():
     assert s[1] == pytest.approx(100.0, rel=0.3)
     z = robust.modified_z(resid, robust.local_scale(resid, fitted, 0.0))
     assert np.mean(np.abs(z) > 3.5) < 0.005
+
+
+def test_readable_basis_pivots_are_the_first_independent_columns_in_order():
+    """The chunked Gram-Schmidt (columns projected against the basis before them at once)
+    picks the same pivots a column-by-column one does: the first columns of ``order``
+    independent of those before them, duplicates and combinations skipped."""
+    import numpy as np
+
+    from wcetfit.fit.estimability import readable_basis
+
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((300, 40))
+    # 70 coordinates of 300 vectors: 40 independent rows, then multiples and sums of them
+    V = np.hstack([base, base[:, :10] * 2.0, base[:, :20] + base[:, 20:40]]).T   # [n, m]
+    n = V.shape[0]
+    order = list(rng.permutation(n))
+    piv, rows = readable_basis(V, order)
+    # the reference: one column at a time, rank growing
+    ref, kept = [], np.zeros((V.shape[1], 0))
+    for j in order:
+        trial = np.hstack([kept, V[j][:, None]])
+        if np.linalg.matrix_rank(trial, tol=1e-8) > kept.shape[1]:
+            kept, ref = trial, ref + [int(j)]
+    assert piv == ref
+    assert np.allclose(rows[:, piv], np.eye(len(piv)))

@@ -295,6 +295,10 @@ def component_spaces(an: Analysis, comp: np.ndarray) -> tuple[np.ndarray, np.nda
 
 # --- readable bases -------------------------------------------------------------------------
 
+# Columns readable_basis projects at once against the basis found before them.
+_GS_CHUNK = 64
+
+
 def readable_basis(vectors: np.ndarray, order: Sequence[int], tol: float = 1e-9
                    ) -> tuple[list[int], np.ndarray]:
     """Reduced row-echelon basis of the span of ``vectors`` (columns, [n, m]).
@@ -319,21 +323,34 @@ def readable_basis(vectors: np.ndarray, order: Sequence[int], tol: float = 1e-9
     # the basis so far at once and twice (classical Gram-Schmidt, reorthogonalised: as
     # stable as the modified one).  One basis vector at a time in Python took brotli's
     # encoder (thousands of blocks, a rank in the thousands) over a quarter of an hour.
+    # Columns go in chunks: a chunk is projected against the basis before it at once (a
+    # matrix product), then its columns in order against the chunk's own new vectors.
     basis = np.zeros((r, r))
     k = 0
-    for j in order:
-        col = B[:, j].copy()
+    order = [int(j) for j in order]
+    for start in range(0, len(order), _GS_CHUNK):
+        if k == r:
+            break
+        chunk = order[start:start + _GS_CHUNK]
+        C = B[:, chunk].copy()
         if k:
             q = basis[:, :k]
-            col -= q @ (q.T @ col)
-            col -= q @ (q.T @ col)
-        nrm = float(np.linalg.norm(col))
-        if nrm > 1e-8:
-            basis[:, k] = col / nrm
-            k += 1
-            pivots.append(int(j))
-            if k == r:
-                break
+            C -= q @ (q.T @ C)
+            C -= q @ (q.T @ C)
+        first = k
+        for c, j in enumerate(chunk):
+            col = C[:, c]
+            if k > first:
+                q = basis[:, first:k]
+                col = col - q @ (q.T @ col)
+                col = col - q @ (q.T @ col)
+            nrm = float(np.linalg.norm(col))
+            if nrm > 1e-8:
+                basis[:, k] = col / nrm
+                k += 1
+                pivots.append(j)
+                if k == r:
+                    break
     piv = B[:, pivots]               # [r, r] invertible
     rows = np.linalg.solve(piv, B)   # [r, n]; rows[i, pivots[k]] = δ_ik
     rows[np.abs(rows) < 1e-12] = 0.0

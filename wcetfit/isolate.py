@@ -668,9 +668,11 @@ def _with_input(exc: Exception, in_progress: tuple[int, str] | None,
 
     if isinstance(exc, InputsError) and current is not None \
             and not str(exc).startswith(("input ", "search input ", "reached input ")):
-        return InputsError(f"{input_label(current)}: {exc}; narrow generate() in inputs.py "
-                           f"to values the prototype's types hold, then `wcetfit analyze "
-                           f"--fresh`")
+        return InputsError(f"{input_label(current)}: {exc}; make generate() in inputs.py "
+                           f"return what the prototype takes (one value per parameter, "
+                           f"each one its type holds), then analyze again (with --fresh "
+                           f"when inputs before this one were measured: the store keeps "
+                           f"the inputs module they were made with)")
     if not isinstance(exc, SelfCheckError) or in_progress is None:
         return exc
     return SelfCheckError(f"{exc}; the input's arguments: {in_progress[1]}; {CHECK_ADVICE}")

@@ -414,7 +414,10 @@ def next_probes(st: SplitState, summary: Mapping[str, Any], *, max_probes: int =
     if stalled_rounds(st) >= 2:
         return [], ("no probe adds rank, and two rounds of short probes in a row did not help"
                     + noise)
-    return extra, "exact rank is complete; shorter rows for the blocks the fit still groups"
+    # (after "rank 12 of 13 unknowns", "exact rank is complete" read as a contradiction:
+    # the rank left is what the noise hides, not what the counts lack)
+    return extra, ("no probe adds rank the counts lack; shorter rows for the blocks the "
+                   "fit still groups, whose timing noise hides what the counts separate")
 
 
 def stalled_rounds(st: SplitState) -> int:

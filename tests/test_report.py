@@ -703,7 +703,7 @@ def test_rests_on_lists_facts_first_site_facts_and_no_zero_callee_bound():
     assert "h (none of its own)," in own and "h 0" not in own \
         and "g 350.0 ticks (134.6 ns)" in own
     # said in words, not "h —; —: none, …" (a new user read it as garbled)
-    assert own.endswith("none of its own where the inputs do not determine the callee's "
+    assert own.endswith("; \"none of its own\": the inputs do not determine that callee's "
                         "block costs apart from its callers'") and "—" not in own
     # bounded per call site, the callees' whole-call bounds are not what the bound
     # charges (zlib's compress2: deflate 192,399,126 beside a root of 138,466): not listed
@@ -1136,7 +1136,7 @@ def test_bracket_width_splits_bound_over_slowest_and_names_an_over_predicted_pat
     text = " ".join(summary.to_text(report).split())
     assert f"Bound / slowest {width.total:.2f} = the worst path beyond every input ×" in text
     assert (f"the model's prediction over the measured time ×{width.model:.2f} at input "
-            f"{slow} (predicted slowest) · it over the slowest") in text
+            f"{slow} (predicted slowest) · its measured time over the slowest input's") in text
     # not on the screen where neither the path nor the model widens the bracket
     assert "beyond every input ×" not in summary.to_text(built[-1])
     doc = to_json(report)["functions"][0]["wcet"]

@@ -327,7 +327,8 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
                            f"every input ×{x(width.beyond)} · the model's prediction over "
                            f"the measured time ×{x(width.model)} at "
                            f"{report.input_name(w.max_predicted_input)} (predicted slowest) · "
-                           f"it over the slowest ×{x(width.input)} · the 95% margin "
+                           f"its measured time over the slowest input's ×{x(width.input)} · "
+                           f"the 95% margin "
                            f"×{x(width.margin)} · single calls ×{x(width.dispersion)}",
                   indent="  ")
         if w.beyond:
@@ -564,7 +565,7 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
         out.append(f"callees' own bounds (context-insensitive: each one's worst path over "
                    f"all of its calls, which one call need not reach): "
                    f"{shown}{more}"
-                   + (", none of its own where the inputs do not determine the callee's "
+                   + ("; \"none of its own\": the inputs do not determine that callee's "
                       "block costs apart from its callers'" if none else ""))
     rec = [f"{f.name} {f.wcet.recursion_depth}" for f in report.functions
            if f.wcet.recursion_depth]

@@ -167,6 +167,18 @@ def test_equality_guarded_block_is_reached_stored_and_regenerated(reached):
     # the fit sees it as an input like the others
     counts, times = stored_measurements(s, "magic")
     assert k in counts.indices.tolist() and k in times.indices.tolist()
+    # and the report's header counts it apart from the generated inputs (a witness read
+    # as "51 inputs" of 50)
+    from wcetfit.cli import main as cli
+    import contextlib, io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert cli(["report", str(d)]) == 0
+    from wcetfit.numbering import SEARCH_BASE
+    generated_n = int(np.sum(counts.indices < SEARCH_BASE))
+    reached_n = int(np.sum(counts.indices >= REACH_BASE))
+    assert f"{generated_n:,} inputs" in buf.getvalue() and \
+        f"+ {reached_n:,} reached by angr" in buf.getvalue(), buf.getvalue()[:400]
 
     # regenerated from the store: the same values, the magic one among them, and the count
     # run driven directly on them executes the block once

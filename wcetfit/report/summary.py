@@ -89,9 +89,12 @@ def render(reports: Sequence[Report], console: Console,
     # [measure] inputs is 80 (libcrypto's SHA256, 10 of them searched)
     searched = sum(1 for n in first.input_numbers if SEARCH_BASE <= n < ADOPT_BASE)
     adopted = sum(1 for n in first.input_numbers if ADOPT_BASE <= n < REACH_BASE)
-    made = f"{first.n_inputs - searched - adopted:,} inputs" + (
+    # (a reach witness was counted among the generated inputs: "51 inputs" of 50)
+    reached = sum(1 for n in first.input_numbers if n >= REACH_BASE)
+    made = f"{first.n_inputs - searched - adopted - reached:,} inputs" + (
         f" + {searched:,} found by the worst-case search" if searched else "") + (
-        f" + {adopted:,} adopted from checks" if adopted else "")
+        f" + {adopted:,} adopted from checks" if adopted else "") + (
+        f" + {reached:,} reached by angr" if reached else "")
     _line(console, f"wcetfit report — {names}; {made} × "
                    f"{first.n_repeats} timed calls"
                    + (f" ({failed:,} more failed and are in no figure: the first warning)"

@@ -555,9 +555,10 @@ def test_recursion_depth_observed_from_the_inputs():
     assert res.recursion == {"f": 4, "g": 4}
     assert res.bound_ticks == 128            # as with "f" = 4 given
     said = [w for w in res.warnings if "taken as depth 4, the most activations" in w]
-    assert said and "observed" in said[0] and "[recursion]" in said[0]
+    assert said and "the inputs showed" in said[0] and "[recursion]" in said[0]
     given = analyze_wcet(fns, "f", costs, counts, cols, recursion={"f": 3})
-    assert given.bound_ticks == 14 and not any("from the inputs" in w for w in given.warnings)
+    assert given.bound_ticks == 14 and not any("the inputs showed" in w
+                                               for w in given.warnings)
 
 
 

@@ -1215,12 +1215,22 @@ def test_where_the_time_goes_says_whose_worst_path_a_callee_count_is(built):
 
     *_, report = built
     g = report.function("g")
-    row = replace(g.blocks[0], estimable=True, share=0.5, cost_ticks=7.0, wcet_count=9)
+    row = replace(g.blocks[0], estimable=True, share=0.5, cost_ticks=7.0, wcet_count=9,
+                  root_path_count=None)
     g = replace(g, blocks=(row,) + tuple(g.blocks[1:]))
     text = summary.to_text(replace(report, functions=(report.functions[0], g)), width=200)
     line = next(x for x in text.splitlines() if "g+0x0:" in x)
     assert line.endswith("×9 on g's own worst path"), line
     assert "on the worst path" in next(x for x in text.splitlines() if "  f+0x10:" in x)
+    # where the root's path is known, its count: what the bound charges (LZ4's
+    # compressor: "×951 on its own worst path", 15× the root's bound)
+    row = replace(row, root_path_count=2.0)
+    g = replace(g, blocks=(row,) + tuple(g.blocks[1:]))
+    text = summary.to_text(replace(report, functions=(report.functions[0], g)), width=200)
+    line = next(x for x in text.splitlines() if "g+0x0:" in x)
+    assert line.endswith("×2 on the worst path"), line
+    # and the report fills it in from the bound's own path
+    assert report.function("g").blocks[0].root_path_count is not None
 
 
 def test_full_lists_a_group_of_several_functions_once(built):

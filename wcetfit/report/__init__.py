@@ -79,6 +79,10 @@ class BlockRow:
     wcet_count: int | None           # on the worst-case path
     loop_header: int | None          # innermost loop containing the block
     call: str | None                 # "g (internal)", "puts (imported)" ...
+    # a callee's block: its count on the root's worst path, the callee's calls inlined
+    # (WcetResult.inlined_counts; None when not known): what the root's bound charges,
+    # where ``wcet_count`` is the callee's own worst path over all its activations
+    root_path_count: float | None = None
 
     @property
     def executed(self) -> bool:
@@ -633,7 +637,9 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             solution_ticks=fb.solution_ticks if fb else None,
             group=fb.group if fb else None, share=share,
             wcet_count=ires.block_counts.get(b.address) if ires else None,
-            loop_header=inner.get(b.address), call=calls.get(b.address)))
+            loop_header=inner.get(b.address), call=calls.get(b.address),
+            root_path_count=(wres.inlined_counts.get((fn.name, b.address))
+                             if wres is not None and not is_root else None)))
 
     if ff is None:
         warns.append(Finding(f"{name}: no fit result for this function",

@@ -864,8 +864,12 @@ def _top(report: Report, *, short: bool = False) -> list[str]:
                 # activations in a call), which the root's bound may undercut by bounding
                 # it per call site (libbz2: a block "×4,096 on the worst path" that the
                 # root's path, per call site, ran at most 27 times)
-                on_path = ("" if not r.wcet_count else
+                # (LZ4_compress_fast_extState: "×951 on its own worst path", 15× the
+                # root's bound, where the root's path ran the block at most a few times)
+                on_path = ("" if not r.wcet_count and not r.root_path_count else
                            f", ×{r.wcet_count:,} on the worst path" if fr.is_root else
+                           f", ×{round(r.root_path_count):,} on the worst path"
+                           if r.root_path_count is not None else
                            f", ×{r.wcet_count:,} on {fr.name}'s own worst path")
                 items.append((r.share, f"{F.pct(r.share):>8}  {fr.key(r.address)}: "
                                        f"{F.cost_pm(r)} ticks per execution{on_path}",

@@ -475,7 +475,7 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
         report = replace(report, warnings=(Finding(changed, REMEDY),) + tuple(report.warnings),
                          functions=(replace(report.functions[0], timed_other_path=True),)
                          + tuple(report.functions[1:]))
-    report = _with_one_error_return(report, root, times)
+    report = _with_error_returns(report, root, times)
     report = _with_split_rounds(report, session, root)
     report = _with_failures(report, counts, times)
     report = _with_reach_verdicts(report, reached)
@@ -539,26 +539,25 @@ def _with_split_rounds(report: Any, session: Any, root: str) -> Any:
     return replace(report, warnings=tuple(report.warnings) + (finding,))
 
 
-def _with_one_error_return(report: Any, root: str, times: Any) -> Any:
-    """Every timed input returned one value that reads as an error code: said first among
-    the root's warnings and under its headline (wcetfit.timing.state.one_error_return)."""
+def _with_error_returns(report: Any, root: str, times: Any) -> Any:
+    """Most timed inputs returned a value that reads as an error code: said first among
+    the root's warnings and under its headline (wcetfit.timing.state.error_returns)."""
     from dataclasses import replace
 
     from wcetfit.report import Finding
-    from wcetfit.timing.state import one_error_return
+    from wcetfit.timing.state import error_returns
 
     returned = ((getattr(times, "environment", None) or {}).get("returns") or {}).get(root)
-    found = one_error_return(returned)
+    found = error_returns(returned)
     if found is None:
         return report
-    n, value = found
     finding = Finding(
-        f"all {n:,} timed inputs returned {value}: an error code most likely, so every call "
-        f"stopped at the same check, and the bound is the time of that rejection",
+        f"{found.describe()}: error codes most likely, so the calls stopped at a check, and "
+        f"the bound is mostly the time of those rejections",
         "generate arguments the function accepts (a decompressor needs compressed data: "
         "make it in generate() with the library's compressor through ctx.lib; a handle or "
-        "mode must be valid); unless the rejection is what is to be timed")
-    functions = (replace(report.functions[0], one_error_return=(n, value)),) \
+        "mode must be valid); unless the rejections are what is to be timed")
+    functions = (replace(report.functions[0], error_returns=found),) \
         + tuple(report.functions[1:])
     return replace(report, functions=functions,
                    warnings=(finding,) + tuple(report.warnings))

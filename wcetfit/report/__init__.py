@@ -329,9 +329,9 @@ class FunctionReport:
     # every input ran the same blocks the same number of times, in a function with
     # branches: the bound is that one path's (root only)
     inputs_one_path: bool = False
-    # every timed input returned one value that reads as an error code (wcetfit.timing.
-    # state.one_error_return): (inputs, the value as a signed number); root only
-    one_error_return: tuple[int, int] | None = None
+    # most timed inputs returned a value that reads as an error code (wcetfit.timing.
+    # state.error_returns, an ErrorReturns); root only
+    error_returns: Any = None
 
     @property
     def no_bound_of_its_own(self) -> bool:

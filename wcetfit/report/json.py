@@ -308,9 +308,11 @@ def _function(fr: FunctionReport, hz: float | None,
     out = {
         "name": fr.name, "address": hexaddr(fr.address), "root": fr.is_root,
         "timed_other_path": fr.timed_other_path,
-        "one_error_return": ({"inputs": fr.one_error_return[0],
-                              "value": fr.one_error_return[1]}
-                             if fr.one_error_return is not None else None),
+        "error_returns": ({"inputs": fr.error_returns.inputs,
+                           "errors": fr.error_returns.errors,
+                           "values": [{"value": v, "inputs": n}
+                                      for v, n in fr.error_returns.values]}
+                          if fr.error_returns is not None else None),
         "blocks": blocks,
         "groups": [{"id": _plain(g.id), "blocks": [hexaddr(a) for a in g.blocks],
                     "kind": g.kind, "combinations": list(g.combinations), "advice": g.advice,

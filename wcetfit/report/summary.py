@@ -197,7 +197,7 @@ def _root_compact(report: Report, console: Console, *, skip: set) -> None:
 # Which warnings a short view shows first: those that say the bound may be wrong.
 _PRIORITY = ("changed since the measurements", "failed and are left out",
              "break the constraints the bound keeps to",
-             "an error code most likely",
+             "error codes most likely",
              "ran the same blocks the same number of times", "bounded level by level",
              "below the slowest",
              "is above the bound",
@@ -279,12 +279,11 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
             _line(console, f"Not above every call measured: {above:,} of the calls taken for "
                            f"interrupts are above it, where interrupts explain few of them "
                            f"(see what the bound rests on)", indent="    ", style="bold")
-        if fr.one_error_return is not None:
+        if fr.error_returns is not None:
             # (zstd's ZSTD_decompress on init's random bytes: every call rejected at the
             # frame check, and a plausible bound of the rejection headlined)
-            n, value = fr.one_error_return
-            _line(console, f"Only for calls that return {value}: all {n:,} timed inputs "
-                           f"returned it, an error code most likely (see the warnings)",
+            _line(console, f"Mostly for calls rejected with an error code: "
+                           f"{fr.error_returns.describe()} (see the warnings)",
                   indent="    ", style="bold")
         if fr.inputs_one_path:
             # (expat's XML_Parse with init's NULL parser: every input returned at the first

@@ -22,6 +22,8 @@ parser, made by generate(), is parsed by the timed call itself.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import math
 from typing import Any, Mapping
 
@@ -66,27 +68,56 @@ def record_return(returned: dict[str, Any], function: str, index: int, value: An
     returned.setdefault(function, {}).setdefault(str(int(index)), repr(value))
 
 
-# Below this many inputs one return value for all of them says little.
-MIN_ONE_RETURN_INPUTS = 10
+# Below this many inputs what they returned says little.
+MIN_ERROR_RETURN_INPUTS = 10
+# At least this share of the timed inputs returned an error code: the bound is mostly of
+# rejections.
+MOST_ERROR_RETURNS = 0.9
 
 
-def one_error_return(entry: Mapping[str, str] | None) -> tuple[int, int] | None:
-    """(inputs, value as a signed number) when every input's timed call returned one value
-    that reads as an error code (below zero as a signed number: an unsigned type's top
-    bit set), else None.  zstd's ZSTD_decompress on random bytes: every call returned
-    (size_t)-10, "unknown frame descriptor", and the report gave a plausible bound of the
-    rejection with no word of it."""
-    if not entry or len(entry) < MIN_ONE_RETURN_INPUTS:
+@dataclass(frozen=True)
+class ErrorReturns:
+    """Most timed inputs returned a value that reads as an error code."""
+
+    inputs: int                                  # the timed inputs whose return was kept
+    errors: int                                  # of them, those that returned below zero
+    values: tuple[tuple[int, int], ...]          # (value, inputs), most frequent first
+
+    def describe(self) -> str:
+        shown = ", ".join(f"{v} on {n:,}" for v, n in self.values[:3]) + (
+            ", …" if len(self.values) > 3 else "")
+        who = (f"all {self.inputs:,} timed inputs" if self.errors == self.inputs else
+               f"{self.errors:,} of {self.inputs:,} timed inputs")
+        return f"{who} returned below zero ({shown})"
+
+
+def _signed(v: int) -> int:
+    """A return value as a signed number: an unsigned type's top bit set is negative
+    ((size_t)-10 is -10, (unsigned)-1 is -1)."""
+    return v - (1 << 64) if v >= 1 << 63 else v - (1 << 32) if 1 << 31 <= v < 1 << 32 else v
+
+
+def error_returns(entry: Mapping[str, str] | None) -> ErrorReturns | None:
+    """:class:`ErrorReturns` when at least :data:`MOST_ERROR_RETURNS` of the timed inputs
+    returned an integer below zero as a signed number, else None.  zstd's ZSTD_decompress
+    on random bytes: 53 of 60 calls returned (size_t)-10, "unknown frame descriptor", 4
+    returned -72 and the 3 empty ones 0, and the report gave a plausible bound of the
+    rejection with no word of it; libuuid's uuid_parse on printable text: -1 on all."""
+    if not entry or len(entry) < MIN_ERROR_RETURN_INPUTS:
         return None
-    values = set(entry.values())
-    if len(values) != 1:
+    values: dict[int, int] = {}
+    for text in entry.values():
+        try:
+            v = _signed(int(text))
+        except ValueError:                 # a float, NaN, a bool's repr
+            return None
+        if v < 0:
+            values[v] = values.get(v, 0) + 1
+    errors = sum(values.values())
+    if errors < MOST_ERROR_RETURNS * len(entry):
         return None
-    try:
-        v = int((next(iter(values))))
-    except ValueError:                     # a float, NaN, a bool's repr
-        return None
-    signed = v - (1 << 64) if v >= 1 << 63 else v - (1 << 32) if 1 << 31 <= v < 1 << 32 else v
-    return (len(entry), signed) if signed < 0 else None
+    ranked = tuple(sorted(values.items(), key=lambda kv: (-kv[1], kv[0])))
+    return ErrorReturns(len(entry), errors, ranked)
 
 
 def changed_text(function: str, entry: Mapping[str, Any], label: Any = str) -> str | None:

@@ -574,8 +574,12 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
     if rec:
         out.append("recursion depth (from [recursion] or observed): " + ", ".join(rec))
     if w.path_residual is not None and w.path_residual > 1e-6:
-        out.append("the fit's particular solution where the inputs never ran the worst path's "
-                   "combination of counts")
+        # (beside "only for the one path every input ran" it read as a contradiction:
+        # the worst path is another one, which the control flow allows)
+        out.append("the fit's particular solution: the worst path takes a combination of "
+                   "counts no input ran" + (" (not the one path they all ran: the control "
+                                            "flow allows others)" if fr.inputs_one_path
+                                            else ""))
     speed = _speed_assumed(fr, short=short)
     if speed:
         out.append(speed)

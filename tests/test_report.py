@@ -1650,3 +1650,19 @@ def test_an_assertion_failure_is_a_failure_exit_not_an_input_to_add():
     assert failure_exits(fn, [0x10, 0x20, 0x30, 0x40]) == {0x10: "__assert_fail",
                                                            0x20: "__stack_chk_fail"}
     assert failure_exits(fn, [0x30]) == {}
+
+
+def test_the_particular_solution_premise_beside_the_one_path_is_no_contradiction(built):
+    """libuuid's uuid_unparse: "Only for the one path every input ran" and "the fit's
+    particular solution where the inputs never ran the worst path's combination of
+    counts" read as a contradiction; the worst path is another one the CFG allows."""
+    from dataclasses import replace
+
+    *_, report = built
+    f = report.functions[0]
+    one = replace(report, functions=(replace(f, inputs_one_path=True, wcet=replace(
+        f.wcet, path_residual=0.5)),) + tuple(report.functions[1:]))
+    text = " ".join(summary.to_text(one).split())
+    assert ("the fit's particular solution: the worst path takes a combination of counts "
+            "no input ran (not the one path they all ran: the control flow allows others)"
+            in text), text

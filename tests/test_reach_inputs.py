@@ -239,7 +239,7 @@ def test_shapes_template_and_store_round_trip(tmp_path):
     from wcetfit.search.witness import (REACH_BASE, ArgShape, ReachRows, load_reach_rows,
                                         merge_reach_rows, save_reach_rows, template_for)
     from wcetfit.store import Store, StoreIdentity
-    from wcetfit.target import load_target
+    from wcetfit.target import generate_input, load_inputs_module, load_target
     from wcetfit.timing.thunk import build_harness
 
     lib = build_so(tmp_path, {"r.c": SRC}, name="rt", flags=("-O1",))
@@ -252,6 +252,11 @@ def test_shapes_template_and_store_round_trip(tmp_path):
     assert why == "" and shapes == (ArgShape("array", "unsigned char", 4), ArgShape("int"))
     assert tmpl.params[0].length == 4 and tmpl.params[1].hi <= 4
     assert tmpl.params[0].may_be_null            # a pointer is also explored as NULL
+    # the inputs' buffers are longer than the 4 bytes explored: said, with their length
+    longest = max(len(a) for a, _ in (generate_input(load_inputs_module(t), t,
+                                                     build_harness(PROTO, "").ffi,
+                                                     "bufcheck", i) for i in range(10)))
+    assert tmpl.longer == ((0, longest),) and longest > 4
 
     ffi = build_harness(PROTO, "").ffi
     blocks = (0x10, 0x20)

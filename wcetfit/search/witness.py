@@ -92,6 +92,12 @@ def template_for(target: Target, root: str, indices: Sequence[int],
         else:
             return None, (), f"argument {k} is a {type(a).__name__} (only integers and buffers)"
     params: list[Any] = []
+    longer = []                      # buffers explored shorter than the inputs' longest
+    for k, sh in enumerate(shapes):
+        if sh.kind == "array":
+            most = max(len(r[k]) for r in rows if isinstance(r[k], ffi.CData))
+            if most > sh.items:
+                longer.append((k, int(most)))
     for k, sh in enumerate(shapes):
         if sh.kind != "int":
             # also NULL: a function's null check (zlib's adler32: `if (buf == Z_NULL)
@@ -106,7 +112,7 @@ def template_for(target: Target, root: str, indices: Sequence[int],
                     isinstance(r[j], ffi.CData) and int(r[k]) <= len(r[j]) for r in rows):
                 hi = max(lo, min(hi, other.items))
         params.append(IntParam(lo, hi))
-    return ArgTemplate(tuple(params)), tuple(shapes), ""
+    return ArgTemplate(tuple(params), tuple(longer)), tuple(shapes), ""
 
 
 def _nbytes(ffi: Any, shape: ArgShape) -> int:

@@ -90,8 +90,10 @@ Param = Union[IntParam, BufParam]
 
 @dataclass(frozen=True)
 class ArgTemplate:
-    """The shape of the arguments, one entry per parameter in call order."""
+    """The shape of the arguments, one entry per parameter in call order; ``longer``:
+    (parameter, elements the generated inputs reach) of the buffers explored shorter."""
     params: tuple[Param, ...]
+    longer: tuple[tuple[int, int], ...] = ()
 
     def describe(self) -> str:
         return ", ".join(f"arg{i}: {p.describe()}" for i, p in enumerate(self.params))

@@ -33,24 +33,30 @@ def test_one_finding_counts_and_names_the_failures():
     assert failed_inputs_finding(SimpleNamespace(failures=()), times=None) is None
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build the target")
-def test_the_report_of_a_target_with_crashing_inputs_says_so(tmp_path):
-    from wcetfit.cli import main
-
-    (tmp_path / "hostile.c").write_text(HOSTILE_C)
+def _hostile_target(d, *, inputs: int, budget: int) -> None:
+    """The hostile sample built in ``d``, a target of its ``hostile`` function there (its
+    inputs.py is the test's)."""
+    (d / "hostile.c").write_text(HOSTILE_C)
     subprocess.run(["gcc", "-O2", "-fPIC", "-shared", "-pthread", "-o",
-                    str(tmp_path / "libhostile.so"), str(tmp_path / "hostile.c")], check=True)
-    (tmp_path / "wcetfit.toml").write_text("""
+                    str(d / "libhostile.so"), str(d / "hostile.c")], check=True)
+    (d / "wcetfit.toml").write_text(f"""
 binary = "libhostile.so"
 functions = ["hostile"]
 prototype = "long hostile(int kind, int x);"
 inputs = "inputs.py"
 [measure]
-inputs = 30
+inputs = {inputs}
 repeats = 3
 [search]
-budget = 0
+budget = {budget}
 """)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build the target")
+def test_the_report_of_a_target_with_crashing_inputs_says_so(tmp_path):
+    from wcetfit.cli import main
+
+    _hostile_target(tmp_path, inputs=30, budget=0)
     # kind 2 aborts when x == 3: inputs 3, 8, 13, 18, 23 and 28
     (tmp_path / "inputs.py").write_text("def generate(ctx):\n    return (2, ctx.index % 5)\n")
     out = tmp_path / "r.json"
@@ -84,20 +90,7 @@ def test_the_search_is_not_run_on_inputs_that_mostly_fail(tmp_path, capsys):
     from wcetfit.search.store import load_search_rows
     from wcetfit.target import load_target
 
-    (tmp_path / "hostile.c").write_text(HOSTILE_C)
-    subprocess.run(["gcc", "-O2", "-fPIC", "-shared", "-pthread", "-o",
-                    str(tmp_path / "libhostile.so"), str(tmp_path / "hostile.c")], check=True)
-    (tmp_path / "wcetfit.toml").write_text("""
-binary = "libhostile.so"
-functions = ["hostile"]
-prototype = "long hostile(int kind, int x);"
-inputs = "inputs.py"
-[measure]
-inputs = 20
-repeats = 3
-[search]
-budget = 40
-""")
+    _hostile_target(tmp_path, inputs=20, budget=40)
     # kind 2 aborts when x == 3: 15 of the 20 inputs
     (tmp_path / "inputs.py").write_text(
         "def generate(ctx):\n    return (2, 3 if ctx.index % 4 else 0)\n")

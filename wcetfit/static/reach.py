@@ -51,9 +51,9 @@ INSEPARABLE = "inseparable"
 # large trip count, and loops bounded only by a symbolic value, from eating the budget on
 # one path).  A cut path forbids the "unreachable" verdict.
 MAX_PATH_BLOCKS = 4000
-# An access below this address through a null pointer faults in the real call (the first
-# page is never mapped).
-NULL_PAGE = 0x1000
+# An access below this address faults in the real call: Linux maps nothing below
+# vm.mmap_min_addr (65,536 by default), and a null pointer plus an offset lands there.
+NULL_PAGE = 0x10000
 # Buffers go to fresh memory far above anything the loader maps for a shared object.
 _BUF_BASE = 0x7E00_0000_0000
 _BUF_GAP = 0x10_0000
@@ -247,15 +247,13 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
                 else st.inspect.mem_write_address)
         if addr is None or not hasattr(addr, "symbolic"):
             return
-        if not addr.symbolic:
-            if st.solver.eval(addr) < NULL_PAGE:
-                st.globals["faulted"] = True
-        elif st.solver.max(addr) < NULL_PAGE:
-            # (the null pointer plus a symbolic offset: adler32_z's buf + len, len ≤ 16,
-            # "reached" its loop with buf = NULL, and the real call crashed)
+        # (the null pointer plus a symbolic offset, adler32_z's buf + len: "reached" its
+        # loop with buf = NULL, and the real call crashed).  Nothing of the call's own
+        # lies that low (buffers, stack and the binary are mapped far above), so an
+        # address that can be there is the null pointer's
+        low = st.solver.eval(addr) if not addr.symbolic else st.solver.min(addr)
+        if low < NULL_PAGE:
             st.globals["faulted"] = True
-        elif st.solver.min(addr) < NULL_PAGE:
-            st.add_constraints(addr.UGE(NULL_PAGE))    # the values that do not fault
 
     def start(nulls: frozenset[int]) -> Any:
         # a nullable pointer gets a start of its own where it is NULL (not a symbolic

@@ -363,3 +363,23 @@ def test_a_null_check_is_reached_with_a_null_pointer_and_runs_so():
             got = counter.count(i, h.pack(fn, (adler, h.ffi.NULL, n)))
             assert dict(zip(cols, (int(c) for c in got.counts[fn])))[r.address] >= 1
             assert int(got.return_value) == 1, got
+
+
+def test_each_null_start_is_explored_before_the_buffers_loops_take_the_budget():
+    """sqlite3_stricmp(zLeft, zRight) tests each for NULL first.  Given to the depth-first
+    search together with the start of real buffers, whose loop over symbolic bytes took
+    the whole budget, the second null check was "not found"; the null starts go first,
+    one after the other, and both checks are reached with a NULL witness."""
+    lib = "/lib/x86_64-linux-gnu/libsqlite3.so.0"
+    if not os.path.exists(lib):
+        pytest.skip(f"{lib} is absent")
+    from wcetfit.static.reach import REACHED, BufParam, reach_blocks
+
+    fn = "sqlite3_stricmp"
+    model = models_for(lib, [fn])[fn]
+    template = _template(a=BufParam(64, may_be_null=True), b=BufParam(64, may_be_null=True))
+    res = reach_blocks(lib, model.address, [b.address for b in model.blocks], template,
+                       budget_s=20)
+    nulls = {i for r in res if r.status == REACHED
+             for i, v in enumerate(r.witness.values) if v is None}
+    assert nulls == {0, 1}, [(hex(r.address), r.status, r.note[:80]) for r in res]

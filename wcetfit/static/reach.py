@@ -51,6 +51,9 @@ INSEPARABLE = "inseparable"
 # large trip count, and loops bounded only by a symbolic value, from eating the budget on
 # one path).  A cut path forbids the "unreachable" verdict.
 MAX_PATH_BLOCKS = 4000
+# The share of the exploration's budget the null starts get before the start of real
+# buffers joins them.
+NULL_SHARE = 0.25
 # An access below this address faults in the real call: Linux maps nothing below
 # vm.mmap_min_addr (65,536 by default), and a null pointer plus an offset lands there.
 NULL_PAGE = 0x10000
@@ -274,10 +277,14 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
             st.inspect.b("mem_write", when=angr.BP_BEFORE, action=_on_access)
         return st
 
-    # the null starts first: a null check returns at once, and a path that faults ends
-    starts = [start(frozenset([i])) for i, p in enumerate(template.params)
-              if isinstance(p, BufParam) and p.may_be_null] + [start(frozenset())]
-    simgr = project.factory.simulation_manager(starts)
+    # the null starts first, one after the other, each explored to its end (a null check
+    # returns at once, and a path that faults ends), within a share of the budget; then
+    # the start of real buffers.  Given to DFS together, the buffers' start, with its loops
+    # over symbolic bytes, took sqlite3_stricmp's whole budget before the second null start
+    queue = [start(frozenset([i])) for i, p in enumerate(template.params)
+             if isinstance(p, BufParam) and p.may_be_null] + [start(frozenset())]
+    null_deadline = t0 + NULL_SHARE * budget_s
+    simgr = project.factory.simulation_manager(queue.pop(0))
     simgr.use_technique(angr.exploration_techniques.LengthLimiter(MAX_PATH_BLOCKS, drop=False))
     simgr.use_technique(angr.exploration_techniques.DFS())
 
@@ -339,10 +346,21 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
         # The alarm can ring anywhere in the loop, not only in a step (a CI run had it in
         # the loop's test of simgr.active): the whole loop is where the budget ends.
         try:
-            while (wanted or open_groups) and (simgr.active or simgr.stashes.get("deferred")):
+            while (wanted or open_groups) and (simgr.active or simgr.stashes.get("deferred")
+                                                or queue):
                 if time.perf_counter() > deadline:
                     timed_out = True
                     break
+                if queue and (not (simgr.active or simgr.stashes.get("deferred"))
+                              or time.perf_counter() > null_deadline):
+                    # the next start: when the last is done, or the null starts' share
+                    # of the budget is spent (then every start left is explored too)
+                    more = queue if time.perf_counter() > null_deadline else queue[:1]
+                    del queue[:len(more)]
+                    simgr.populate("deferred", more)
+                    if not simgr.active:
+                        simgr.move("deferred", "active", lambda st, first=more[0]: st is first)
+                    _note_hits()
                 # stop lifting at the targets, so a target inside a straight run of code
                 # (entered by fall-through) is a state of its own
                 simgr.step(extra_stop_points=set(wanted) | group_points)
@@ -358,7 +376,8 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
     left = {name: len(simgr.stashes.get(name, ())) for name in
             ("active", "deferred", "cut", "errored", "unconstrained")}
     left["errored"] = len(simgr.errored)
-    exhaustive = (not timed_out and left["active"] == 0 and left["deferred"] == 0
+    exhaustive = (not timed_out and not queue and left["active"] == 0
+                  and left["deferred"] == 0
                   and left["cut"] == 0 and left["errored"] == 0 and left["unconstrained"] == 0
                   and concretised[0] == 0)
     log.info("reach %s@%#x: %d step(s), %d complete path(s) in %.2f s, stashes %s, %d "

@@ -941,8 +941,10 @@ void libx_md_hash_buffer(int algo, void *digest, const void *buffer, unsigned lo
     assert "LIBX_NFC_INPUT = 1" in text.text and "LIBX_INVALID_FLAGS" not in text.text
     mod, ffi, text = _module_of_header(tmp_path, header, "libx_md_hash_buffer")
     algos = {a[0] for a in _inputs(mod, ffi, "libx_md_hash_buffer", n=60)}
-    assert {1, 8, 326} <= algos and min(algos) >= 1 and max(algos) <= 326
-    assert "LIBX_MD_SHA256 = 8" in text.text
+    # an enum's members only (libgcrypt: "algorithm 201 not available" on 45 % of calls
+    # drawn between them)
+    assert algos == {1, 8, 326}
+    assert "LIBX_MD_SHA256 = 8" in text.text and "members of libx_md_algos" in text.text
     assert "LIBXCTL_TEST_ALGO" not in text.text and "LIBX_CIPHER_AES" not in text.text
 
 

@@ -140,9 +140,13 @@ def curve_note(w, tsc_hz: float | None) -> str | None:  # type: ignore[no-untype
     # one line on the default report's screen: the details are in --full and the README
     calls = getattr(w, "dispersion_calls", None)
     if too_few_to_extrapolate(calls):
+        # (which calls count: a user who timed 220 × 10 read "the largest of 492 calls"
+        # and could not tell why, or what to do)
         return (f"Not extrapolated to {p:.0e} per call ([wcet] exceedance): the largest of "
-                f"{calls:,} calls, fewer than an extreme-value fit needs "
-                f"({MIN_EXTRAPOLATED_CALLS:,})")
+                f"{calls:,} calls of the long paths (inputs predicted at least a quarter "
+                f"of the worst path), fewer than an extreme-value fit needs "
+                f"({MIN_EXTRAPOLATED_CALLS:,}): more inputs near the worst path, or more "
+                f"repeats, allow it")
     ends = [c for c in (curve[0], curve[-1]) if not math.isclose(c[0], p, rel_tol=1e-9)]
     head = f"Exceedance {p:.0e} per call ([wcet] exceedance)"
     if not ends:

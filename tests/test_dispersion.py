@@ -701,9 +701,9 @@ def test_factors_from_too_few_calls_are_said_not_to_reach_the_exceedance():
         (p, 30_000.0 * (1 + e)) for p, e in curve))
     assert curve_note(w, None) == (
         "Not extrapolated to 1e-06 per call ([wcet] exceedance): the largest of 320 calls "
-        "of the long paths (inputs predicted at least a quarter of the worst path), fewer "
-        "than an extreme-value fit needs (500): more inputs near the worst path, or more "
-        "repeats, allow it")
+        "of the long paths (inputs predicted or measured at a quarter of the longest "
+        "prediction or more), fewer than an extreme-value fit needs (500): more inputs near "
+        "the worst path, or more repeats, allow it")
     many = _exponential_tail(1)
     assert call_dispersion(many[0], many[1], point=many[2]).extrapolated
 

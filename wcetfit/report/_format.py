@@ -143,10 +143,10 @@ def curve_note(w, tsc_hz: float | None) -> str | None:  # type: ignore[no-untype
         # (which calls count: a user who timed 220 × 10 read "the largest of 492 calls"
         # and could not tell why, or what to do)
         return (f"Not extrapolated to {p:.0e} per call ([wcet] exceedance): the largest of "
-                f"{calls:,} calls of the long paths (inputs predicted at least a quarter "
-                f"of the worst path), fewer than an extreme-value fit needs "
-                f"({MIN_EXTRAPOLATED_CALLS:,}): more inputs near the worst path, or more "
-                f"repeats, allow it")
+                f"{calls:,} calls of the long paths (inputs predicted or measured at a "
+                f"quarter of the longest prediction or more), fewer than an extreme-value "
+                f"fit needs ({MIN_EXTRAPOLATED_CALLS:,}): more inputs near the worst path, "
+                f"or more repeats, allow it")
     ends = [c for c in (curve[0], curve[-1]) if not math.isclose(c[0], p, rel_tol=1e-9)]
     head = f"Exceedance {p:.0e} per call ([wcet] exceedance)"
     if not ends:

@@ -398,3 +398,19 @@ def test_a_64_bit_seed_takes_any_value_of_its_width(gcc, tmp_path):
     seeds = [seed for _, _, seed in _inputs(mod, ffi, "XXH64", n=60)]
     assert max(seeds) >= 1 << 40 and all(0 <= s < 1 << 64 for s in seeds)
     assert "any value" in _line(text.text, "seed")
+
+
+def test_an_output_the_header_sizes_by_the_functions_name_has_that_size(gcc, tmp_path):
+    """libsodium's crypto_hash_sha256(out, in, inlen), its header defining
+    crypto_hash_sha256_BYTES 32U: out was sized 2 * inlen + 512, a guess to fix by
+    hand."""
+    decl = _decl(tmp_path, """
+        #define crypto_hash_sha256_BYTES 32U
+        int crypto_hash_sha256(unsigned char *out, const unsigned char *in,
+                               unsigned long long inlen);
+    """, "crypto_hash_sha256")
+    mod, ffi, text = _module(tmp_path, decl)
+    for out, data, n in _inputs(mod, ffi, "crypto_hash_sha256", n=20):
+        assert ffi.sizeof(out) == 32 and ffi.sizeof(data) == max(n, 1)
+    assert "crypto_hash_sha256_BYTES = 32" in _line(text.text, "out")
+    assert "a guess" not in _line(text.text, "out")

@@ -584,6 +584,14 @@ class _Writer:
                     f"NUL included when all of it: compared, they would differ at once"]
         return []
 
+    def output_size(self) -> Constant | None:
+        """The header's constant that sizes the function's output: named for the
+        function with a size suffix (``crypto_hash_sha256_BYTES``), or None."""
+        want = {f"{self.decl.function}_{suffix}".lower()
+                for suffix in ("BYTES", "SIZE", "LEN", "LENGTH", "OUTPUTBYTES")}
+        found = [c for c in self.decl.constants if c.name.lower() in want and c.value > 0]
+        return found[0] if len(found) == 1 else None
+
     def byte_string(self, i: int, pairs: dict[int, int]) -> bool:
         """Whether parameter ``i`` is a NUL-terminated string of a 1-byte integer type
         other than char (``const xmlChar *``, ``const unsigned char *``): read only, no
@@ -874,7 +882,14 @@ class _Writer:
                     f"takes it as its length)"]
         fill = None                                # elements holding generated data
         total = self.total(item) if not const else None
-        if i in self.borrowed and total is None:
+        sized = self.output_size() if not const and i not in pairs else None
+        if sized is not None:
+            # (libsodium's crypto_hash_sha256(out, in, inlen) and its header's
+            # crypto_hash_sha256_BYTES 32U: out was sized 2 * inlen + 512, a guess)
+            total = None
+            n = str(sized.value)
+            how = f"{sized.name} = {sized.value}, the header's size of its output"
+        elif i in self.borrowed and total is None:
             c = pairs[i]
             fill = self.count(c, item)
             n = f"{fill} + OUT_SPARE"

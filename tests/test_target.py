@@ -91,6 +91,11 @@ def test_wcet_observed_paths_off(tmp_path):
     (GOOD.replace('inputs = 20', 'inputs = "20"'), "\\[measure\\] 'inputs': expected an integer"),
     (GOOD.replace('repeats = 3', 'repeats = 0'), "'repeats' must be at least 1"),
     (GOOD.replace('seed = 7', 'sed = 7'), "\\[measure\\]: unknown key 'sed'"),
+    # each setting named alone (a bad timeout named warmup too)
+    (GOOD.replace('seed = 7', 'seed = 7\ntimeout = -1'),
+     "\\[measure\\] 'timeout' must be a finite number of seconds above 0, found -1"),
+    (GOOD.replace('seed = 7', 'seed = 7\nwarmup = -2'),
+     "\\[measure\\] 'warmup' must be >= 0, found -2$"),
     (GOOD.replace('binary = "lib.so"', ''), "missing required key 'binary'"),
     (GOOD.replace('"lib.so"', '"nope.so"'), "nope.so does not exist"),
     # a directory: every measuring command ended in a traceback (IsADirectoryError)

@@ -256,9 +256,13 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
     for key in ("inputs", "repeats", "trace_cap"):
         if getattr(measure, key) < 1:
             raise TargetError(f"{origin(key)} must be at least 1, found {getattr(measure, key)}")
-    if measure.warmup < 0 or not measure.timeout > 0 or not math.isfinite(measure.timeout):
-        raise TargetError(f"{path}: [measure] 'warmup' must be >= 0 and 'timeout' > 0 "
-                          "(a finite number of seconds)")
+    # each named alone: "'warmup' must be >= 0 and 'timeout' > 0" named both where only
+    # the timeout was wrong
+    if measure.warmup < 0:
+        raise TargetError(f"{path}: [measure] 'warmup' must be >= 0, found {measure.warmup}")
+    if not measure.timeout > 0 or not math.isfinite(measure.timeout):
+        raise TargetError(f"{path}: [measure] 'timeout' must be a finite number of seconds "
+                          f"above 0, found {measure.timeout}")
     if measure.seed < 0:
         raise TargetError(f"{origin('seed')} must be >= 0, found {measure.seed}")
     for key, most in _MEASURE_MAX.items():

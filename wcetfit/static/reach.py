@@ -300,6 +300,7 @@ def explore(binary_path: str, function_address: int, targets: Sequence[int],
             # one that ended; it forbids no verdict)
             simgr.move("active", "faulted", lambda st: st.globals.get("faulted", False))
             simgr.drop(stash="faulted")
+
         def hit(st: Any, address: int) -> None:
             found[address - delta] = BlockReach(
                 address - delta, REACHED, _witness(st, template, variables),

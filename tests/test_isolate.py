@@ -143,7 +143,8 @@ class RefusedArgumentWorker:
 
 def test_an_argument_the_prototype_refuses_names_its_input():
     with pytest.raises(InputsError, match=r"^input 2: argument 1 of XML_ErrorString .*"
-                                          r"narrow generate\(\)"):
+                                          r"make generate\(\) in inputs.py return what the "
+                                          r"prototype takes"):
         run_isolated(RefusedArgumentWorker, range(5), timeout=5)
 
 

@@ -95,9 +95,8 @@ def run(args: argparse.Namespace) -> int:
                 out.write(f"    - {b.describe()}\n")
             if len(found) > 6:
                 out.write(f"    - … and {len(found) - 6} more (--json lists them)\n")
-            out.write("    → `wcetfit check --adopt` makes the inputs above the bound rows; "
-                      "give the loops [loops] facts, or inputs that reach them, and analyze "
-                      "again\n")
+            out.write("    → `wcetfit check --adopt` makes those inputs inputs of the training "
+                      "(the next bound takes their loops); or give the loops [loops] facts\n")
         if warned.get(root):
             # (the count of lines the analysis logged, not of the report's warnings: a user
             # read "2 warning(s)" here and "Warnings (104)" in the report)
@@ -124,9 +123,8 @@ def _loops_beyond(args: argparse.Namespace, seed: int, reports: dict) -> dict:
     from wcetfit.cli.progress import progress_bars
     from wcetfit.count.run import run_counts
     from wcetfit.pipeline import open_session
-    from wcetfit.wcet.premises import loops_beyond
-
     from wcetfit.errors import NothingMeasured
+    from wcetfit.wcet.premises import loops_beyond
 
     fs = open_session(args.target, seed=seed, inputs=args.inputs, repeats=args.repeats)
     try:
@@ -231,10 +229,9 @@ def _bounds(target: str) -> tuple[Any, dict[str, tuple[float, float, float | Non
     from wcetfit.analysis_cache import cached_report
     from wcetfit.cli.report import report_cache_extra
     from wcetfit.errors import WcetfitError
+    from wcetfit.cli.progress import still_working
     from wcetfit.pipeline import analyze_stage, open_session, stored_measurements, \
         with_stored_repeats
-
-    from wcetfit.cli.progress import still_working
 
     s = with_stored_repeats(open_session(target))
     bounds, warned, premises, reports = {}, {}, {}, {}

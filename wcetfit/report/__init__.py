@@ -28,8 +28,8 @@ import numpy as np
 from wcetfit.numbering import input_label  # noqa: F401 -- named here too
 from wcetfit.errors import WcetfitError
 from wcetfit.fit.result import KIND_OVERHEAD
-from wcetfit.model import (CALL_IMPORTED, CALL_INDIRECT, FunctionModel, hexaddr,
-                           parse_addr)
+from wcetfit.model import (ABORT_CALLS, CALL_IMPORTED, CALL_INDIRECT, FunctionModel,
+                           failure_exits, hexaddr, parse_addr)
 from wcetfit.report.fitread import FitBlock, FitFunction, FitGroup, _by_function, _num, read_fit
 from wcetfit.wcet.dispersion import (MIN_EXTRAPOLATED_CALLS, factor_setter,
                                      too_few_to_extrapolate)
@@ -714,7 +714,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             "comments) often stops the function at its first check"))
 
     never = tuple(r.address for r in rows if r.count_max == 0)
-    failing = _failure_exits(fn, never)
+    failing = failure_exits(fn, never)
     if failing:
         # a call of the stack protector's or an assertion's failure: no correct call
         # reaches it, and "add inputs that reach them" asked for a corrupted stack
@@ -724,7 +724,7 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             + ", ".join(f"{loop_key(fn, a)} calls {t}" for a, t in list(failing.items())[:3])
             + (" …" if len(failing) > 3 else "")
             + ("): only a corrupted stack or buffer reaches them"
-               if not set(failing.values()) <= _abort_calls() else
+               if not set(failing.values()) <= ABORT_CALLS else
                "): a call that reaches them ends the program (an assertion failed) and "
                "has no time to bound")
             + ("; the bound leaves them out" if wres is None
@@ -1129,23 +1129,10 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
 # Functions whose call ends a failed run: the stack protector's and fortify's checks.  A
 # block that calls one is reached only when memory is already corrupted.  (abort and
 # assertions stay among the blocks to reach: an argument can lead there.)
-def _failure_exits(fn: FunctionModel, blocks: Sequence[int]) -> dict[int, str]:
-    """Of ``blocks``, those that call a failure function (wcetfit.model.failure_exits)."""
-    from wcetfit.model import failure_exits
-
-    return failure_exits(fn, blocks)
-
-
 __all__ = ["BlockRow", "FitBlock", "FitFunction", "FitGroup", "FunctionReport", "GroupRow",
            "input_label",
            "Report", "TICKS_NOTE", "TICKS_UNIT", "Finding", "WcetSummary", "build_report",
            "describe_block", "read_fit", "ticks_to_ns"]
-
-
-def _abort_calls() -> frozenset[str]:
-    from wcetfit.model import ABORT_CALLS
-
-    return ABORT_CALLS
 
 
 def _observed_site(fn: Any, instruction: int) -> Any:

@@ -977,6 +977,15 @@ def test_where_the_time_goes_says_when_the_overhead_holds_always_once_blocks(bui
     # measured in combinations, not as one sum (libdeflate's adler32: dozens of its
     # combinations determined, and the line said "only their sum is measured")
     assert "whose costs the inputs determine only in combinations" in lines[0]
+    # a share above the whole call is no share of it: the fit has costs below zero
+    # elsewhere (zstd's compressor, no physical fit: "≈103.0 %" as the only line)
+    above = replace(group, share=1.03, share_estimable=False)
+    lines = [t for t in _top(replace(report, functions=(replace(
+        root, groups=tuple(root.groups) + (above,)),) + tuple(report.functions[1:])))
+        if "ε" in t]
+    assert lines[0].lstrip().startswith("≈all"), lines
+    assert "the fit gives it 103.0 % of the mean call, with costs below zero elsewhere" \
+        in lines[0], lines
 
 
 def test_callees_blocks_no_input_ran_are_folded_after_two():

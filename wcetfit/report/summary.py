@@ -820,6 +820,17 @@ def _speed(fr: FunctionReport) -> str | None:
             f"before the fit")
 
 
+def _shown_share(share: float, estimable: bool) -> tuple[str, str]:
+    """A group's share of the mean call as the list shows it, and what to add where it is
+    above the whole call: the fit then has costs below zero elsewhere (zstd's compressor,
+    718 unknowns, no physical fit: "≈103.0 %" for the group of ε and 2,261 blocks, the
+    only line), and a share above 100 % is no share of anything the call spent."""
+    if share <= 1.0:
+        return (F.pct(share) if estimable else "≈" + F.pct(share)), ""
+    return "≈all", (f"; the fit gives it {F.pct(share)} of the mean call, with costs below "
+                    f"zero elsewhere")
+
+
 def _top(report: Report, *, short: bool = False) -> list[str]:
     """The few estimable blocks and groups, of the root or its callees, with the largest
     share.  A block that is not estimable alone is shown only through its group (its own
@@ -844,7 +855,7 @@ def _top(report: Report, *, short: bool = False) -> list[str]:
             # the split between them is the fit's particular solution, not a measurement
             # (libm's fmod: "6.8 % ε with the time of 30 blocks" beside a group at ≈99.6 %)
             seen_groups.add((group.id, group.blocks))
-            shown = F.pct(group.share) if group.share_estimable else "≈" + F.pct(group.share)
+            shown, beyond = _shown_share(group.share, group.share_estimable)
             # the blocks first: the share is mostly theirs where they are many (SHA512:
             # ≈100 % for 396 blocks and an ε of ~70 ticks read as "overhead")
             # the loops among them, named: "16 block(s) and ε (the timed region's own
@@ -866,7 +877,7 @@ def _top(report: Report, *, short: bool = False) -> list[str]:
                                        f"{len(group.blocks)} block(s){among} and ε (the "
                                        f"timed region's own overhead), whose costs the "
                                        f"inputs determine only in combinations, not one "
-                                       f"by one",
+                                       f"by one{beyond}",
                           f"ε+ {shown}"))
         else:
             what = (f"ε with the time of blocks the inputs do not separate from it "

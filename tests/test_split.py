@@ -715,7 +715,7 @@ def test_split_after_analyze_gathers_the_block_traces(tmp_path):
 def test_a_round_estimate_below_zero_beyond_its_interval_is_said():
     """libbsd's strlcpy, after a round: "0xc5f8: -18.8 ± 5.6 ticks", printed as any cost.
     A time below zero beyond its interval is said to be one no machine has; one whose
-    interval reaches zero is printed as it is."""
+    interval reaches zero says how far above zero the data allow it."""
     import io
     from types import SimpleNamespace
 
@@ -735,7 +735,7 @@ def test_a_round_estimate_below_zero_beyond_its_interval_is_said():
     (low,) = [ln for ln in lines if ln.strip().startswith("0xc5f8")]
     (near,) = [ln for ln in lines if ln.strip().startswith("0xc5e0")]
     assert "below zero beyond its interval, a time no machine has" in low
-    assert "below zero" not in near
+    assert near.endswith("its cost, below zero only within its interval: at most 0.3 ticks")
 
 
 def test_split_auto_runs_on_a_system_library(tmp_path):
@@ -814,3 +814,35 @@ def test_split_prints_the_blocks_no_input_ran_in_one_line():
     assert len(lines) == 4, lines
     assert lines[1].startswith("  30 block(s) no input ran (unexecuted, no cost): f+0x0, ")
     assert lines[1].endswith(" …") and "group 99 (structural)" in lines[2]
+
+
+def test_split_says_which_fit_it_prints_and_a_sum_of_times_below_zero():
+    """libxxhash's XXH64: `split --auto` printed "0x22a8 + 0x22fa = -9.174 ± 11.65 ticks"
+    with no word, and a group at 155 ± 6.1 ticks that the report gave as 144.7 ± 7.0."""
+    import io
+
+    from wcetfit.cli.split import _print_fit
+    from wcetfit.split.checks import _sum_of_times
+
+    assert _sum_of_times({"coefficients": {"0x1": 1.0, "0x2": 1.0},
+                          "overhead_coefficients": {"0": 1.0}})
+    assert not _sum_of_times({"coefficients": {"0x1": 1.0, "0x2": -1.0}})
+    assert not _sum_of_times({"coefficients": {}})
+
+    def line(value, ci, sum_of_times=True):
+        groups = [{"id": 1, "kind": "structural", "blocks": ["f+0x1", "f+0x2"],
+                   "combinations": [{"text": f"0x1 + 0x2 = {value} ± {ci} ticks",
+                                     "value_ticks": value, "ci95_ticks": ci,
+                                     "sum_of_times": sum_of_times}]}]
+        out = io.StringIO()
+        _print_fit({"rank": 1, "unknowns": 2, "groups": groups,
+                    "blocks": [{"estimable": False}] * 2}, out, "fit")
+        return out.getvalue().splitlines()
+
+    lines = line(-9.174, 11.65)
+    assert "split's own fit, costs not held ≥ 0" in lines[0]
+    assert lines[-1].endswith("below zero only within its interval: at most 2.48 ticks"), lines
+    assert "a time no machine has" in line(-9.0, 2.0)[-1]
+    # a difference of two times may be below zero; a positive sum gets no word
+    assert line(-9.0, 2.0, sum_of_times=False)[-1].endswith("ticks")
+    assert line(9.0, 2.0)[-1].endswith("ticks")

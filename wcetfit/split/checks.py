@@ -14,6 +14,14 @@ from wcetfit.model import hexaddr
 from wcetfit.split.joint import JointSystem
 
 
+def _sum_of_times(combination: Mapping[str, Any]) -> bool:
+    """Whether a combination adds times with no coefficient below zero (blocks' costs and
+    overheads alike): no machine runs one below zero, where a difference of two can be."""
+    coefficients = list(combination.get("coefficients", {}).values()) + list(
+        combination.get("overhead_coefficients", {}).values())
+    return bool(coefficients) and all(float(c) >= 0.0 for c in coefficients)
+
+
 def fit_summary(fit: Any, system: JointSystem) -> dict[str, Any]:
     """The part of a FitResult a round keeps: per segment estimate, groups, overheads."""
     d = fit.to_json()
@@ -33,7 +41,8 @@ def fit_summary(fit: Any, system: JointSystem) -> dict[str, Any]:
                        "blocks": [rename(a) for a in g["blocks"]],
                        "configs": g.get("configs", []),
                        "combinations": [{"text": c["text"], "value_ticks": c["value_ticks"],
-                                         "ci95_ticks": c["ci95_ticks"]}
+                                         "ci95_ticks": c["ci95_ticks"],
+                                         "sum_of_times": _sum_of_times(c)}
                                         for c in g["combinations"]]})
     return {"rank": d["rank"], "unknowns": d["unknowns"], "blocks": blocks, "groups": groups,
             "overhead": [{"config": o["config"], "value_ticks": o["value_ticks"],

@@ -846,3 +846,26 @@ def test_split_says_which_fit_it_prints_and_a_sum_of_times_below_zero():
     # a difference of two times may be below zero; a positive sum gets no word
     assert line(-9.0, 2.0, sum_of_times=False)[-1].endswith("ticks")
     assert line(9.0, 2.0)[-1].endswith("ticks")
+
+
+def test_split_says_why_probe_points_cannot_be_patched():
+    """"12 probe point(s) cannot be patched (see --json for why)" was all a user got: the
+    reasons now come by kind, most frequent first, each with one point as an example."""
+    import io
+    from types import SimpleNamespace
+
+    from wcetfit.cli.split import _print_plan, _reason_kinds
+
+    reasons = {"stop@0x10": "0x10 is reached through a jump table",
+               "stop@0x20": "0x20 is reached through a jump table",
+               "stop@0x30": "0x30 has 5 predecessors (at most 4 can be patched)",
+               "stop@0x40": "f+0x40: `jrcxz 0x50` at 0x44 has no rel32 form and cannot be "
+                            "displaced"}
+    assert _reason_kinds(reasons)[0] == (2, "0x10 is reached through a jump table")
+    plan = SimpleNamespace(proposals=(), unprobeable=reasons)
+    out = io.StringIO()
+    _print_plan(plan, out, [])
+    lines = out.getvalue().splitlines()
+    assert lines[1] == "4 probe point(s) cannot be patched:"
+    assert lines[2] == "  2 like 0x10 is reached through a jump table"
+    assert len(lines) == 5 and "--json" not in out.getvalue()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any, TextIO
 
@@ -253,6 +254,23 @@ def _print_fit(summary: dict[str, Any], out: TextIO, title: str) -> None:
             out.write(f"      … {len(g['combinations']) - 6} more combinations\n")
 
 
+# the kinds of reason a point cannot be patched shown, most frequent first ("see --json
+# for why" was all the survey's user got, for every point)
+MAX_REASON_KINDS = 4
+
+
+def _reason_kinds(reasons: dict[str, str]) -> list[tuple[int, str]]:
+    """The reasons probe points cannot be patched, by kind (the reason with its addresses,
+    instructions and figures taken out), most frequent first: (how many, one reason of
+    that kind as given)."""
+    kinds: dict[str, list[str]] = {}
+    for reason in reasons.values():
+        kind = re.sub(r"`[^`]*`", "`…`", reason)
+        kind = re.sub(r"[\w.@]*\+?0x[0-9a-fA-F]+|\b\d+\b", "…", kind)
+        kinds.setdefault(kind, []).append(reason)
+    return sorted(((len(v), v[0]) for v in kinds.values()), key=lambda kv: -kv[0])
+
+
 def _print_plan(plan: Any, out: TextIO, forced: list[Any]) -> None:
     if forced:
         out.write("requested probes: " + ", ".join(p.key for p in forced) + "\n")
@@ -268,8 +286,11 @@ def _print_plan(plan: Any, out: TextIO, forced: list[Any]) -> None:
         out.write("  after these: " + ("every executed block estimable alone\n"
                                        if plan.complete_after else "groups remain\n"))
     if plan.unprobeable:
-        out.write(f"{len(plan.unprobeable)} probe point(s) cannot be patched "
-                  "(see --json for why)\n")
+        out.write(f"{len(plan.unprobeable)} probe point(s) cannot be patched:\n")
+        for count, example in _reason_kinds(plan.unprobeable)[:MAX_REASON_KINDS]:
+            out.write(f"  {count} like {example}\n")
+        if len(_reason_kinds(plan.unprobeable)) > MAX_REASON_KINDS:
+            out.write("  … (--json lists every point with its reason)\n")
 
 
 def _print_round_result(rnd: Any, summary: dict[str, Any], cmp: dict[str, Any],

@@ -1090,3 +1090,92 @@ def test_error_returns_read_unsigned_codes_and_need_most_inputs():
     assert error_returns({str(i): "-3" for i in range(5)}) is None         # too few
     assert error_returns({str(i): "nan" for i in range(20)}) is None
     assert error_returns(None) is None
+
+
+def test_error_returns_named_by_the_target_are_counted_whatever_their_sign():
+    """libbrotlidec's BrotliDecoderDecompress returned BROTLI_DECODER_RESULT_ERROR = 0 on
+    39 of 40 random inputs, and the "below zero" rule said nothing; with the codes the
+    target names ([measure] error_returns), those are what counts."""
+    from wcetfit.timing.state import error_returns
+
+    brotli = {str(i): "0" for i in range(39)}
+    brotli["39"] = "1"
+    assert error_returns(brotli) is None
+    e = error_returns(brotli, (("BROTLI_DECODER_RESULT_ERROR", 0),))
+    assert (e.inputs, e.errors, e.values) == (40, 39, ((0, 39),))
+    assert e.describe() == ("39 of 40 timed inputs returned an error code [measure] "
+                            "error_returns names (BROTLI_DECODER_RESULT_ERROR = 0 on 39)")
+    # named codes replace the rule: a value below zero the target does not name is none
+    assert error_returns({str(i): "-1" for i in range(20)}, (("", 9),)) is None
+    lzma = {str(i): "9" for i in range(18)}
+    lzma.update({"18": "7", "19": "0"})
+    e = error_returns(lzma, (("LZMA_FORMAT_ERROR", 7), ("LZMA_DATA_ERROR", 9)))
+    assert e.values == ((9, 18), (7, 1)) and e.errors == 19
+    assert error_returns(lzma, (("", 7), ("", 9))).describe().endswith("(9 on 18, 7 on 1)")
+
+
+def test_measure_error_returns_is_read_as_a_table_or_a_list(tmp_path):
+    from wcetfit.target import load_target
+
+    (tmp_path / "inputs.py").write_text("def generate(ctx):\n    return (1,)\n")
+
+    def load(line):
+        (tmp_path / "wcetfit.toml").write_text(
+            f'binary = "/bin/true"\nfunctions = ["f"]\nprototype = "int f(int);"\n'
+            f'inputs = "inputs.py"\n[measure]\n{line}\n')
+        return load_target(str(tmp_path)).measure.error_returns
+
+    assert load("") == ()
+    assert load("error_returns = { LZMA_DATA_ERROR = 9, LZMA_BUF_ERROR = 10 }") == (
+        ("LZMA_DATA_ERROR", 9), ("LZMA_BUF_ERROR", 10))
+    assert load("error_returns = [0, -1]") == (("", 0), ("", -1))
+    for bad, says in (('error_returns = ["x"]', "expected an integer, found str"),
+                      ("error_returns = { E = 1.5 }", "'E': expected an integer"),
+                      ("error_returns = 3", "expected a list or a table"),
+                      ("error_returns = [36893488147419103232]", "no 64-bit return value")):
+        with pytest.raises(TargetError, match=says):
+            load(bad)
+
+
+def test_init_names_the_error_members_of_a_returned_enum(tmp_path):
+    """A function returning a result enum gets its error members as [measure]
+    error_returns; an enum whose members are all errors (kinds of error, not results) or
+    one member saying none (expat's XML_ERROR_NONE) gets no such list."""
+    from wcetfit.scaffold.header import declaration_from_header
+
+    h = tmp_path / "r.h"
+    h.write_text("""
+typedef enum { R_ERROR = 0, R_SUCCESS = 1, R_NEEDS_MORE_INPUT = 2 } r_result;
+typedef r_result r_alias;
+enum kind { K_ERROR_NONE = 0, K_ERROR_SYNTAX = 1, K_ERROR_MEMORY = 2 };
+typedef enum { E_ERR_A = 1, E_FAIL_B = 2 } only_errors;
+r_alias decode(const unsigned char *in, unsigned long n);
+enum kind last_error(void);
+only_errors check(int x);
+int plain(int x);
+""")
+    assert declaration_from_header(str(h), ["decode"]).error_returns == (("R_ERROR", 0),)
+    assert declaration_from_header(str(h), ["decode"]).returns == ("r_alias", "r_result")
+    assert declaration_from_header(str(h), ["last_error"]).error_returns == (
+        ("K_ERROR_SYNTAX", 1), ("K_ERROR_MEMORY", 2))
+    assert declaration_from_header(str(h), ["check"]).error_returns == ()
+    assert declaration_from_header(str(h), ["plain"]).error_returns == ()
+
+
+@pytest.mark.slow
+def test_a_decoder_rejecting_every_input_with_an_enum_error_is_said(tmp_path):
+    """libbrotlidec's BrotliDecoderDecompress on init's random bytes: every call returned
+    BROTLI_DECODER_RESULT_ERROR = 0, not below zero, and the report gave the rejection's
+    bound as the decoder's.  init now writes the enum's error members, and the headline
+    names them."""
+    lib, header = f"{LIBDIR}/libbrotlidec.so.1", "/usr/include/brotli/decode.h"
+    _system(lib, header)
+    target, fn, res = _init_then_analyze(tmp_path, lib, header, "BrotliDecoderDecompress")
+    toml = (target / "wcetfit.toml").read_text()
+    assert "error_returns = { BROTLI_DECODER_RESULT_ERROR = 0 }" in toml
+    e = fn["error_returns"]
+    assert e is not None and e["errors"] >= 0.9 * e["inputs"]
+    assert e["values"][0]["value"] == 0
+    text = " ".join(res.stdout.split())
+    assert "Mostly for calls rejected with an error code:" in text
+    assert "(BROTLI_DECODER_RESULT_ERROR = 0 on" in text

@@ -475,7 +475,7 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
         report = replace(report, warnings=(Finding(changed, REMEDY),) + tuple(report.warnings),
                          functions=(replace(report.functions[0], timed_other_path=True),)
                          + tuple(report.functions[1:]))
-    report = _with_error_returns(report, root, times)
+    report = _with_error_returns(report, root, times, session.target.measure.error_returns)
     report = _with_split_rounds(report, session, root)
     report = _with_failures(report, counts, times)
     report = _with_reach_verdicts(report, reached)
@@ -539,16 +539,18 @@ def _with_split_rounds(report: Any, session: Any, root: str) -> Any:
     return replace(report, warnings=tuple(report.warnings) + (finding,))
 
 
-def _with_error_returns(report: Any, root: str, times: Any) -> Any:
-    """Most timed inputs returned a value that reads as an error code: said first among
-    the root's warnings and under its headline (wcetfit.timing.state.error_returns)."""
+def _with_error_returns(report: Any, root: str, times: Any,
+                        declared: tuple[tuple[str, int], ...] = ()) -> Any:
+    """Most timed inputs returned a value that reads as an error code (one of ``declared``,
+    the target's [measure] error_returns, or below zero): said first among the root's
+    warnings and under its headline (wcetfit.timing.state.error_returns)."""
     from dataclasses import replace
 
     from wcetfit.report import Finding
     from wcetfit.timing.state import error_returns
 
     returned = ((getattr(times, "environment", None) or {}).get("returns") or {}).get(root)
-    found = error_returns(returned)
+    found = error_returns(returned, declared)
     if found is None:
         return report
     finding = Finding(

@@ -49,6 +49,12 @@ class MeasureSettings:
     timeout: float = 10.0      # seconds one call may take before it counts as a hang
     method: str = "auto"       # TSC fence method
     trace_cap: int = 1 << 22   # block-trace entries kept per input (split workflow)
+    # the values the function returns when it rejects its input, as (name, value): the
+    # report says when most timed inputs returned one (wcetfit.timing.state.error_returns).
+    # Written `error_returns = {BROTLI_DECODER_RESULT_ERROR = 0}` or `[0]`; none: a value
+    # below zero is an error code.  init writes the members of a returned enum named for
+    # errors
+    error_returns: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,7 @@ _TIMING_KEYS: dict[str, tuple[type, ...]] = {"activations": (str, bool)}
 _MEASURE_KEYS: dict[str, tuple[type, ...]] = {
     "inputs": (int,), "repeats": (int,), "seed": (int,), "warmup": (int,),
     "timeout": (int, float), "method": (str,), "trace_cap": (int,),
+    "error_returns": (list, dict),
 }
 
 
@@ -172,6 +179,17 @@ def _q(key: str) -> str:
     """A key of the user's file, quoted for a one-line message (control characters escaped)."""
     return "'" + "".join(c if c.isprintable() else c.encode("unicode_escape").decode()
                          for c in key) + "'"
+
+
+def _error_returns(where: str, value: list | dict) -> tuple[tuple[str, int], ...]:
+    """[measure] error_returns as (name, value) pairs: a table of names to values, or a
+    list of values (named "")."""
+    pairs = list(value.items()) if isinstance(value, dict) else [("", v) for v in value]
+    for name, v in pairs:
+        _check_type(f"{where}{f' {_q(name)}' if name else ''}", v, (int,))
+        if not -(1 << 63) <= v < (1 << 64):
+            raise TargetError(f"{where}: {v} is no 64-bit return value")
+    return tuple((str(n), int(v)) for n, v in pairs)
 
 
 def find_target_file(target_dir: str) -> str:
@@ -247,6 +265,9 @@ def load_target(target_dir: str, **overrides: Any) -> Target:
     for key, value in overrides.items():
         if value is not None:
             measure_raw[key] = value
+    if "error_returns" in measure_raw:
+        measure_raw["error_returns"] = _error_returns(f"{path}: [measure] 'error_returns'",
+                                                      measure_raw["error_returns"])
     measure = MeasureSettings(**measure_raw)
 
     def origin(key: str) -> str:

@@ -264,6 +264,18 @@ def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: D
         "inputs = 500          # how many generated inputs (rows of the linear system)",
         "repeats = 10          # timed calls per input",
         "seed = 1              # input i is drawn from numpy.random.default_rng([seed, i])",
+    ]
+    errors = decl.error_returns
+    if errors:
+        # an error code the "below zero" rule misses (libbrotlidec's decoder returned
+        # BROTLI_DECODER_RESULT_ERROR = 0 on every random input, and nothing said so)
+        lines += [
+            f"# the error codes of {decl.returns[0]}, the type {decl.function} returns:",
+            "# the report says when most timed inputs returned one (its bound is then of",
+            "# rejected calls)",
+            "error_returns = { " + ", ".join(f"{n} = {v}" for n, v in errors) + " }",
+        ]
+    lines += [
         "",
         "# Loop bounds: the most times a loop's back edges are taken per entry into it.",
         "# Without one, a loop's bound is the largest the inputs showed (\"observed\" in the",

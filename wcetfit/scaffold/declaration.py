@@ -7,6 +7,7 @@ DWARF debugging information (:mod:`wcetfit.scaffold.dwarf`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 # Type names the call harness already knows without a declaration: cffi's built-in
@@ -72,3 +73,24 @@ class Declaration:
     # declaration follows the function's in ``prototype``; generate() calls it through
     # ctx.lib)
     initializers: dict[str, str] = field(default_factory=dict)
+    # the names the returned type goes by (a typedef, the enum's tag; outermost first):
+    # which of the header's enums the function returns, if any
+    returns: tuple[str, ...] = ()
+
+    @property
+    def error_returns(self) -> tuple[tuple[str, int], ...]:
+        """The members of the enum the function returns that name an error, as (name,
+        value): libbrotlidec's BrotliDecoderDecompress returns BrotliDecoderResult, whose
+        BROTLI_DECODER_RESULT_ERROR = 0 no "below zero" rule catches; liblzma's lzma_ret
+        has LZMA_DATA_ERROR = 9 and five more.  None where every member reads as one (an
+        enum of error kinds, not of results)."""
+        members = [c for c in self.constants if c.group and c.group in self.returns]
+        errors = tuple((c.name, c.value) for c in members if _ERROR_MEMBER.search(c.name)
+                       and not _SUCCESS_MEMBER.search(c.name))
+        return errors if errors and len(errors) < len(members) else ()
+
+
+# an enum member naming an error (a word of its name, in any case), and one that does not
+# although it has such a word (expat's XML_ERROR_NONE)
+_ERROR_MEMBER = re.compile(r"(?:^|_)(?:ERROR|ERR|FAIL|FAILED|FAILURE|INVALID)(?:_|$)", re.I)
+_SUCCESS_MEMBER = re.compile(r"(?:^|_)(?:NONE|OK|SUCCESS)(?:_|$)", re.I)

@@ -262,7 +262,27 @@ class _Extractor:
                 prototype += " " + " ".join(gen.visit(other).split()) + ";"
         return Declaration(function=name, prototype=prototype, cdef=self._cdef(),
                            params=tuple(spelled), source=f"header {self.header}",
-                           initializers=initializers)
+                           initializers=initializers, returns=self._type_names(fdecl.type))
+
+    def _type_names(self, node: object) -> tuple[str, ...]:
+        """The names a (returned) type goes by, outermost first: the typedefs it is
+        declared through and the tag of the enum, struct or union under them (liblzma's
+        ``lzma_ret``, a typedef of an enum without a tag; expat's ``enum XML_Status``).
+        Empty for a pointer or a built-in type."""
+        from pycparser import c_ast
+
+        names: list[str] = []
+        while isinstance(node, c_ast.TypeDecl) and len(names) < 16:
+            inner = node.type
+            if isinstance(inner, (c_ast.Enum, c_ast.Struct, c_ast.Union)):
+                names += [inner.name] if inner.name else []
+                break
+            if not (isinstance(inner, c_ast.IdentifierType) and len(inner.names) == 1
+                    and inner.names[0] in self.typedefs):
+                break
+            names.append(inner.names[0])
+            node = self.ast.ext[self.typedefs[inner.names[0]]].type
+        return tuple(names)
 
     def _initializer(self, function: str, param: object) -> str | None:
         """The header's function that sets up what ``param`` points to, when it is a

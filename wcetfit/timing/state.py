@@ -80,14 +80,24 @@ class ErrorReturns:
     """Most timed inputs returned a value that reads as an error code."""
 
     inputs: int                                  # the timed inputs whose return was kept
-    errors: int                                  # of them, those that returned below zero
+    errors: int                                  # of them, those that returned an error code
     values: tuple[tuple[int, int], ...]          # (value, inputs), most frequent first
+    # the error codes the target names ([measure] error_returns: name, value; the name ""
+    # where the target gives the value alone); empty: an error is a value below zero
+    declared: tuple[tuple[str, int], ...] = ()
 
     def describe(self) -> str:
-        shown = ", ".join(f"{v} on {n:,}" for v, n in self.values[:3]) + (
+        names = {v: n for n, v in self.declared if n}
+
+        def value(v: int) -> str:
+            return f"{names[v]} = {v}" if v in names else str(v)
+
+        shown = ", ".join(f"{value(v)} on {n:,}" for v, n in self.values[:3]) + (
             ", …" if len(self.values) > 3 else "")
         who = (f"all {self.inputs:,} timed inputs" if self.errors == self.inputs else
                f"{self.errors:,} of {self.inputs:,} timed inputs")
+        if self.declared:
+            return f"{who} returned an error code [measure] error_returns names ({shown})"
         return f"{who} returned below zero ({shown})"
 
 
@@ -97,27 +107,33 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v - (1 << 32) if 1 << 31 <= v < 1 << 32 else v
 
 
-def error_returns(entry: Mapping[str, str] | None) -> ErrorReturns | None:
+def error_returns(entry: Mapping[str, str] | None,
+                  declared: tuple[tuple[str, int], ...] = ()) -> ErrorReturns | None:
     """:class:`ErrorReturns` when at least :data:`MOST_ERROR_RETURNS` of the timed inputs
-    returned an integer below zero as a signed number, else None.  zstd's ZSTD_decompress
-    on random bytes: 53 of 60 calls returned (size_t)-10, "unknown frame descriptor", 4
-    returned -72 and the 3 empty ones 0, and the report gave a plausible bound of the
-    rejection with no word of it; libuuid's uuid_parse on printable text: -1 on all."""
+    returned an error code, else None: one of ``declared`` (the target's [measure]
+    error_returns, (name, value) pairs), or where none are declared an integer below zero
+    as a signed number.  zstd's ZSTD_decompress on random bytes: 53 of 60 calls returned
+    (size_t)-10, "unknown frame descriptor", 4 returned -72 and the 3 empty ones 0, and
+    the report gave a plausible bound of the rejection with no word of it; libuuid's
+    uuid_parse on printable text: -1 on all.  An error code of zero or above needs the
+    target to name it (libbrotlidec's BROTLI_DECODER_RESULT_ERROR = 0, liblzma's
+    LZMA_DATA_ERROR = 9: init writes them from the return type's enum)."""
     if not entry or len(entry) < MIN_ERROR_RETURN_INPUTS:
         return None
+    codes = {_signed(int(v)) for _n, v in declared}
     values: dict[int, int] = {}
     for text in entry.values():
         try:
             v = _signed(int(text))
         except ValueError:                 # a float, NaN, a bool's repr
             return None
-        if v < 0:
+        if (v in codes) if codes else v < 0:
             values[v] = values.get(v, 0) + 1
     errors = sum(values.values())
     if errors < MOST_ERROR_RETURNS * len(entry):
         return None
     ranked = tuple(sorted(values.items(), key=lambda kv: (-kv[1], kv[0])))
-    return ErrorReturns(len(entry), errors, ranked)
+    return ErrorReturns(len(entry), errors, ranked, tuple(declared))
 
 
 def changed_text(function: str, entry: Mapping[str, Any], label: Any = str) -> str | None:

@@ -174,7 +174,8 @@ def _rejected(target: Target, root: str, exc: CandidateRejected,
               inputs: Callable[..., tuple]) -> InputFailure:
     """The failure record of a rejected candidate, logged like a crash (its worker is
     gone with the summary it sent: the arguments are rebuilt here)."""
-    summary = _summary(target, root, exc.index, inputs) or "(arguments not rebuilt)"
+    summary = (describe_input(target, root, exc.index, getattr(inputs, "sequences", None))
+               or "(arguments not rebuilt)")
     failure = InputFailure(exc.index, exc.kind, exc.reason, summary)
     log.warning("%s", failure.describe())
     return failure
@@ -247,31 +248,50 @@ def column_vector(columns: Sequence[tuple[str, int]], blocks_of: Mapping[str, Se
 def describe_input(target: Target, function: str, index: int,
                    sequences: Mapping[int, ChoiceSequence] | None = None) -> str | None:
     """A short summary of input ``index``'s arguments (a searched input's from its stored
-    draws), or None when ``generate`` cannot rebuild it here."""
-    if sequences and index in sequences:
-        return _summary(target, function, index, Replay(sequences))
-    return _summary(target, function, index, generate_input)
-
-
-def _summary(target: Target, function: str, index: int,
-             inputs: Callable[..., tuple]) -> str | None:
-    """The summary of the arguments ``inputs`` builds for ``index``, or None."""
+    draws), or None when ``generate`` cannot rebuild it here.  Where ``generate`` made
+    arguments with ``ctx.lib``, whose results are zeros outside the measuring workers,
+    the draws it took stand for them."""
     from wcetfit.target import describe_args, library_functions, load_inputs_module
     from wcetfit.timing.thunk import build_harness
 
+    seq = (sequences or {}).get(index) or ChoiceSequence(index, ())
     try:
         ffi = build_harness(target.prototype, target.cdef).ffi
         lib = library_functions(target)
         before = lib.placeholders
-        args = inputs(load_inputs_module(target), target, ffi, function, index)
-        text = describe_args(ffi, args)
+        rng = ChoiceRng(input_rng(seq.base_seed(target.measure.seed), seq.index), seq.choices)
+        args = generate_input(load_inputs_module(target), target, ffi, function, index,
+                              rng=rng, ctx_index=seq.index)
         if lib.placeholders > before:
-            # (libexpat's XML_Parse showed "called with a NULL parser", libgmp's mpz_t as
-            # zeros: what ctx.lib made is made only where the function is measured); first,
-            # where a one-line summary cut at its width still shows it (libpcre2's "NULL
-            # struct pcre2_real_code_8 *" read as a match on a NULL pattern)
-            text = "(ctx.lib's results are zeros here, made only when measured) " + text
-        return text
+            # libzstd's decompressor, its frame made by ZSTD_compress through ctx.lib:
+            # "(unsigned char[2779] {0, 0, 0, 0, 0, 0, …}, 2779, …)" said nothing of the
+            # input; its draws (the length, the level, the first bytes) do.  First, where a
+            # one-line summary cut at its width still shows it (libpcre2's "NULL struct
+            # pcre2_real_code_8 *" read as a match on a NULL pattern)
+            return ("(made with ctx.lib, only where measured; generate() drew "
+                    + draws_text(rng.recorded) + ")")
+        return describe_args(ffi, args)
     except WcetfitError as exc:
         log.info("input %d: arguments not described: %s", index, exc)
         return None
+
+
+def draws_text(choices: Sequence[Any], limit: int = 6, items: int = 4) -> str:
+    """The draws of a choice sequence as a person reads them: a number as itself, an
+    array or bytes by its length and first few values; the first ``limit`` draws."""
+    def one(c: Any) -> str:
+        v = c.value
+        if isinstance(v, (bytes, bytearray)):
+            head, n, name = list(v[:items]), len(v), "bytes"
+        elif np.ndim(v) == 0:
+            x = v.item() if hasattr(v, "item") else v
+            return f"{x:.6g}" if isinstance(x, float) else repr(x)
+        else:
+            flat = np.ravel(v)
+            head, n, name = [x.item() for x in flat[:items]], flat.size, c.method
+        shown = ", ".join(f"{x:.4g}" if isinstance(x, float) else str(x) for x in head)
+        return f"{name}[{n}] {{{shown}{', …' if n > items else ''}}}"
+
+    if not choices:
+        return "nothing from ctx.rng"
+    return ", ".join(one(c) for c in choices[:limit]) + (", …" if len(choices) > limit else "")

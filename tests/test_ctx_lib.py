@@ -168,3 +168,16 @@ def test_ctx_lib_calls_names_with_leading_underscores(tmp_path):
     with pytest.raises(AttributeError):
         lib.__deepcopy__
     assert copy.copy(lib) is not None
+
+
+def test_draws_are_shown_as_a_person_reads_them():
+    import numpy as np
+
+    from wcetfit.search.candidates import draws_text
+    from wcetfit.search.choices import Choice
+
+    draws = (Choice("integers", np.int64(2779)), Choice("bytes", b"\x01\x02\x03\x04\x05"),
+             Choice("random", 0.123456789), Choice("integers", np.arange(3)))
+    assert draws_text(draws) == "2779, bytes[5] {1, 2, 3, 4, …}, 0.123457, integers[3] {0, 1, 2}"
+    assert draws_text(draws, limit=2).endswith("bytes[5] {1, 2, 3, 4, …}, …")
+    assert draws_text(()) == "nothing from ctx.rng"

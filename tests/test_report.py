@@ -692,9 +692,13 @@ def test_rests_on_lists_facts_first_site_facts_and_no_zero_callee_bound():
                       "instance of its function; if one is not a fact of the program, the "
                       "bound does not hold")
     root = NS(name="f", wcet=wcet, warnings=(note,))
-    callees = [NS(name="h", wcet=NS(loops=(), ipet_ticks=0.04, recursion_depth=None)),
-               NS(name="g", wcet=NS(loops=(), ipet_ticks=350.0, recursion_depth=None))]
-    report = NS(functions=[root, *callees], warnings=(), tsc_hz=2.6e9)
+    # (which callee has no bound of its own is FunctionReport's rule, tested with it)
+    callees = [NS(name="h", wcet=NS(loops=(), ipet_ticks=0.04, recursion_depth=None),
+                  no_bound_of_its_own=True),
+               NS(name="g", wcet=NS(loops=(), ipet_ticks=350.0, recursion_depth=None),
+                  no_bound_of_its_own=False)]
+    report = NS(functions=[root, *callees], warnings=(), tsc_hz=2.6e9,
+                above_root_bound=lambda c: False)
     lines = _rests_on(report, root)
     assert lines[0].startswith("loop f+0x400") and "from [loops]" in lines[0]
     assert any(x.startswith("1 loop bound(s) given per call site in [loops] (h+0x60 ≤ 19")
@@ -706,9 +710,9 @@ def test_rests_on_lists_facts_first_site_facts_and_no_zero_callee_bound():
     # its own either, whatever the particular solution sums to (nettle's
     # _nettle_sha256_compress_sha_ni: "20.1 ticks", a SHA-256 block in 8 ns)
     shared = NS(name="k", wcet=NS(loops=(), ipet_ticks=20.1, recursion_depth=None),
-                blocks=(NS(address=0x500, estimable=False, executed=True),),
-                groups=(NS(blocks=(0x500, 0x10), kind="overhead"),))
-    report = NS(functions=[root, *callees, shared], warnings=(), tsc_hz=2.6e9)
+                no_bound_of_its_own=True)
+    report = NS(functions=[root, *callees, shared], warnings=(), tsc_hz=2.6e9,
+                above_root_bound=lambda c: False)
     own = next(x for x in _rests_on(report, root) if x.startswith("callees' own bounds"))
     assert "k (none of its own)" in own and "20.1" not in own
     # said in words, not "h —; —: none, …" (a new user read it as garbled)
@@ -1179,6 +1183,39 @@ def test_callee_without_a_bound_of_its_own_is_null_in_json_not_zero(built):
     assert doc["functions"][0]["wcet"]["no_bound_of_its_own"] is False
     text = to_text(replace(report, functions=(report.functions[0], merged)), width=200)
     assert "no bound of its own" in text
+    # every block of the callee in groups with its callers': whatever its sum, no bound
+    # of its own (liblzma's match finders, 0 ticks for 4,092 activations; nettle's SHA-256
+    # compression at 20.1 ticks)
+    from wcetfit.report import GroupRow
+
+    shared = replace(g, blocks=tuple(replace(b, estimable=False) for b in g.blocks),
+                     groups=(GroupRow(1, tuple(b.address for b in g.blocks)
+                                      + (report.functions[0].blocks[0].address,),
+                                      "structural", (), None, None, False),))
+    assert shared.wcet.ipet_ticks >= 1 and not shared.has_own_costs
+    assert shared.no_bound_of_its_own
+
+
+def test_a_callee_bound_above_the_roots_is_not_shown_as_one(built):
+    """liblzma's lzma_block_buffer_encode: "IPET bound 387,796,479,366 ticks" (149 s) under
+    a root bound of 8,218,150 ticks.  One activation runs inside a call of the root, whose
+    bound caps it: the callee's figure is how far its context-free loop bounds multiply."""
+    from dataclasses import replace
+
+    *_, report = built
+    root, g = report.functions[0], report.function("g")
+    assert not report.above_root_bound(g) and not report.above_root_bound(root)
+    big = replace(g, wcet=replace(g.wcet, ipet_ticks=root.wcet.ipet_ticks * 1000))
+    two = replace(report, functions=(root, big))
+    assert two.above_root_bound(big)
+    doc = to_json(two)
+    assert doc["functions"][1]["wcet"]["above_root_bound"] is True
+    assert doc["functions"][0]["wcet"]["above_root_bound"] is False
+    from wcetfit.report import _format as F
+
+    text = " ".join(to_text(two, width=250, full=True).split())
+    assert "above the root's bound: its own worst path over every context, " in text
+    assert f"whose bound of {F.num(root.wcet.ipet_ticks)} ticks caps it" in text
 
 
 def test_path_below_slowest_input_names_what_covers_it(built):

@@ -82,6 +82,17 @@ def count_range(row: BlockRow) -> str:
     return f"{row.count_min:,}–{row.count_max:,}"
 
 
+def above_root_note(report, fr) -> str:  # type: ignore[no-untyped-def]
+    """Why a callee's own bound above the root's is not shown as one
+    (:meth:`wcetfit.report.Report.above_root_bound`)."""
+    root = report.functions[0]
+    return (f"above the root's bound: its own worst path over every context, "
+            f"{num(fr.wcet.ipet_ticks)} ticks, takes each of its loops (and its callees') at "
+            f"the most any input ran it per entry, all on one activation; one activation "
+            f"runs inside a call of {root.name}, whose bound of {num(root.wcet.ipet_ticks)} "
+            f"ticks caps it")
+
+
 def bound_note(w) -> str:  # type: ignore[no-untyped-def]
     """What the IPET bound is made of (a WcetSummary)."""
     if w.margin_ticks is None:

@@ -84,6 +84,9 @@ def _wcet_table(report: Report, fr: FunctionReport) -> str:
         rows.append("<tr><th>IPET bound</th><td colspan=2>—</td><td>no bound of its own: the "
                     "inputs do not determine its blocks' costs apart from its callers' (its "
                     "time is counted in theirs)</td></tr>")
+    elif w.ipet_ticks is not None and report.above_root_bound(fr):
+        rows.append(f"<tr><th>IPET bound</th><td colspan=2>—</td>"
+                    f"<td>{E(F.above_root_note(report, fr))}</td></tr>")
     elif w.ipet_ticks is not None:
         row("IPET bound", w.ipet_ticks, F.bound_note(w))
         row("with point costs", w.point_ticks, "Σ cost · count on the worst-case path")

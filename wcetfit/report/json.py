@@ -112,7 +112,10 @@ function's own slower calls, and the bound rests on their being interrupts;
 ``above_bound``: how many of them are above the bound (``slowest_ticks``/``slowest_ns``,
 ``slowest_input``: the slowest of them); null without a TSC rate.
 ``ipet_ticks`` is null for a callee whose blocks the inputs did not separate from its
-callers' (``no_bound_of_its_own``: its time is counted in theirs; its own sum would read 0).
+callers' (``no_bound_of_its_own``: its time is counted in theirs; its own sum would read 0,
+or the fit's particular solution).  ``above_root_bound``: a callee's own bound (its worst
+path over every context) is above the root's, which caps any one activation of it; the
+figure says only how far its context-free loop bounds multiply.
 ``max_predicted_measured_ticks`` is the input predicted slowest as measured (the median of
 its calls, the machine's speed divided out: what its prediction is of).
 ``bracket_width`` splits bound ÷ slowest input (``total``) into the product of: the worst
@@ -221,6 +224,7 @@ def _function(fr: FunctionReport, hz: float | None,
         "ipet_ticks": None if fr.no_bound_of_its_own else _f(w.ipet_ticks),
         "ipet_ns": None if fr.no_bound_of_its_own else _ns(w.ipet_ticks, hz),
         "no_bound_of_its_own": fr.no_bound_of_its_own,
+        "above_root_bound": report.above_root_bound(fr) if report is not None else False,
         "point_ticks": _f(w.point_ticks), "point_ns": _ns(w.point_ticks, hz),
         "margin_ticks": _f(w.margin_ticks), "margin_ns": _ns(w.margin_ticks, hz),
         "dispersion": _f(w.dispersion), "dispersion_ticks": _f(w.dispersion_ticks),

@@ -558,11 +558,13 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
         # a bound below one tick is no physical figure (a call costs at least its
         # instructions): its blocks' costs are sums the inputs did not separate from its
         # callers' (the fit's particular solution), not a WCET of 0
-        shown = ", ".join(f"{c.name} {F.both(c.wcet.ipet_ticks, report.tsc_hz)}"
-                          if c.wcet.ipet_ticks >= 1 and _own_costs(c)
-                          else f"{c.name} (none of its own)" for c in callees[:6])
+        shown = ", ".join(f"{c.name} (none of its own)" if c.no_bound_of_its_own else
+                          f"{c.name} (above the root's)" if report.above_root_bound(c) else
+                          f"{c.name} {F.both(c.wcet.ipet_ticks, report.tsc_hz)}"
+                          for c in callees[:6])
         more = f", … {len(callees) - 6} more" if len(callees) > 6 else ""
-        none = any(c.wcet.ipet_ticks < 1 or not _own_costs(c) for c in callees[:6])
+        none = any(c.no_bound_of_its_own for c in callees[:6])
+        above = any(report.above_root_bound(c) for c in callees[:6])
         # each callee's worst path over all its calls, context-insensitive: libcrypto's
         # MD5_Final listed at 24,391 ticks beside MD5's own bound of 13,979, which read as
         # a call of it taking that long (its two calls of the block function charged 64
@@ -571,7 +573,9 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
                    f"all of its calls, which one call need not reach): "
                    f"{shown}{more}"
                    + ("; \"none of its own\": the inputs do not determine that callee's "
-                      "block costs apart from its callers'" if none else ""))
+                      "block costs apart from its callers'" if none else "")
+                   + ("; \"above the root's\": one activation runs inside a call of the "
+                      "root, whose bound caps it" if above else ""))
     rec = [f"{f.name} {f.wcet.recursion_depth}" for f in report.functions
            if f.wcet.recursion_depth]
     if rec:
@@ -587,20 +591,6 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
     if speed:
         out.append(speed)
     return out
-
-
-def _own_costs(fr: FunctionReport) -> bool:
-    """Whether the inputs determine some of the function's block costs apart from other
-    functions': a block estimable alone, or a group of its own blocks only.  A callee all
-    of whose blocks share groups with its callers has no bound of its own, whatever the
-    fit's particular solution sums to (nettle's _nettle_sha256_compress_sha_ni listed at
-    20.1 ticks, a SHA-256 block in 8 ns)."""
-    blocks = getattr(fr, "blocks", ())
-    mine = {b.address for b in blocks}
-    if any(b.estimable for b in blocks if b.executed):
-        return True
-    return any(set(g.blocks) <= mine for g in getattr(fr, "groups", ())
-               if g.kind not in ("unexecuted",)) or not any(b.executed for b in blocks)
 
 
 def _speed_assumed(fr: FunctionReport, *, short: bool = False) -> str | None:

@@ -121,6 +121,10 @@ def _wcet(report: Report, fr: FunctionReport) -> Table:
                       "apart from its callers' (its time is counted in theirs)")
             t.add_row("max observed", "—", "—", "callees are not timed on their own")
             return t
+        if report.above_root_bound(fr):
+            t.add_row("[bold]IPET bound[/bold]", "—", "—", _escape(F.above_root_note(report, fr)))
+            t.add_row("max observed", "—", "—", "callees are not timed on their own")
+            return t
         t.add_row("[bold]IPET bound[/bold]", F.num(w.ipet_ticks), F.num(report.ns(w.ipet_ticks)),
                   note)
         t.add_row("  with point costs", F.num(w.point_ticks), F.num(report.ns(w.point_ticks)),

@@ -525,5 +525,8 @@ def set_aside_note(w, tsc_hz: float | None, *, short: bool = False) -> str | Non
     return (f"{n:,} of {calls:,} timed calls ({n / max(1, calls):.1%}) taken for "
             f"interrupts and left out (at least 500 ns above their input's median), where "
             f"interrupts at up to {float(a['rate_hz']):,.0f} per second explain about "
-            f"{expected:,.0f}: most are the function's own slower calls"
+            f"{expected:,.0f}: the others are the function's own slower calls or "
+            f"disturbances beyond interrupts (another process or the hypervisor taking the "
+            f"core), which their times cannot tell apart, and the bound rests on their "
+            f"being disturbances"
             + (f"; {where}" if where else "") + " (time again on a quiet machine)")

@@ -107,8 +107,9 @@ at the bound's machine speed), which the bound stays above as well;
 ``max_observed_raw_ticks`` is the slowest call of all, interrupts included.
 ``interrupts_left_out`` counts the timed calls the bound took for interrupts
 (``interrupted``; ``preempted`` apart) against ``expected``, the interrupts that land in
-calls this long at ``rate_hz``; ``beyond_rate``: far more than that, so most were the
-function's own slower calls, and the bound rests on their being interrupts;
+calls this long at ``rate_hz``; ``beyond_rate``: far more than that: the function's own
+slower calls or disturbances beyond interrupts, which the times cannot tell apart, and the
+bound rests on their being disturbances;
 ``above_bound``: how many of them are above the bound (``slowest_ticks``/``slowest_ns``,
 ``slowest_input``: the slowest of them); null without a TSC rate.
 ``ipet_ticks`` is null for a callee whose blocks the inputs did not separate from its

@@ -280,8 +280,9 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
             # calls left out as interrupts where interrupts cannot explain that many: the
             # headline must not read as above every call measured
             _line(console, f"Not above every call measured: {above:,} of the calls taken for "
-                           f"interrupts are above it, where interrupts explain few of them "
-                           f"(see what the bound rests on)", indent="    ", style="bold")
+                           f"interrupts {'is' if above == 1 else 'are'} above it, where "
+                           f"interrupts explain few of them (see what the bound rests on)",
+                  indent="    ", style="bold")
         if fr.error_returns is not None:
             # (zstd's ZSTD_decompress on init's random bytes: every call rejected at the
             # frame check, and a plausible bound of the rejection headlined)

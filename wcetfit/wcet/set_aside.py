@@ -5,9 +5,11 @@ The bound covers the function's own calls (wcetfit.wcet.dispersion.not_interrupt
 call at least 500 ns above its input's median and far from its other calls is taken for
 an interrupt.  Interrupts land in a timed call at most about
 wcetfit.fit.checks.INTERRUPT_RATE_HZ times per second of timed calls; when far more calls
-were set aside than that explains, most of them are the function's own slower calls (a
-second mode of its time), and the bound that leaves them out rests on their being
-interrupts.  libpcre2's pcre2_match, 220 inputs × 10 calls: 136 calls set aside, where
+were set aside than that explains, the others are the function's own slower calls (a
+second mode of its time) or disturbances beyond interrupts (another process or the
+hypervisor taking the core: on this project's shared VM, whatever else runs), which their
+times cannot tell apart, and the bound that leaves them out rests on their being
+disturbances.  libpcre2's pcre2_match, 220 inputs × 10 calls: 136 calls set aside, where
 interrupts explain about a dozen (calls of 7,800 ticks beside 22,074 for the same input,
 the first call of another 122,980 beside ~8,000).  The report says so, with the calls of
 them above the bound.

@@ -100,10 +100,17 @@ def test_interrupted_calls_are_left_out_as_the_bound_leaves_them_a_cheap_excess_
     # the interrupted call above the bound is said, with its input
     assert c.interrupted_above == 1 and c.slowest_interrupted.input == 11
     from wcetfit.cli.check import describe
-    assert "1 taken for interrupts (far from their input's other calls and at least 500 ns " \
-           "above their median, or preempted: over twice their input's fastest call and " \
-           "100 µs above it; as the bound takes them) left out, 1 of them above the bound " \
-           "(the slowest" in " ".join(describe(c, TSC_HZ).split())
+    lines = describe(c, TSC_HZ).splitlines()
+    # on the verdict's own line, and the rule on the next
+    verdict = next(ln for ln in lines if "NOT COVERED" in ln)
+    assert verdict.endswith(f"1 taken for interrupts, left out, 1 of them ABOVE the bound "
+                            f"(the slowest {verdict.split('(the slowest ')[1]}")
+    assert "fresh input 11)" in verdict
+    rule = lines[lines.index(verdict) + 1]
+    assert rule.strip() == ("(taken for interrupts, as the bound takes them: far from their "
+                            "input's other calls and at least 500 ns above their median, or "
+                            "preempted: over twice their input's fastest call and 100 µs "
+                            "above it)")
 
 
 def test_an_input_most_of_whose_calls_were_preempted_is_not_a_model_miss():

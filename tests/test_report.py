@@ -1721,3 +1721,21 @@ def test_the_particular_solution_premise_beside_the_one_path_is_no_contradiction
     assert ("the fit's particular solution: the worst path takes a combination of counts "
             "no input ran (not the one path they all ran: the control flow allows others)"
             in text), text
+
+
+def test_a_cost_interval_reaching_below_zero_is_shown_from_zero():
+    """libm's tgamma: "161.9 ± 216.4 ticks per execution" under costs held to physical
+    values.  No block takes less than no time; the interval cut at zero keeps its
+    coverage.  A cost below zero (an unconstrained fit's) keeps its ± interval."""
+    from types import SimpleNamespace as NS
+
+    from wcetfit.report._format import cost_pm
+
+    def row(cost, half):
+        return NS(cost_ticks=cost, ci95_ticks=(cost - half, cost + half))
+
+    assert cost_pm(row(161.9, 216.4)) == "161.9 (0 to 378.3)"
+    assert cost_pm(row(0.0, 55.9)) == "0.0 (0 to 55.9)"
+    assert cost_pm(row(161.9, 16.4)) == "161.9 ± 16.4"
+    assert cost_pm(row(-9.2, 11.7)) == "-9.2 ± 11.7"
+    assert cost_pm(NS(cost_ticks=None, ci95_ticks=None)) == "—"

@@ -42,12 +42,21 @@ def half_width(ci: tuple[float, float] | None) -> float | None:
 
 
 def cost_pm(row: BlockRow, scale: float = 1.0) -> str:
-    """'12.3 ± 0.4' (scale 1 for ticks, 1e9/tsc_hz for ns); '—' when not estimable."""
+    """'12.3 ± 0.4' (scale 1 for ticks, 1e9/tsc_hz for ns); '—' when not estimable.  An
+    interval reaching below zero is shown from zero, '161.9 (0 to 378.3)': no block takes
+    less than no time, and a confidence interval cut to the values a cost can have keeps
+    its coverage (libm's tgamma: "161.9 ± 216.4 ticks" on the line that said the costs
+    were held to physical values).  A cost below zero itself (an unconstrained fit's) keeps
+    its ± interval."""
     if row.cost_ticks is None:
         return "—"
     h = half_width(row.ci95_ticks)
     c = row.cost_ticks * scale
-    return num(c) if h is None else f"{num(c)} ± {num(h * scale)}"
+    if h is None:
+        return num(c)
+    if 0.0 <= c < h * scale:
+        return f"{num(c)} (0 to {num(c + h * scale)})"
+    return f"{num(c)} ± {num(h * scale)}"
 
 
 def pct(v: float | None) -> str:

@@ -1179,3 +1179,23 @@ def test_a_decoder_rejecting_every_input_with_an_enum_error_is_said(tmp_path):
     text = " ".join(res.stdout.split())
     assert "Mostly for calls rejected with an error code:" in text
     assert "(BROTLI_DECODER_RESULT_ERROR = 0 on" in text
+
+
+@pytest.mark.slow
+def test_reach_is_not_advised_for_arguments_it_cannot_explore(tmp_path):
+    """libm's cbrt: the report and check sent the user to `wcetfit reach` for the blocks
+    no input ran, and reach answered "not explored: argument 0 is a float".  The advice
+    now says why reach cannot, where it cannot."""
+    from wcetfit.search.witness import reach_refusal
+    from wcetfit.target import load_target
+
+    lib, header = f"{LIBDIR}/libm.so.6", "/usr/include/math.h"
+    _system(lib, header)
+    target, fn, res = _init_then_analyze(tmp_path, lib, header, "cbrt")
+    assert reach_refusal(load_target(str(target)), "cbrt") == \
+        "argument 0 is a float (only integers and buffers)"
+    assert any(not b["executed"] for b in fn["blocks"]), "every block of cbrt ran"
+    text = " ".join(res.stdout.split())
+    assert ("`wcetfit reach` cannot look for inputs that run them here (argument 0 is a "
+            "float (only integers and buffers)): vary the inputs in generate()") in text
+    assert "`wcetfit reach` looks for" not in text

@@ -464,10 +464,12 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
             return describe_reached(session.target, reached, number) if reached else None
         return describe_input(session.target, root, number, sequences)
 
+    from wcetfit.search.witness import reach_refusal
     report = build_report(functions, session.root_model(root).name, fit, system.counts,
                           system.columns, system.ticks, wcet, system.tsc_hz,
                           speed=system.speed, input_numbers=system.indices,
-                          describe_input=describe)
+                          describe_input=describe,
+                          reach_refusal=reach_refusal(session.target, root))
     report = _with_load_warning(_with_target_output(report, times), times)
     if changed is not None:
         from wcetfit.report import Finding

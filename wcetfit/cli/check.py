@@ -259,6 +259,8 @@ def bound_premises(report: Any) -> list[str]:
     cannot test: the one path every training input ran, the blocks none ran.  libuuid's
     uuid_parse on printable text: every input rejected at the length test, "covered" here
     with nothing else said, and valid UUIDs took longer than the bound."""
+    from wcetfit.report import reach_advice
+
     fr = report.functions[0]
     out = []
     if fr.inputs_one_path:
@@ -271,8 +273,8 @@ def bound_premises(report: Any) -> list[str]:
     if never and not fr.inputs_one_path:
         total = sum(len(f.blocks) for f in report.functions)
         out.append(f"{never} of {total} blocks no training input ran are left out of the "
-                   f"bound; fresh inputs of the same generate() rarely run them (`wcetfit "
-                   f"reach` looks for inputs that do)")
+                   f"bound; fresh inputs of the same generate() rarely run them ("
+                   f"{reach_advice(report.reach_refusal, 'inputs that do')})")
     return out
 
 

@@ -52,6 +52,15 @@ ESTIMABLE_TOL = 1e-6
 
 
 
+def reach_advice(refusal: str | None, what: str) -> str:
+    """The advice to look for ``what`` (inputs reaching some blocks) with `wcetfit reach`,
+    or why reach cannot (``refusal``: wcetfit.search.witness.reach_refusal)."""
+    if refusal is None:
+        return f"`wcetfit reach` looks for {what}"
+    return (f"`wcetfit reach` cannot look for {what} here ({refusal}): vary the inputs in "
+            f"generate()")
+
+
 def ticks_to_ns(ticks: float | None, tsc_hz: float | None) -> float | None:
     if ticks is None or tsc_hz is None or not tsc_hz or not math.isfinite(ticks):
         return None
@@ -384,6 +393,10 @@ class Report:
     # inputs the count or timing run left out (crashed, hung, failed a check): none of the
     # figures are of them (the first warning names them)
     failed_inputs: int = 0
+    # why `wcetfit reach` cannot explore the root's arguments (None: it can), so that the
+    # advice does not send the user to it (libm's cbrt: "not explored: argument 0 is a
+    # float", where the report had named reach for its 11 blocks no input ran)
+    reach_refusal: str | None = None
 
     def input_name(self, row: int | None) -> str:
         """The input of row ``row`` as the user names it (:func:`input_label`)."""
@@ -483,7 +496,7 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
                  counts: np.ndarray, columns: Sequence[Any], times: np.ndarray | None,
                  wcet: WcetResult | BaseException | None, tsc_hz: float | None, *,
                  speed: Any = None, input_numbers: Sequence[int] | None = None,
-                 describe_input: Any = None) -> Report:
+                 describe_input: Any = None, reach_refusal: str | None = None) -> Report:
     """Gather everything into a :class:`Report`.
 
     ``counts[input, column]`` with ``columns`` naming each column as (function, address)
@@ -492,6 +505,8 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
     it (its message is shown), or None.  ``tsc_hz``: ticks per second, for ns.
     ``input_numbers``: each row's input number (default 0, 1, …); ``describe_input``: input
     number → a short summary of its arguments (or None), for the slowest input.
+    ``reach_refusal``: why `wcetfit reach` cannot explore the function's arguments
+    (wcetfit.search.witness.reach_refusal), so that no advice sends the user to it.
     ``speed``: the machine's speed over ``times`` that the fit divided out
     (a wcetfit.timing.speed.SpeedProfile); the measured-vs-predicted comparison is then made at the fit's
     reference speed, while "max observed" stays the time as measured.
@@ -608,9 +623,10 @@ def build_report(functions: Mapping[str, FunctionModel], root: str, fit: Any,
             describe_input=describe_input, block_key=block_key,
             raw_max_above_ns=ticks_to_ns(raw_max_excess, tsc_hz), tsc_hz=tsc_hz,
             epsilon_share=(overhead / mean_pred if mean_pred and overhead else 0.0),
-            columns_at=columns_at, quantum=float(getattr(fit, "quantum_ticks", 0.0) or 0.0)))
+            columns_at=columns_at, quantum=float(getattr(fit, "quantum_ticks", 0.0) or 0.0),
+            reach_refusal=reach_refusal))
     return Report(root=root, tsc_hz=tsc_hz, n_inputs=n_inputs, n_repeats=n_repeats,
-                  functions=tuple(reports),
+                  functions=tuple(reports), reach_refusal=reach_refusal,
                   measured_ticks=tuple(float(v) for v in at_reference),
                   predicted_ticks=tuple(float(v) for v in predicted),
                   warnings=tuple(global_warn),
@@ -631,7 +647,8 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
                      epsilon_share: float = 0.0,
                      columns_at: Mapping[int, Sequence[int]] = {},
                      at_reference: np.ndarray | None = None,
-                     quantum: float = 0.0) -> FunctionReport:
+                     quantum: float = 0.0,
+                     reach_refusal: str | None = None) -> FunctionReport:
     name = fn.name
 
     def both(ticks: float) -> str:
@@ -715,9 +732,9 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             f"inputs ({text})",
             (advice or "vary the inputs so that these blocks execute different numbers "
                        "of times relative to each other")
-            + "; `wcetfit reach` looks for such an input; where none exists (a branch "
-              "that an earlier test decides), nothing is missing: the bound keeps the "
-              "relation every input showed and charges the group's measured sum"))
+            + f"; {reach_advice(reach_refusal, 'such an input')}; where none exists (a "
+              "branch that an earlier test decides), nothing is missing: the bound keeps "
+              "the relation every input showed and charges the group's measured sum"))
 
     branches = any(len(set(fn.successors(b.address))) > 1 for b in fn.blocks) \
         or bool(fn.jump_tables) or any(c.kind != CALL_IMPORTED for c in fn.calls)

@@ -30,7 +30,7 @@ from rich.text import Text
 from wcetfit.fit.result import KIND_OVERHEAD
 from wcetfit.numbering import ADOPT_BASE, REACH_BASE, SEARCH_BASE
 from wcetfit.report import (GOAL_MEDIAN_REL, GOAL_P95_REL, TICKS_NOTE, Finding,
-                            FunctionReport, Report, _num, input_label)
+                            FunctionReport, Report, _num, input_label, reach_advice)
 from wcetfit.report import _format as F
 from wcetfit.wcet.result import SOURCE_OBSERVED
 
@@ -513,9 +513,10 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
         total = sum(len(getattr(f, "blocks", ())) for f in report.functions)
         out.append(f"the code the inputs ran: {total - never:,} of {total:,} blocks "
                    + ("(observed)" if short else
-                      f"({never:,} no input ran are left out of the worst path; `wcetfit "
-                      f"reach` looks for inputs that run them, [wcet] unreached = "
-                      f"\"require\" bounds them instead)"))
+                      f"({never:,} no input ran are left out of the worst path; "
+                      + reach_advice(getattr(report, "reach_refusal", None),
+                                     "inputs that run them")
+                      + ", [wcet] unreached = \"require\" bounds them instead)"))
     if w.envelopes:
         out.append(f"{len(w.envelopes)} path envelope(s) every input kept (observed, "
                    f"not proven)")

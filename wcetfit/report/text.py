@@ -15,7 +15,7 @@ from rich.text import Text
 
 from wcetfit.fit.result import KIND_UNEXECUTED
 from wcetfit.model import hexaddr
-from wcetfit.report import TICKS_NOTE, FunctionReport, Report
+from wcetfit.report import TICKS_NOTE, FunctionReport, Report, reach_advice
 from wcetfit.report import _format as F
 
 
@@ -87,7 +87,7 @@ def _function(report: Report, fr: FunctionReport, max_blocks: int | None,
         out.append(_loops(fr))
     out.append(_blocks(report, fr, max_blocks))
     if fr.groups:
-        out.append(_groups(fr, {} if shown is None else shown))
+        out.append(_groups(fr, {} if shown is None else shown, report.reach_refusal))
     if fr.never_executed:
         out.append(Text(f"Coverage: {len(fr.never_executed)} of {len(fr.blocks)} blocks never "
                         f"executed by the inputs (cost unknown): "
@@ -249,7 +249,7 @@ def _blocks(report: Report, fr: FunctionReport, max_blocks: int | None) -> Table
     return t
 
 
-def _groups(fr: FunctionReport, shown: dict) -> Table:
+def _groups(fr: FunctionReport, shown: dict, reach_refusal: str | None = None) -> Table:
     """The function's groups; one listed under an earlier function already (a group of a
     whole-call fit spans the root and its callees) is one line naming where (libcrypto's
     SHA512: 354 group tables, the same groups in each; libbz2's --full ran to 450,623
@@ -264,7 +264,8 @@ def _groups(fr: FunctionReport, shown: dict) -> Table:
         t.add_row(f"{len(unexecuted)} groups", KIND_UNEXECUTED,
                   F.first_names(fr.key(g.blocks[0]) for g in unexecuted), "—", "0.0 %",
                   "no input executed these blocks: their costs are unknown; add inputs "
-                  "that reach them (`wcetfit reach`)")
+                  "that reach them ("
+                  + reach_advice(reach_refusal, "such inputs") + ")")
     folded = {id(g) for g in unexecuted} if len(unexecuted) > 1 else set()
     for g in fr.groups:
         if id(g) in folded:

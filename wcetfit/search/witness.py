@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from wcetfit.errors import WcetfitError
 from wcetfit.measurements import CountSet, FunctionCounts, TimeSet, stored_function_counts
 from wcetfit.numbering import REACH_BASE  # reached inputs are numbered from here
 from wcetfit.target import Target, generate_input, load_inputs_module
@@ -59,6 +60,35 @@ def build_args(ffi: Any, shapes: Sequence[ArgShape], values: Sequence[Any]) -> t
     return tuple(s.build(ffi, v) for s, v in zip(shapes, values))
 
 
+def reach_refusal(target: Target, root: str) -> str | None:
+    """Why `wcetfit reach` cannot explore ``root``'s arguments as generate() makes them
+    (an argument neither an integer nor a buffer: libm's cbrt takes a double), or None
+    when it can; also None when generate() fails here (the reach run says why then)."""
+    from wcetfit.timing.thunk import build_harness
+
+    try:
+        ffi = build_harness(target.prototype, target.cdef).ffi
+        first = generate_input(load_inputs_module(target), target, ffi, root, 0)
+    except WcetfitError:
+        return None
+    return _unexplorable(ffi, first)
+
+
+def _unexplorable(ffi: Any, args: Sequence[Any]) -> str | None:
+    """The first argument symbolic execution cannot take, said; None when it takes all."""
+    for k, a in enumerate(args):
+        if isinstance(a, (bool, int)):
+            continue
+        if isinstance(a, ffi.CData):
+            t = ffi.typeof(a)
+            if t.kind == "array" or (t.kind == "pointer"
+                                     and t.item.kind not in ("void", "function")):
+                continue
+            return f"argument {k} is a {t.cname}, neither array nor typed pointer"
+        return f"argument {k} is a {type(a).__name__} (only integers and buffers)"
+    return None
+
+
 def template_for(target: Target, root: str, indices: Sequence[int],
                  max_buffer: int = MAX_BUFFER) -> tuple[Any, tuple[ArgShape, ...], str]:
     """(ArgTemplate, shapes, "") from the stored inputs ``indices``, or (None, (), why).
@@ -74,6 +104,9 @@ def template_for(target: Target, root: str, indices: Sequence[int],
     generate = load_inputs_module(target)
     rows = [generate_input(generate, target, ffi, root, i) for i in (list(indices) or [0])]
     first = generate_input(generate, target, ffi, root, 0)
+    why = _unexplorable(ffi, first)
+    if why is not None:
+        return None, (), why
     shapes: list[ArgShape] = []
     for k, a in enumerate(first):
         if isinstance(a, (bool, int)):
@@ -85,12 +118,8 @@ def template_for(target: Target, root: str, indices: Sequence[int],
                 longest = max(len(r[k]) for r in rows if isinstance(r[k], ffi.CData))
                 items = max(1, min(longest, max_buffer // max(size, 1)))
                 shapes.append(ArgShape("array", t.item.cname, items))
-            elif t.kind == "pointer" and t.item.kind not in ("void", "function"):
-                shapes.append(ArgShape("pointer", t.item.cname, 1))
             else:
-                return None, (), f"argument {k} is a {t.cname}, neither array nor typed pointer"
-        else:
-            return None, (), f"argument {k} is a {type(a).__name__} (only integers and buffers)"
+                shapes.append(ArgShape("pointer", t.item.cname, 1))
     params: list[Any] = []
     longer = []                      # buffers explored shorter than the inputs' longest
     for k, sh in enumerate(shapes):

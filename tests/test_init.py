@@ -450,6 +450,40 @@ def test_pointer_to_a_position_is_a_cursor_starting_at_zero(tmp_path):
         assert ffi.sizeof(source) == max(source_len, 1)
 
 
+def test_an_outputs_own_length_beside_read_data_is_its_room(tmp_path):
+    """liblzma's lzma_easy_buffer_encode(…, in, in_size, out, out_pos, out_size): out_size
+    drawn like a data length was below what the encoder writes on half the inputs, which
+    returned LZMA_BUF_ERROR.  A length only outputs take, where the data read has lengths
+    of its own, is their room; memset's n, with nothing read, stays a length.  A pointer
+    to an integer named like a limit (lzma_stream_buffer_decode's uint64_t *memlimit) is
+    one value, no limit, not a buffer of random limits."""
+    from wcetfit.scaffold.header import declaration_from_header
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    h = tmp_path / "e.h"
+    h.write_text(textwrap.dedent("""
+        #include <stddef.h>
+        #include <stdint.h>
+        int enc(const uint8_t *in, size_t in_size, uint8_t *out, size_t *out_pos,
+                size_t out_size);
+        void fill(unsigned char *s, int c, size_t n);
+        int dec(uint64_t *memlimit, const uint8_t *in, size_t in_size, unsigned *outMax);
+    """))
+    mod, ffi, text = _module(tmp_path, declaration_from_header(str(h), ["enc"]))
+    sizes = [(n, out_size) for _, n, _, _, out_size in _inputs(mod, ffi, "enc")]
+    assert all(out_size == mod.UNSIZED_LEN for _, out_size in sizes)
+    assert len({n for n, _ in sizes}) > 5                      # the data's length varies
+    assert "the capacity of out" in _line(text.text, "out_size")
+    mod, ffi, text = _module(tmp_path, declaration_from_header(str(h), ["fill"]))
+    assert len({n for _, _, n in _inputs(mod, ffi, "fill")}) > 5
+    mod, ffi, text = _module(tmp_path, declaration_from_header(str(h), ["dec"]))
+    for limit, _, _, most in _inputs(mod, ffi, "dec"):
+        assert ffi.typeof(limit) is ffi.typeof("uint64_t *") and limit[0] == 2**64 - 1
+        assert ffi.typeof(most) is ffi.typeof("unsigned *") and most[0] == 2**32 - 1
+    assert "one limit the function reads" in _line(text.text, "memlimit")
+
+
 @pytest.mark.slow
 def test_init_sha256_digest_fits_then_counts_and_times(tmp_path):
     """The newcomer's SHA256 on libcrypto: init, every generated input (through the

@@ -25,6 +25,9 @@ What each parameter gets (cffi tells the types; the declaration gives the names)
   text lists for it (``128, 192 or 256``).
 * a non-const pointer to an integer named like a position (``size_t *out_pos``,
   ``*offset``, ``*idx``) is an in-out cursor the function advances: one element, 0.
+* a non-const pointer to an integer named like a limit (liblzma's ``uint64_t
+  *memlimit``) is one limit the function reads and may update: one element, the most its
+  type holds (no limit).
 * a buffer whose size the prototype does not give is a guess, and the guess errs large:
   one written (not const, also through a typedef: gmp's ``mp_ptr`` vs ``mp_srcptr``) in
   a call with lengths holds ``OUT_GROWTH * S + OUT_SPARE`` elements, S the call's
@@ -152,6 +155,10 @@ _CHATTY = re.compile(r"(?i)(^|_)(verbos(e|ity)|debug|trace)(_?(level|lvl|flag))?
 # A pointer to an integer named so is an in-out cursor (lzma's ``size_t *out_pos``).
 _CURSOR = re.compile(r"(^|_)(?i:pos|position|off|offs|offset|idx|index)$|"
                      r"[a-z0-9](Pos|Position|Off|Offs|Offset|Idx|Index)$")
+# A pointer to an integer named so holds one limit the function reads and may update
+# (liblzma's ``uint64_t *memlimit``: the memory the decoder may use, set to what it needed
+# when that was more; init sized it as a buffer of 2 (in + out) + 512 random limits).
+_LIMIT = re.compile(r"(^|_)(?i:limit|memlimit|max|maximum)$|[a-z0-9](Limit|Max)$")
 # A length named so counts bits (AES_set_encrypt_key's ``bits``, ``nbits``, ``key_bits``,
 # ``bitlen``): its buffer holds ceil(bits / 8) bytes, and it is drawn in whole bytes.
 _BITS = re.compile(r"(?i)(bits|^n_?bit|bit_?(len|length|count|cnt|size|sz|num))$")
@@ -285,7 +292,7 @@ def _split_flags(consts: list[Constant]) -> tuple[list[int], list[int]]:
 def _pow(v: int) -> str:
     """Readable bounds: 2**32 - 1 rather than 4294967295."""
     for sign in (1, -1):
-        for k in (7, 8, 15, 16, 31, 32):
+        for k in (7, 8, 15, 16, 31, 32, 63, 64):
             if v == sign * (1 << k):
                 return f"{'-' if sign < 0 else ''}2**{k}"
             if sign > 0 and v == (1 << k) - 1:
@@ -356,6 +363,11 @@ class _Writer:
             i for i, (p, t) in enumerate(zip(self.params, self.types))
             if t.kind == "pointer" and _is_int(t.item) and _CURSOR.search(p.name)
             and not _LENGTHY.search(p.name) and not _const_pointee(p.spelling, decl.cdef)}
+        # in-out limits: non-const pointers to an integer named like a limit
+        self.limits: set[int] = {
+            i for i, (p, t) in enumerate(zip(self.params, self.types))
+            if t.kind == "pointer" and _is_int(t.item) and _LIMIT.search(p.name)
+            and i not in self.cursors and not _const_pointee(p.spelling, decl.cdef)}
 
     # -- scalars --
 
@@ -447,7 +459,8 @@ class _Writer:
         # whatever integer follows it (deflateBound(z_streamp strm, uLong sourceLen): a
         # sourceLen of 4096 z_streams was meaningless and made the search slow).
         buffers = [i for i, t in enumerate(types)
-                   if i not in inout and i not in self.cursors and self.buffer_kind(t)
+                   if i not in inout and i not in self.cursors and i not in self.limits
+                   and self.buffer_kind(t)
                    and t.item.kind not in ("struct", "union")]
         out: dict[int, int] = {}
         named: set[int] = set()
@@ -597,7 +610,7 @@ class _Writer:
         other than char (``const xmlChar *``, ``const unsigned char *``): read only, no
         length parameter, no array type of its own."""
         t, p = self.types[i], self.params[i]
-        if t.kind != "pointer" or i in pairs or i in self.cursors:
+        if t.kind != "pointer" or i in pairs or i in self.cursors or i in self.limits:
             return False
         item = t.item
         return (item.kind == "primitive" and item.cname not in ("char", "_Bool") + _CHARS
@@ -669,7 +682,16 @@ class _Writer:
             _, hi, _ = _int_range(ffi, t)
             outputs = [b for b, l in pairs.items() if l == c and
                        not _const_pointee(params[b].spelling, self.decl.cdef)]
-            if _CAPACITY.search(params[c].name) and outputs and hi >= MAX_LEN:
+            users_of_c = [b for b, l in pairs.items() if l == c]
+            # a length only outputs take, where the data read has lengths of its own, is
+            # their room, not a length of data (liblzma's lzma_easy_buffer_encode: out_size
+            # drawn like in_size was below what the encoder writes on half the inputs,
+            # which returned LZMA_BUF_ERROR); memset's n, with nothing read, stays a length
+            reads_elsewhere = any(l != c and _const_pointee(params[b].spelling,
+                                                            self.decl.cdef)
+                                  for b, l in pairs.items())
+            room = bool(outputs) and len(outputs) == len(users_of_c) and reads_elsewhere
+            if (_CAPACITY.search(params[c].name) or room) and outputs and hi >= MAX_LEN:
                 # the room an output has, not a length of data: enough of it is the slow
                 # case (liblz4's dstCapacity, drawn like a length, was below what the
                 # compressor needs on most inputs, and it returned 0 at once)
@@ -774,6 +796,11 @@ class _Writer:
                     "an in-out cursor the function advances (a position, offset or index): "
                     "one element, starting at 0; set it if the function expects another "
                     "start"]
+        if i in self.limits:
+            _, hi = _full_range(self.ffi, t.item)
+            return [f"    {name} = ffi.new(\"{_strip_const(p.spelling)}\", {_pow(hi)})  # "
+                    f"{t.cname}: one limit the function reads (and may update), at the most "
+                    f"its type holds: no limit; lower it to time the limit's check"]
         if t.kind == "struct":
             helper = self.struct_helper(t, p.name)
             return [f"    {name} = ffi.new(\"{t.cname} *\", {helper}(rng))[0]  # by value"]

@@ -50,7 +50,7 @@ def loops_beyond(functions: Sequence[Any], model: Any, counts: Any) -> tuple[Loo
     wcetfit.report.FunctionReport) that fresh inputs, counted in ``counts``
     (wcetfit.measurements.CountSet), ran further than the bound takes; ``model`` the
     binary's static model (wcetfit.static.binary.BinaryModel)."""
-    from wcetfit.wcet.loops import observed_loop_bounds
+    from wcetfit.wcet.loops import LoopFlow, observed_loop_bounds
 
     by_name = {fc.name: fc for fc in counts.functions}
     indices = np.asarray(counts.indices)
@@ -64,7 +64,9 @@ def loops_beyond(functions: Sequence[Any], model: Any, counts: Any) -> tuple[Loo
             fn = model.function(fr.name)
         except KeyError:
             continue
-        fresh = observed_loop_bounds(fn, fc.counts, fc.blocks)
+        prepared = LoopFlow(fn)
+        fresh = observed_loop_bounds(fn, fc.counts, fc.blocks, prepared=prepared)
+        one_by_one: list[dict] = []         # each input's own, made when first needed
         for lo in loops:
             seen = fresh.get(lo.header)
             if seen is None:
@@ -75,8 +77,13 @@ def loops_beyond(functions: Sequence[Any], model: Any, counts: Any) -> tuple[Loo
                 if have is None or got is None or got <= have:
                     continue
                 # how many inputs ran it further (one by one, as the bound is judged)
+                if not one_by_one:
+                    one_by_one = [observed_loop_bounds(fn, fc.counts[k:k + 1], fc.blocks,
+                                                       prepared=prepared,
+                                                       say_unentered=False)
+                                  for k in range(len(indices))]
                 rows = [k for k in range(len(indices))
-                        if _ran_beyond(fn, fc, k, lo.header, kind, have)]
+                        if _ran_beyond(one_by_one[k], lo.header, kind, have)]
                 beyond = len(rows)
                 witness = (int(indices[seen.witness]) if seen.witness is not None
                            and 0 <= seen.witness < len(indices) else None)
@@ -87,12 +94,10 @@ def loops_beyond(functions: Sequence[Any], model: Any, counts: Any) -> tuple[Loo
     return tuple(out)
 
 
-def _ran_beyond(fn: Any, fc: Any, row: int, header: int, kind: str, bound: int) -> bool:
-    """Whether input ``row`` of ``fc`` alone ran the loop at ``header`` further than
-    ``bound`` (``kind`` as the bound is)."""
-    from wcetfit.wcet.loops import observed_loop_bounds
-
-    one = observed_loop_bounds(fn, fc.counts[row:row + 1], fc.blocks).get(header)
+def _ran_beyond(own: dict, header: int, kind: str, bound: int) -> bool:
+    """Whether an input, whose own observed loop bounds are ``own``, ran the loop at
+    ``header`` further than ``bound`` (``kind`` as the bound is)."""
+    one = own.get(header)
     if one is None:
         return False
     got = one.per_entry if kind == "per entry" else one.total

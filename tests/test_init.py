@@ -1233,3 +1233,18 @@ def test_reach_is_not_advised_for_arguments_it_cannot_explore(tmp_path):
     assert ("`wcetfit reach` cannot look for inputs that run them here (argument 0 is a "
             "float (only integers and buffers)): vary the inputs in generate()") in text
     assert "`wcetfit reach` looks for" not in text
+
+
+def test_init_writes_a_byte_string_of_a_pointer_typedef(tmp_path):
+    """libpng's png_get_uint_32(png_const_bytep buf): init named the element type
+    "png_const_byte" (the typedef's name less its last letter), no type at all, and its
+    own check refused the inputs.py it wrote."""
+    lib, header = f"{LIBDIR}/libpng16.so.16", "/usr/include/png.h"
+    _system(lib, header)
+    target = tmp_path / "png"
+    res = wcetfit("init", str(target), "--binary", lib, "--function", "png_get_uint_32",
+                  "--header", header)
+    assert res.returncode == 0, res.stderr
+    text = (target / "inputs.py").read_text()
+    assert '    buf = _string(ffi, "unsigned char", _length(ctx), rng)' in text
+    assert '"png_const_byte"' not in text

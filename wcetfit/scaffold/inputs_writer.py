@@ -896,7 +896,10 @@ class _Writer:
             # bytes of UNSIZED_LEN lacked on one input in five (xmlUTF8Strlen read past
             # the buffer, and nothing said); in a buffer of UNSIZED_LEN all the same, for
             # a function that reads a fixed size instead
-            return [f"    {name} = _string(ffi, \"{ptype[:-1].strip()}\", _length(ctx), rng)  # "
+            # (the element's type: a pointer typedef's is its target's, not the name less
+            # its last letter: libpng's png_const_bytep read "png_const_byte", no type)
+            elem = ptype[:-1].strip() if ptype.endswith("*") else item.cname
+            return [f"    {name} = _string(ffi, \"{elem}\", _length(ctx), rng)  # "
                     f"{t.cname}, no length parameter: a string of _length(ctx) non-zero "
                     f"bytes and its NUL, in UNSIZED_LEN elements (a function that reads a "
                     f"fixed size reads zeros after the NUL); input"]

@@ -1227,10 +1227,10 @@ def test_reach_is_not_advised_for_arguments_it_cannot_explore(tmp_path):
     _system(lib, header)
     target, fn, res = _init_then_analyze(tmp_path, lib, header, "cbrt")
     assert reach_refusal(load_target(str(target)), "cbrt") == \
-        "argument 0 is a float (only integers and buffers)"
+        "argument 1 is a float (only integers and buffers)"
     assert any(not b["executed"] for b in fn["blocks"]), "every block of cbrt ran"
     text = " ".join(res.stdout.split())
-    assert ("`wcetfit reach` cannot look for inputs that run them here (argument 0 is a "
+    assert ("`wcetfit reach` cannot look for inputs that run them here (argument 1 is a "
             "float (only integers and buffers)): vary the inputs in generate()") in text
     assert "`wcetfit reach` looks for" not in text
 

@@ -283,3 +283,37 @@ def test_shapes_template_and_store_round_trip(tmp_path):
     assert again.witnesses[1] == (None, 0)
     null = shapes[0].build(ffi, again.witnesses[1][0])
     assert null == ffi.NULL and ffi.typeof(null).cname == "unsigned char *"
+
+
+def test_a_pointer_every_input_passes_as_null_stays_null(tmp_path):
+    """liblzma's lzma_stream_buffer_decode: generate() passes the allocator as ffi.NULL,
+    and reach refused the function, "argument 2 is a void *, neither array nor typed
+    pointer" (the void * being ffi.NULL's).  A pointer every stored input passes as NULL
+    is NULL in the template, typed as the prototype declares it; a pointer some inputs
+    pass as NULL takes its type from the others."""
+    from wcetfit.search.witness import ArgShape, reach_refusal, template_for
+    from wcetfit.static.reach import IntParam
+    from wcetfit.target import load_target
+    from wcetfit.timing.thunk import build_harness
+
+    proto = ("int g(const struct alloc *a, const unsigned char *buf, unsigned long n, "
+             "const unsigned char *opt);")
+    (tmp_path / "wcetfit.toml").write_text(
+        f'binary = "/bin/true"\nfunctions = ["g"]\nprototype = "{proto}"\n'
+        'cdef = "struct alloc { void *opaque; };"\ninputs = "inputs.py"\n'
+        '[measure]\ninputs = 10\n')
+    (tmp_path / "inputs.py").write_text(
+        "def generate(ctx):\n"
+        "    n = int(ctx.rng.integers(1, 64))\n"
+        "    opt = ctx.ffi.NULL if ctx.index % 2 else ctx.ffi.new('unsigned char[]', 8)\n"
+        "    return (ctx.ffi.NULL, ctx.ffi.new('unsigned char[]', n), n, opt)\n")
+    t = load_target(str(tmp_path))
+    assert reach_refusal(t, "g") is None
+    tmpl, shapes, why = template_for(t, "g", range(10))
+    assert why == ""
+    assert shapes[0] == ArgShape("null", "struct alloc")
+    assert tmpl.params[0] == IntParam(value=0)
+    assert shapes[3] == ArgShape("array", "unsigned char", 8)
+    ffi = build_harness(proto, "struct alloc { void *opaque; };").ffi
+    built = shapes[0].build(ffi, 0)
+    assert built == ffi.NULL and ffi.typeof(built) is ffi.typeof("struct alloc *")

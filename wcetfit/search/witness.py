@@ -35,8 +35,9 @@ FORMAT = 1
 
 @dataclass(frozen=True)
 class ArgShape:
-    """One parameter's shape: ``kind`` "int", "array" (``item`` [``items``]) or "pointer"
-    (one ``item`` behind it)."""
+    """One parameter's shape: ``kind`` "int", "array" (``item`` [``items``]), "pointer"
+    (one ``item`` behind it) or "null" (a pointer to ``item`` every stored input passed as
+    NULL: liblzma's allocator, which generate() leaves NULL, stays NULL)."""
 
     kind: str
     item: str = ""
@@ -45,7 +46,7 @@ class ArgShape:
     def build(self, ffi: Any, value: Any) -> Any:
         if self.kind == "int":
             return int(value)
-        if value is None:                       # a witness's null pointer
+        if value is None or self.kind == "null":    # a witness's null pointer
             return ffi.cast(f"{self.item} *", 0)
         data = bytes(value)
         obj = ffi.new(f"{self.item}[]", self.items) if self.kind == "array" \
@@ -74,19 +75,38 @@ def reach_refusal(target: Target, root: str) -> str | None:
     return _unexplorable(ffi, first)
 
 
+def _is_null(ffi: Any, a: Any) -> bool:
+    """A NULL pointer as generate() passes it (ffi.NULL, or a typed one)."""
+    return isinstance(a, ffi.CData) and ffi.typeof(a).kind == "pointer" and a == ffi.NULL
+
+
 def _unexplorable(ffi: Any, args: Sequence[Any]) -> str | None:
-    """The first argument symbolic execution cannot take, said; None when it takes all."""
+    """The first argument symbolic execution cannot take, said (numbered from 1, as the
+    prototype lists them); None when it takes all.  A NULL pointer is taken, whatever its
+    type: it stays NULL (liblzma's allocator read "argument 2 is a void *, neither array
+    nor typed pointer", the void * being ffi.NULL's)."""
     for k, a in enumerate(args):
-        if isinstance(a, (bool, int)):
+        if isinstance(a, (bool, int)) or _is_null(ffi, a):
             continue
         if isinstance(a, ffi.CData):
             t = ffi.typeof(a)
             if t.kind == "array" or (t.kind == "pointer"
                                      and t.item.kind not in ("void", "function")):
                 continue
-            return f"argument {k} is a {t.cname}, neither array nor typed pointer"
-        return f"argument {k} is a {type(a).__name__} (only integers and buffers)"
+            return f"argument {k + 1} is a {t.cname}, neither array nor typed pointer"
+        return f"argument {k + 1} is a {type(a).__name__} (only integers and buffers)"
     return None
+
+
+def _pointee(harness: Any, root: str, k: int) -> str:
+    """The type parameter ``k`` of ``root`` points to, as the prototype declares it ("void"
+    where it cannot tell)."""
+    sigs = getattr(harness, "functions", {}) or {}
+    sig = sigs.get(root) or next(iter(sigs.values()), None)
+    if sig is None or k >= len(sig.arg_types):
+        return "void"
+    t = harness.ffi.typeof(sig.arg_types[k])
+    return t.item.cname if t.kind == "pointer" else "void"
 
 
 def template_for(target: Target, root: str, indices: Sequence[int],
@@ -100,7 +120,8 @@ def template_for(target: Target, root: str, indices: Sequence[int],
     from wcetfit.static.reach import ArgTemplate, BufParam, IntParam
     from wcetfit.timing.thunk import build_harness
 
-    ffi = build_harness(target.prototype, target.cdef).ffi
+    harness = build_harness(target.prototype, target.cdef)
+    ffi = harness.ffi
     generate = load_inputs_module(target)
     rows = [generate_input(generate, target, ffi, root, i) for i in (list(indices) or [0])]
     first = generate_input(generate, target, ffi, root, 0)
@@ -108,15 +129,23 @@ def template_for(target: Target, root: str, indices: Sequence[int],
     if why is not None:
         return None, (), why
     shapes: list[ArgShape] = []
+
+    def arrays(k: int) -> list[int]:
+        return [len(r[k]) for r in rows
+                if isinstance(r[k], ffi.CData) and ffi.typeof(r[k]).kind == "array"]
+
     for k, a in enumerate(first):
+        # typed by an input that does not pass it as NULL; NULL in every one: NULL
+        given = next((r[k] for r in [first] + rows if not _is_null(ffi, r[k])), None)
         if isinstance(a, (bool, int)):
             shapes.append(ArgShape("int"))
-        elif isinstance(a, ffi.CData):
-            t = ffi.typeof(a)
+        elif given is None:
+            shapes.append(ArgShape("null", _pointee(harness, root, k)))
+        else:
+            t = ffi.typeof(given)
             if t.kind == "array":
                 size = ffi.sizeof(t.item)
-                longest = max(len(r[k]) for r in rows if isinstance(r[k], ffi.CData))
-                items = max(1, min(longest, max_buffer // max(size, 1)))
+                items = max(1, min(max(arrays(k)), max_buffer // max(size, 1)))
                 shapes.append(ArgShape("array", t.item.cname, items))
             else:
                 shapes.append(ArgShape("pointer", t.item.cname, 1))
@@ -124,10 +153,13 @@ def template_for(target: Target, root: str, indices: Sequence[int],
     longer = []                      # buffers explored shorter than the inputs' longest
     for k, sh in enumerate(shapes):
         if sh.kind == "array":
-            most = max(len(r[k]) for r in rows if isinstance(r[k], ffi.CData))
+            most = max(arrays(k))
             if most > sh.items:
                 longer.append((k, int(most)))
     for k, sh in enumerate(shapes):
+        if sh.kind == "null":
+            params.append(IntParam(value=0))    # a NULL pointer in its register
+            continue
         if sh.kind != "int":
             # also NULL: a function's null check (zlib's adler32: `if (buf == Z_NULL)
             # return 1`) is a block no generated input runs, and was "not found" under a
@@ -138,7 +170,8 @@ def template_for(target: Target, root: str, indices: Sequence[int],
         lo, hi = min(vals), max(vals)
         for j, other in enumerate(shapes):
             if other.kind == "array" and all(
-                    isinstance(r[j], ffi.CData) and int(r[k]) <= len(r[j]) for r in rows):
+                    isinstance(r[j], ffi.CData) and ffi.typeof(r[j]).kind == "array"
+                    and int(r[k]) <= len(r[j]) for r in rows):
                 hi = max(lo, min(hi, other.items))
         params.append(IntParam(lo, hi))
     return ArgTemplate(tuple(params), tuple(longer)), tuple(shapes), ""

@@ -317,3 +317,29 @@ def test_a_pointer_every_input_passes_as_null_stays_null(tmp_path):
     ffi = build_harness(proto, "struct alloc { void *opaque; };").ffi
     built = shapes[0].build(ffi, 0)
     assert built == ffi.NULL and ffi.typeof(built) is ffi.typeof("struct alloc *")
+
+
+def test_reach_prints_blocks_not_found_for_one_reason_on_one_line():
+    """liblzma's decoder: 371 lines of "not found within the budget (2 path(s) stopped by
+    an angr error …)", one per block, each with the same reason; and a block below its
+    function's start named "sub_105b0+-0xbfe3"."""
+    import io
+    from types import SimpleNamespace as NS
+
+    from wcetfit.cli.reach import MAX_NAMED, _print
+    from wcetfit.search.reaching import BlockOutcome, ReachReport
+
+    why = "2 path(s) stopped by an angr error"
+    blocks = tuple(BlockOutcome("f", 0x1000 + 16 * k, "not found", None, why)
+                   for k in range(10))
+    blocks += (BlockOutcome("f", 0x800, "not found", None, "another reason"),)
+    rep = ReachReport("f", "arg0: int", blocks, (), np.array([], dtype=np.int64),
+                      np.zeros((0, 3)), 2.6e9, 1.0, 5, 5, 16)
+    s = NS(model=NS(function=lambda name: NS(address=0x1000)))
+    out = io.StringIO()
+    _print(out, s, "f", rep, kept=False)
+    lines = out.getvalue().splitlines()
+    (folded,) = [ln for ln in lines if why in ln]
+    assert folded.startswith(f"  10 blocks not found within the budget ({why}): f+0x0 (0x1000), ")
+    assert folded.endswith(f"and {10 - MAX_NAMED} more (--json lists them)")
+    assert "  f-0x800 (0x800): not found within the budget (another reason)" in lines

@@ -71,8 +71,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _where(s: Any, fn: str, address: int) -> str:
-    model = s.model.function(fn)
-    return f"{fn}+{address - model.address:#x} ({address:#x})"
+    off = address - s.model.function(fn).address
+    # (a block below its function's start, a cold part: "sub_105b0+-0xbfe3")
+    return f"{fn}{'+' if off >= 0 else '-'}{abs(off):#x} ({address:#x})"
+
+
+# the blocks named on one line of those not found for the same reason
+MAX_NAMED = 6
 
 
 def _print(out: Any, s: Any, root: str, rep: Any, *, kept: bool) -> None:
@@ -102,17 +107,29 @@ def _print(out: Any, s: Any, root: str, rep: Any, *, kept: bool) -> None:
         med = float(np.nanmedian(ticks[k]))
         return f", {med:,.0f} ticks ({ticks_to_ns(med, rep.tsc_hz):,.0f} ns)"
 
+    # blocks not found for one reason are one line (liblzma's decoder: 371 lines, each
+    # "not found within the budget (2 path(s) stopped by an angr error …)")
+    missed: dict[str, list[str]] = {}
     for b in rep.blocks:
         where = _where(s, b.function, b.address)
+        if b.status == "not found":
+            missed.setdefault(b.note, []).append(where)
+            continue
         if b.status == "reached":
             out.write(f"  {where}: reached by {input_label(b.input)}: {b.arguments} (the count run "
                       f"executed it{timed(b.input)})\n")
         elif b.status == "unreachable":
             out.write(f"  {where}: proven unreachable from the entry ({b.note})\n")
-        elif b.status == "not found":
-            out.write(f"  {where}: not found within the budget ({b.note})\n")
         else:
             out.write(f"  {where}: {b.status}: input {b.input}: {b.note}\n")
+    for note, places in missed.items():
+        if len(places) == 1:
+            out.write(f"  {places[0]}: not found within the budget ({note})\n")
+            continue
+        shown = ", ".join(places[:MAX_NAMED]) + (f" and {len(places) - MAX_NAMED} more "
+                                                  f"(--json lists them)"
+                                                  if len(places) > MAX_NAMED else "")
+        out.write(f"  {len(places)} blocks not found within the budget ({note}): {shown}\n")
     for g in rep.groups:
         blocks = ", ".join(f"{a:#x}" for a in g.blocks[:4]) + \
             (f" and {len(g.blocks) - 4} more" if len(g.blocks) > 4 else "")

@@ -984,7 +984,9 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
         # cover, where this said "the misfit factor (×1.07)"), or the misfit in it
         setter = factor_setter(factors) if factors else "product"
         # (cosh: "the misfit factor (×1.23)" where the joint factor, ×2.35, was applied)
-        how = ("the dispersion's cover of the slowest call that was the function's own "
+        how = ("the dispersion's floor of one event short of an interrupt on the worst "
+               f"path (×{factors['events']:.2f})" if setter == "events" else
+               "the dispersion's cover of the slowest call that was the function's own "
                f"time (×{factors['cover']:.2f})" if setter == "cover" else
                "the dispersion's factor for single calls as timed, misfit included "
                f"(×{factors['joint']:.2f})" if setter == "joint" else

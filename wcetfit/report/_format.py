@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from wcetfit.report import BlockRow, input_label, ticks_to_ns
-from wcetfit.wcet.dispersion import (MIN_EXTRAPOLATED_CALLS, excess_of, factor_setter,
-                                     too_few_to_extrapolate)
+from wcetfit.wcet.dispersion import (MIN_EXTRAPOLATED_CALLS, MIN_INTERRUPT_NS, excess_of,
+                                     factor_setter, too_few_to_extrapolate)
 
 
 def num(v: float | None, digits: int = 1) -> str:
@@ -124,6 +124,10 @@ def dispersion_source(w) -> str:  # type: ignore[no-untyped-def]
     f = w.dispersion_factors or {}
     misfit, call, speed = f.get("misfit", 1.0), f.get("call", 1.0), f.get("machine_speed", 1.0)
     setter = factor_setter(f)
+    if setter == "events":
+        return (f"to cover one event short of an interrupt on a call of the worst path "
+                f"({MIN_INTERRUPT_NS:.0f} ns: a longer excess is taken for an interrupt, a "
+                f"shorter one is the function's own time)")
     if setter == "cover":
         ticks = getattr(w, "slowest_call_ticks", None)
         number = getattr(w, "slowest_call_number", None)
@@ -174,8 +178,10 @@ def curve_note(w, tsc_hz: float | None) -> str | None:  # type: ignore[no-untype
     if max(t for _, t in curve) <= min(t for _, t in curve) * (1 + 1e-3):
         # the misfit, the machine's speed or the slowest own call set the factor: nothing
         # in it is extrapolated
+        what = ("the interrupt rule's threshold" if factor_setter(
+            getattr(w, "dispersion_factors", None) or {}) == "events" else "measured")
         return (f"{head}; the same from {curve[0][0]:.0e} to {curve[-1][0]:.0e}: what sets "
-                f"it is measured, not extrapolated")
+                f"it is {what}, not extrapolated")
     return head + "; at " + ", at ".join(f"{q:.0e}: {both(t, tsc_hz)}" for q, t in ends)
 
 
@@ -295,6 +301,16 @@ def dispersion_note(w) -> str:  # type: ignore[no-untyped-def]
         parts.append(f"slowest sustained machine speed seen ×{f['machine_speed']:.3f} "
                      "(costs are at the timing run's fast end)")
     setter = factor_setter(f)
+    if setter == "events":
+        # a call of a few dozen ticks: the calls seen cannot say how rare an event of a
+        # few hundred ns is, and the interrupt rule counts one as the function's own time
+        return (f"+{100 * (w.dispersion or 0):.1f}% = the worst path at its misfit and the "
+                f"machine's slowest speed, plus one event short of an interrupt "
+                f"({MIN_INTERRUPT_NS:.0f} ns), over the worst path, ×{f['events']:.3f}: a "
+                f"single call may run that much above its input's level as the function's "
+                f"own time (a cache or TLB refill, a page walk, the sibling hyperthread), "
+                f"and the calls seen do not say how rarely (the factors, "
+                + " × ".join(parts).split(" = ", 1)[1] + ", reach less)")
     if setter == "cover":
         # a measured call of the function's own time the factors did not reach (a short
         # input's call, left out of them): the bound is held above it

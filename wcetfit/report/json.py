@@ -24,7 +24,7 @@ Layout::
         "wcet": {ipet_ticks, ipet_ns, no_bound_of_its_own, point_ticks, point_ns, margin_ticks, margin_ns,
                  dispersion, dispersion_ticks, dispersion_ns, exceedance_per_call,
                  exceedance_curve: [{exceedance_per_call, ticks, ns}], dispersion_calls,
-                 dispersion_factors: {misfit, call, machine_speed[, joint][, cover]},
+                 dispersion_factors: {misfit, call, machine_speed[, joint][, cover][, events]},
                  call_growth,
                  machine_speed: {measured, declared} | null,
                  misfit_scope: {near_inputs, near_share, near_misfit, far_inputs,
@@ -64,7 +64,10 @@ same exceedance, the three as they came together on the calls: wcetfit/wcet/marg
 not below ``call`` × ``machine_speed`` (wcetfit.wcet.dispersion.calls_at_slowest).  ``dispersion_ticks`` is what that factor adds.
 ``cover`` (when above 1) is the slowest call that is the function's own time over the
 worst path's point (``slowest_call``): 1 + ``dispersion`` is never below it, and where it is
-the larger, it is what set the factor.
+the larger, it is what set the factor.  ``events`` (when above 1, with a TSC rate) is the
+worst path at its misfit and the machine's slowest speed plus one event of 500 ns, the
+interrupt rule's threshold, over the point: a floor of 1 + ``dispersion`` as well
+(wcetfit.wcet.dispersion.Dispersion.events).
 ``exceedance_curve``: the bound at other exceedances per call, most probable first, from
 1e-3 to 1e-9 and the target's own (wcetfit.wcet.dispersion.exceedance_curve): the point and
 the margin are the same along it, the dispersion is taken again at each; [] for a callee.

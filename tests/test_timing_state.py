@@ -156,3 +156,60 @@ def test_without_warm_up_the_timed_call_is_the_first_on_the_generated_handle(lib
     per = med / n
     zero = list(ts.indices).index(0)
     assert 0.5 * np.median(per) <= per[zero] <= 2.0 * np.median(per)
+
+
+def test_counted_other_compares_the_count_runs_returns_with_the_timed_ones():
+    from wcetfit.timing.state import counted_other
+
+    counted = {i: "0" for i in range(30)}
+    assert counted_other(counted, {str(i): "0" for i in range(30)}) is None
+    assert counted_other(counted, {str(i): "0" for i in range(30)} | {"3": "18446744073709551615",
+                                                                      "4": "-1"}) \
+        .differ == ((3, "0", "18446744073709551615"), (4, "0", "-1"))
+    assert counted_other({0: "4294967295"}, {"0": "-1"}) is None       # unsigned and signed
+    assert counted_other({0: "nan"}, {"0": "nan"}) is None
+    assert counted_other(None, {"0": "1"}) is None and counted_other(counted, None) is None
+    one = counted_other(counted, {str(i): ("1" if i == 5 else "0") for i in range(30)})
+    assert not one.refuses                                 # 1 of 30: said, not refused
+    many = counted_other(counted, {str(i): ("-2" if i < 6 else "0") for i in range(30)})
+    assert many.refuses
+    assert many.describe("f").startswith("f returned another value when timed than when "
+                                         "counted on 6 of 30 inputs (0: counted 0, timed -2")
+
+
+def test_timed_calls_returning_other_values_than_the_counted_ones_refuse_the_bound(
+        library, tmp_path):
+    """libbz2's BZ2_bzBuffToBuffDecompress under a prototype without its last parameter:
+    counted, the register it read from held a value the function rejects (8 blocks);
+    timed, one it accepted (a whole decompression, 466,297 ticks), and the report gave a
+    bound and blamed the calls' spread.  The count run keeps what each counted call
+    returned, and the analysis compares it with the timed calls'."""
+    from dataclasses import replace
+
+    from wcetfit import pipeline
+    from wcetfit.cli import main
+
+    d = write_target(tmp_path / "once", str(library), "h_once",
+                     "int h_once(const unsigned char *buf, int n);",
+                     "    n = int(ctx.rng.integers(64, 4097))\n"
+                     "    return (ctx.ffi.new('unsigned char[]', bytes(ctx.rng.integers(0, 256, n, dtype='uint8'))), n)")
+    assert main(["analyze", str(d), "--no-wait"]) == 0
+    s = pipeline.open_session(str(d))
+    counts, times = pipeline.stored_measurements(s, "h_once")
+    assert counts.returns and set(counts.returns.values()) == {"1"}
+    assert len(counts.returns) == len(times.environment["returns"]["h_once"])
+    # every timed call "returned" what the counted ones did not: no bound, and why
+    other = replace(counts, returns={i: "-2" for i in counts.returns})
+    rep = pipeline.analyze_stage(s, "h_once", other, times).report
+    w = rep.functions[0].wcet
+    assert w.ipet_ticks is None and "returned another value when timed than when counted" \
+        in (w.error or "")
+    assert rep.functions[0].timed_other_path
+    assert any("check the prototype against the function's real one" in f.advice
+               for f in rep.warnings)
+    # one input only: said, and the bound made
+    first = min(counts.returns)
+    one = replace(counts, returns={**counts.returns, first: "-2"})
+    rep = pipeline.analyze_stage(s, "h_once", one, times).report
+    assert rep.functions[0].wcet.ipet_ticks is not None
+    assert any("when counted on 1 of" in f.message for f in rep.warnings)

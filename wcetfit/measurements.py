@@ -61,6 +61,10 @@ class CountSet:
     # the site called it: a target in the binary by its link-time entry (int), one outside
     # by "symbol (library)" (str).  Recorded by the instrumented copy (wcetfit.count).
     indirect: dict[int, dict[int | str, tuple[int, ...]]] | None = None
+    # input -> what the counted call returned (repr of a number; inputs whose call returned
+    # nothing or an object are absent), to tell a timed call that took another path
+    # (wcetfit.timing.state.counted_other_path); None: not recorded (older stores)
+    returns: dict[int, str] | None = None
 
     def of(self, name: str) -> FunctionCounts:
         for fc in self.functions:
@@ -195,6 +199,8 @@ def save_counts(store: Store, cs: CountSet) -> None:
         meta["indirect"] = {hexaddr(site): [[hexaddr(t) if isinstance(t, int) else t, list(ins)]
                                             for t, ins in targets.items()]
                             for site, targets in cs.indirect.items()}
+    if cs.returns:
+        meta["returns"] = {str(int(i)): v for i, v in sorted(cs.returns.items())}
     for i, fc in enumerate(cs.functions):
         arrays[f"blocks{i}"] = np.asarray(fc.blocks, dtype=np.uint64)
         arrays[f"counts{i}"] = fc.counts
@@ -232,8 +238,9 @@ def load_counts(store: Store, function: str, seed: int) -> CountSet | None:
     indirect = {int(site, 16): {(int(t, 16) if t.startswith("0x") else t): tuple(ins)
                                 for t, ins in targets}
                 for site, targets in meta.get("indirect", {}).items()} or None
+    returns = {int(i): str(v) for i, v in meta.get("returns", {}).items()} or None
     return CountSet(function, seed, arrays["indices"], fcs,
-                    tuple(_failures_from_json(meta["failures"])), trace, indirect)
+                    tuple(_failures_from_json(meta["failures"])), trace, indirect, returns)
 
 
 def save_times(store: Store, ts: TimeSet) -> None:

@@ -446,7 +446,13 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
     system, fit = fit_stage(session, root, counts, times)
     searched = _search_rows(session, root)
     wcet = wcet_stage(session, root, system, fit, searched)
-    changed = state_changed(root, times)
+    from wcetfit.numbering import input_label
+    from wcetfit.timing.state import COUNTED_REMEDY, REMEDY
+
+    changed, remedy = state_changed(root, times), REMEDY
+    other = counted_changed(root, counts, times)
+    if changed is None and other is not None and other.refuses:
+        changed, remedy = other.describe(root, input_label), COUNTED_REMEDY
     if changed is not None:
         # the counts and the times are of different paths: no bound from them
         from wcetfit.errors import WcetError
@@ -473,10 +479,14 @@ def analyze_stage(session: Session, root: str, counts: Any, times: Any,
     report = _with_load_warning(_with_target_output(report, times), times)
     if changed is not None:
         from wcetfit.report import Finding
-        from wcetfit.timing.state import REMEDY
-        report = replace(report, warnings=(Finding(changed, REMEDY),) + tuple(report.warnings),
+        report = replace(report, warnings=(Finding(changed, remedy),) + tuple(report.warnings),
                          functions=(replace(report.functions[0], timed_other_path=True),)
                          + tuple(report.functions[1:]))
+    elif other is not None:
+        # a few inputs only: their rows are of another path than their counts, said
+        from wcetfit.report import Finding
+        report = replace(report, warnings=(Finding(other.describe(root, input_label),
+                                                   COUNTED_REMEDY),) + tuple(report.warnings))
     report = _with_error_returns(report, root, times, session.target.measure.error_returns)
     report = _with_split_rounds(report, session, root)
     report = _with_failures(report, counts, times)
@@ -500,6 +510,15 @@ def _with_failures(report: Any, counts: Any, times: Any) -> Any:
         return report
     return replace(report, warnings=(finding,) + tuple(report.warnings),
                    failed_inputs=len(failed_inputs(counts, times)))
+
+
+def counted_changed(root: str, counts: Any, times: Any) -> Any:
+    """The inputs whose timed call returned another value than their counted call
+    (wcetfit.timing.state.counted_other), or None."""
+    from wcetfit.timing.state import counted_other
+
+    timed = ((getattr(times, "environment", None) or {}).get("returns") or {}).get(root)
+    return counted_other(getattr(counts, "returns", None), timed)
 
 
 def state_changed(root: str, times: Any) -> str | None:

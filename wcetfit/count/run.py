@@ -62,8 +62,17 @@ class _CountWorker:
             res = counter.count(index, pack, start=lambda: start(summary))
             out[root] = ({k: np.asarray(v, dtype=np.int64) for k, v in res.counts.items()},
                          None if res.trace is None else np.asarray(res.trace, np.uint32),
-                         {site: sorted(targets) for site, targets in (res.indirect or {}).items()})
+                         {site: sorted(targets) for site, targets in (res.indirect or {}).items()},
+                         _number(res.return_value))
         return out
+
+
+def _number(value: Any) -> str | None:
+    """A counted call's return value as the timing run keeps it (wcetfit.timing.state.
+    record_return: the repr of a number), None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return repr(value)
 
 
 def relocatable_closures(target: Target, model: Any, roots: Sequence[str], *,
@@ -104,6 +113,7 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
     traces: dict[str, dict[int, np.ndarray]] = {r: {} for r in roots}
     # root -> call site -> target -> inputs on which the site called it
     indirect: dict[str, dict[int, dict[int | str, set[int]]]] = {r: {} for r in roots}
+    returns: dict[str, dict[int, str]] = {r: {} for r in roots}
     layout: dict[str, list[tuple[str, int, tuple[int, ...]]]] = {}
     failures: list[InputFailure] = []
     closures = relocatable_closures(target, model, roots, trace=trace)
@@ -134,6 +144,7 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
             per_root[r][int(i)] = {fc.name: fc.counts[k] for fc in old.functions}
         if old.trace:
             traces[r].update(old.trace)
+        returns[r].update({i: v for i, v in (old.returns or {}).items() if i in per_root[r]})
         for site, targets in (old.indirect or {}).items():
             for t, ins in targets.items():
                 indirect[r].setdefault(site, {}).setdefault(t, set()).update(
@@ -154,7 +165,8 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
             out[r] = CountSet(r, m.seed, idx, fcs, tuple(failures),
                               dict(traces[r]) if trace or traces[r] else None,  # kept
                               {site: {t: tuple(sorted(ins)) for t, ins in ts.items()}
-                               for site, ts in indirect[r].items()} or None)
+                               for site, ts in indirect[r].items()} or None,
+                              dict(returns[r]) or None)
         return out
 
     def save() -> None:
@@ -162,8 +174,10 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
             save_counts(store, cs)
 
     def store_result(index: int, result: dict[str, Any]) -> None:
-        for r, (counts, tr, targets) in result.items():
+        for r, (counts, tr, targets, returned) in result.items():
             per_root[r][index] = counts
+            if returned is not None:
+                returns[r][index] = returned
             if tr is not None:
                 traces[r][index] = tr
             for site, ts in targets.items():

@@ -148,7 +148,7 @@ def count_candidates(target: Target, model: Any, root: str,
     failures: list[InputFailure] = []
 
     def on_result(key: int, result: dict[str, Any]) -> None:
-        counts = result[root][0]    # (counts, trace, indirect targets)
+        counts = result[root][0]    # (counts, trace, indirect targets, return)
         out[key] = counts
 
     replay = inputs or Replay(sequences)

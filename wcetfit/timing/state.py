@@ -136,6 +136,69 @@ def error_returns(entry: Mapping[str, str] | None,
     return ErrorReturns(len(entry), errors, ranked, tuple(declared))
 
 
+# At least this share of the inputs compared returning another value when timed than when
+# counted: the counts and the times are of different paths, and no bound is made of them;
+# fewer are said in a warning.
+MOST_COUNTED_OTHER = 0.1
+
+
+@dataclass(frozen=True)
+class CountedOther:
+    """Inputs whose timed call returned another value than their counted call."""
+
+    compared: int                                # inputs with a number from both runs
+    differ: tuple[tuple[int, str, str], ...]     # (input, counted, timed), input order
+
+    @property
+    def refuses(self) -> bool:
+        return len(self.differ) >= max(1.0, MOST_COUNTED_OTHER * self.compared)
+
+    def describe(self, function: str, label: Any = str) -> str:
+        shown = "; ".join(f"{label(i)}: counted {a}, timed {b}" for i, a, b in self.differ[:3])
+        return (f"{function} returned another value when timed than when counted on "
+                f"{len(self.differ):,} of {self.compared:,} inputs ({shown}): those timed "
+                f"calls did not run the counted path")
+
+
+def counted_other(counted: Mapping[int, str] | None, timed: Mapping[str, str] | None
+                  ) -> CountedOther | None:
+    """The inputs whose timed call returned another value than the counted call (the
+    count run's ``CountSet.returns`` against the timing run's ``returns`` entry), or None
+    when none did or nothing can be compared.  libbz2's BZ2_bzBuffToBuffDecompress under a
+    prototype without its last parameter: the count run's register held a value the
+    function rejects (BZ_PARAM_ERROR, 8 blocks), the timing harness's did not (BZ_OK, a
+    whole decompression, 466,297 ticks), and the report blamed the calls' own spread for
+    a held-out error of 220,930 %."""
+    if not counted or not timed:
+        return None
+    pairs = [(int(k), counted[int(k)], str(timed[k])) for k in timed
+             if k.lstrip("-").isdigit() and int(k) in counted]
+    differ = tuple(sorted((i, a, b) for i, a, b in pairs if not _same_text(a, b)))
+    return CountedOther(len(pairs), differ) if differ else None
+
+
+def _same_text(a: str, b: str) -> bool:
+    """Two kept return values are the same (a float's repr; NaN equals NaN; an unsigned
+    value and its signed reading)."""
+    if a == b:
+        return True
+    try:
+        return _signed(int(a)) == _signed(int(b))
+    except ValueError:
+        pass
+    try:
+        x, y = float(a), float(b)
+    except ValueError:
+        return False
+    return x == y or (math.isnan(x) and math.isnan(y))
+
+
+COUNTED_REMEDY = ("check the prototype against the function's real one: a parameter it "
+                  "lacks is read from whatever a register holds, which differs between the "
+                  "count run and the timing run; otherwise state the arguments do not reach "
+                  "(a static variable, an object behind a handle) differs between them")
+
+
 def changed_text(function: str, entry: Mapping[str, Any], label: Any = str) -> str | None:
     """The refusal's reason when some input's calls returned different values, or None.
     ``label``: input number → its name in messages."""

@@ -1248,3 +1248,25 @@ def test_init_writes_a_byte_string_of_a_pointer_typedef(tmp_path):
     text = (target / "inputs.py").read_text()
     assert '    buf = _string(ffi, "unsigned char", _length(ctx), rng)' in text
     assert '"png_const_byte"' not in text
+
+
+def test_init_keeps_a_versioned_symbol_by_its_address(tmp_path):
+    """libm's pow@GLIBC_2.2.5 (0x130c0): init said it wrote pow (0x130c0), wrote
+    functions = ["pow"], and the target measured pow@@GLIBC_2.29 (0x392b0), the other
+    implementation, with no word.  The prototype cannot spell a version: the address."""
+    from wcetfit.target import load_target
+
+    lib, header = f"{LIBDIR}/libm.so.6", "/usr/include/math.h"
+    _system(lib, header)
+    target = tmp_path / "pow"
+    res = wcetfit("init", str(target), "--binary", lib, "--function", "pow@GLIBC_2.2.5",
+                  "--header", header)
+    assert res.returncode == 0, res.stderr
+    toml = (target / "wcetfit.toml").read_text()
+    m = re.search(r'^functions = \["(0x[0-9a-f]+)"\]$', toml, re.M)
+    assert m, toml[:400]
+    assert toml.startswith(f"# Written by `wcetfit init` for pow@GLIBC_2.2.5 ({m.group(1)})")
+    nm = subprocess.run(["nm", "-D", lib], capture_output=True, text=True).stdout
+    versioned = [ln.split()[0] for ln in nm.splitlines() if ln.endswith(" pow@GLIBC_2.2.5")]
+    assert versioned and int(versioned[0], 16) == int(m.group(1), 16)
+    assert load_target(str(target)).functions == (m.group(1),)

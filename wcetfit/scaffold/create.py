@@ -168,7 +168,11 @@ def create_target(directory: str, binary: str, function: str, header: str | None
     inputs = write_inputs(decl, ffi, functions[0][1])
     # A function named by address keeps its address in the target; its prototype may
     # declare it under any name (wcetfit.measurements.prototype_name).
-    name = function if _is_address(function) else decl.function
+    # A versioned symbol (libm's pow@GLIBC_2.2.5, not the default pow@@GLIBC_2.29) is kept
+    # by its address: the prototype cannot spell the version, and under the header's name
+    # the target measured the other implementation, with no word.
+    name = (function if _is_address(function) else
+            hexaddr(fn.address) if "@" in function else decl.function)
     loops = loop_entries(model, function)
     indirect = indirect_sites(model, function)
     os.makedirs(directory, exist_ok=True)
@@ -245,8 +249,8 @@ def toml_text(binary: str, directory: str, name: str, fn: FunctionModel, decl: D
     rel = os.path.relpath(binary, directory)
     shown = binary if absolute or rel.startswith(os.pardir + os.sep + os.pardir) else rel
     lines = [
-        f"# Written by `wcetfit init` for {name}"
-        f"{'' if name.lower() == hexaddr(fn.address) else f' ({hexaddr(fn.address)})'} in {binary};",
+        f"# Written by `wcetfit init` for {fn.name if _is_address(name) else name}"
+        f" ({hexaddr(fn.address)}) in {binary};",
         f"# its prototype and types come from the {decl.source}.",
         "# `wcetfit analyze` on this folder measures it; inputs.py says what to vary.",
     ]

@@ -1739,3 +1739,23 @@ def test_a_cost_interval_reaching_below_zero_is_shown_from_zero():
     assert cost_pm(row(161.9, 16.4)) == "161.9 ± 16.4"
     assert cost_pm(row(-9.2, 11.7)) == "-9.2 ± 11.7"
     assert cost_pm(NS(cost_ticks=None, ci95_ticks=None)) == "—"
+
+
+def test_a_worst_path_far_beyond_every_input_is_said_in_the_headline(built):
+    """libgmp's mpn_sqr: a bound of 138,435,677,310 ticks (53 s) for calls of 0.4 ms, the
+    worst path ×98,418 the slowest prediction of any input, headlined like any other."""
+    from dataclasses import replace
+
+    *_, report = built
+    root = report.functions[0]
+    w = root.wcet
+    assert w.width() is not None and w.width().beyond < summary.BEYOND_INPUTS
+    plain = " ".join(summary.to_text(report, width=200).split())
+    assert "Mostly paths no input came near" not in plain
+    far = replace(w, point_ticks=w.max_predicted_ticks * 500,
+                  ipet_ticks=w.max_predicted_ticks * 600, path_residual=1.0)
+    text = " ".join(summary.to_text(replace(report, functions=(replace(root, wcet=far),)
+                                            + tuple(report.functions[1:])), width=200).split())
+    assert "Mostly paths no input came near: the worst path's predicted time is 500× the " \
+           "slowest any input was predicted" in text
+    assert "its cost is the fit's particular solution, not a measurement" in text

@@ -52,6 +52,11 @@ MIN_SHARE = 0.005      # a block or group below this share is not among the few 
 # A margin above this many times the worst path's point makes the bound mostly the fit's
 # uncertainty: the headline says so (the report's warning does at 1×).
 MARGIN_OVER_POINT = 2.0
+# A worst path predicted above this many times the slowest prediction of any input makes
+# the bound mostly paths no input came near: the headline says so (libgmp's mpn_sqr,
+# toom recursion with its callees bounded context-free: ×98,418, a 53-second bound for a
+# 0.4 ms call, headlined like any other).
+BEYOND_INPUTS = 10.0
 COMPACT_FROM = 5       # this many roots or more: each in about six lines
 
 
@@ -267,6 +272,18 @@ def _root(report: Report, console: Console, *, skip: set, max_warn: int,
             _line(console, f"Only for calls that keep the bound's constraints: "
                            f"{w.broken_inputs.text} break them (a [loops] or [flow] fact they "
                            f"contradict; see the warnings)", indent="    ", style="bold")
+        width = w.width() if hasattr(w, "width") else None
+        if width is not None and width.beyond > BEYOND_INPUTS:
+            particular = w.path_residual is not None and w.path_residual > 1e-6
+            _line(console, f"Mostly paths no input came near: the worst path's predicted time "
+                           f"is {width.beyond:,.0f}× the slowest any input was predicted "
+                           f"(loop bounds, activations and recursion taken together as no input "
+                           f"ran them"
+                           + ("; and along counts no input ran, its cost is the fit's "
+                              "particular solution, not a measurement" if particular else "")
+                           + "): [loops], [recursion] and [flow] facts bound what the function "
+                             "can do (see what the bound rests on)",
+                  indent="    ", style="bold")
         if w.margin_ticks is not None and w.point_ticks and \
                 w.margin_ticks > MARGIN_OVER_POINT * w.point_ticks:
             # (libpcre2's pcre2_match: a margin 21.7× the path made the bound 40× the

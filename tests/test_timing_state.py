@@ -86,7 +86,8 @@ def test_state_behind_a_handle_refuses_the_bound_after_warm_up_calls(library, tm
     toml = d / "wcetfit.toml"
     toml.write_text(toml.read_text().replace("seed = 1\n", "seed = 1\nwarmup = 1\n"))
     out = tmp_path / "handle.json"
-    assert main(["analyze", str(d), "--json", str(out), "--no-wait"]) == 0
+    # measured, no bound: exit status 1
+    assert main(["analyze", str(d), "--json", str(out), "--no-wait"]) == 1
     report = json.loads(out.read_text())
     fn = report["functions"][0]
     w = fn["wcet"]
@@ -103,7 +104,7 @@ def test_state_behind_a_handle_refuses_the_bound_after_warm_up_calls(library, tm
     s = pipeline.open_session(str(d))
     assert load_search_rows(s.store, "h_work", s.target.measure.seed) is None
     capsys.readouterr()
-    assert main(["report", str(d)]) == 0
+    assert main(["report", str(d)]) == 1
     assert "The times below are of calls that ran another path" in capsys.readouterr().out
     assert main(["search", str(d), "--no-wait"]) == 2
     err = capsys.readouterr().err

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                 notes[root] = (why,)
         _search(s, roots, update, wait=not args.no_wait)
     from wcetfit.analysis_cache import ReportOf, cached_report
-    from wcetfit.cli.report import report_cache_extra
+    from wcetfit.cli.report import bound_status, report_cache_extra
 
     def analysis(root):  # type: ignore[no-untyped-def]
         # kept for the `wcetfit report` that follows (wcetfit.analysis_cache); read back
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
     analyses = [analysis(root) for root in roots]
     emit(analyses, args, session=s)
-    return 0
+    return bound_status(analyses)
 
 
 # The worst-case search mutates the stored inputs: when more than this share of them

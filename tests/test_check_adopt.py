@@ -97,7 +97,9 @@ def test_adopted_fresh_inputs_the_bound_missed_join_the_training(tmp_path):
     assert sorted(missed) == c["missed_inputs"]
     assert all(m["at_bound_speed"] > c["bound_ticks"] for m in missed.values())
     assert after["ipet_ticks"] >= max(m["at_bound_speed"] for m in missed.values())
-    assert after["ipet_ticks"] > 3 * before["ipet_ticks"]      # 20× the loop's iterations
+    # 20× the loop's iterations on the worst path (the bounds' floor of one event short
+    # of an interrupt is added to both, and on a call this short it is most of "before")
+    assert after["point_ticks"] > 3 * before["point_ticks"]
     text = " ".join(res.stdout.split())
     assert f"{TRAINING} inputs + {len(c['adopted'])} adopted from checks" in text, text
     assert "Slowest measured input: adopted input" in text and "(adopted from a check)" in text

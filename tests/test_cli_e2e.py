@@ -285,19 +285,19 @@ def test_several_functions_each_measured_and_reported(tmp_path):
     # each root's bound: (point + margin) × the product of its three dispersion factors,
     # or the joint factor (calls over their input's prediction) where that is smaller but
     # not below call × machine speed, and never below the slowest own-time call over the
-    # point ("cover", when above 1)
+    # point ("cover", when above 1) nor one event short of an interrupt ("events")
     for r in doc["reports"]:
         w = r["functions"][0]["wcet"]
         f = w["dispersion_factors"]
         assert {"misfit", "call", "machine_speed"} <= set(f) <= {"misfit", "call",
                                                                  "machine_speed", "joint",
-                                                                 "cover"}
+                                                                 "cover", "events"}
         assert isinstance(w["path_envelopes"], list)
         product = f["misfit"] * f["call"] * f["machine_speed"]
         floor = f["call"] * f["machine_speed"]
         taken = (min(product, max(f["joint"], floor)) if f.get("joint") is not None
                  else product)
-        taken = max(taken, f.get("cover", 1.0))
+        taken = max(taken, f.get("cover", 1.0), f.get("events", 1.0))
         assert 1 + w["dispersion"] == pytest.approx(max(1.0, taken))
         assert w["ipet_ticks"] == pytest.approx(
             (w["point_ticks"] + w["margin_ticks"]) * (1 + w["dispersion"]))

@@ -75,8 +75,9 @@ def test_a_declared_machine_speed_scales_zlibs_bound_and_the_report_says_which(t
     for k in ("misfit", "call"):
         assert w1["dispersion_factors"][k] == pytest.approx(w0["dispersion_factors"][k])
     scale = declared / measured
-    if factor_setter(w0["dispersion_factors"]) == "cover":
-        # the slowest own call held the bound up: it stays a floor, the rest scales past it
+    if factor_setter(w0["dispersion_factors"]) in ("cover", "events"):
+        # the slowest own call, or one event short of an interrupt (added, not scaled),
+        # held the bound up: a floor, the rest scales past it
         assert w1["ipet_ticks"] >= w0["ipet_ticks"]
     else:
         assert w1["ipet_ticks"] / w0["ipet_ticks"] == pytest.approx(scale, rel=1e-6)

@@ -124,10 +124,17 @@ def dispersion_source(w) -> str:  # type: ignore[no-untyped-def]
     f = w.dispersion_factors or {}
     misfit, call, speed = f.get("misfit", 1.0), f.get("call", 1.0), f.get("machine_speed", 1.0)
     setter = factor_setter(f)
+    declared = getattr(w, "machine_speed_declared", None)
+    # the user's [wcet] machine_speed, where it is above what the timing run measured
+    given = (" (declared)" if declared is not None and speed == declared
+             and declared > (getattr(w, "machine_speed_measured", None) or 1.0) else "")
     if setter == "events":
-        return (f"to cover one event short of an interrupt on a call of the worst path "
-                f"({MIN_INTERRUPT_NS:.0f} ns: a longer excess is taken for an interrupt, a "
-                f"shorter one is the function's own time)")
+        at = [f"misfit ×{misfit:.2f}"] if misfit > 1.0 else []
+        at += [f"machine speed ×{speed:.2f}{given}"] if speed != 1.0 else []
+        return (f"to cover one event short of an interrupt on a call of the worst path"
+                + (f" ({' · '.join(at)})" if at else "")
+                + f" ({MIN_INTERRUPT_NS:.0f} ns: a longer excess is taken for an interrupt, "
+                  f"a shorter one is the function's own time)")
     if setter == "cover":
         ticks = getattr(w, "slowest_call_ticks", None)
         number = getattr(w, "slowest_call_number", None)
@@ -137,10 +144,6 @@ def dispersion_source(w) -> str:  # type: ignore[no-untyped-def]
                  if ticks is not None and number is not None else "")
         return f"to stay above the slowest call that was the function's own time{which}"
     named = [f"misfit ×{misfit:.2f}", f"single calls ×{call:.2f}"]
-    declared = getattr(w, "machine_speed_declared", None)
-    # the user's [wcet] machine_speed, where it is above what the timing run measured
-    given = (" (declared)" if declared is not None and speed == declared
-             and declared > (getattr(w, "machine_speed_measured", None) or 1.0) else "")
     if speed != 1.0:
         named.append(f"machine speed ×{speed:.2f}{given}")
     if setter == "joint":

@@ -252,6 +252,15 @@ def test_one_call_far_above_its_inputs_others_is_not_a_model_miss():
     assert "each a single call of an input whose calls' median is below it (fresh input " \
            "193: 1,248 ticks" in text, text
     assert "not an input the model misses" in text and "the model misses those" not in text
+    # the same with the run's load said: the same diagnosis, the load beside it
+    # (png_get_uint_32: "the model misses those inputs, or the machine was slower" in the
+    # check, "not an input the model misses" when its stored times were read again)
+    from dataclasses import replace
+    loaded = " ".join(describe(replace(c, load_warning="up to 3 other runnable process(es) "
+                                       "on the machine: the times may be disturbed"),
+                               TSC_HZ).split())
+    assert "not an input the model misses (up to 3 other runnable process(es) on the " \
+           "machine)" in loaded and "the model misses those" not in loaded
     # an input all of whose calls are above is the model's miss, as before
     t[50] = 600.0
     c = check_fresh("f", 9, np.arange(200), t, bound_ticks=415.0, bound_speed=1.0,

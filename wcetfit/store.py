@@ -277,8 +277,11 @@ class Store:
             aside = f"{path}.corrupt-{stamp}-{n}"
         os.replace(path, aside)
         _fsync_dir(self.directory)
-        log.error("%s is damaged (%s): moved aside to %s; what it held is measured again",
-                  path, reason, os.path.basename(aside))
+        # (a report, which measures nothing, read "what it held is measured again" and
+        # then "no times stored")
+        log.error("%s is damaged (%s): moved aside to %s; what it held is measured again "
+                  "by the next measuring command (`wcetfit analyze`)", path, reason,
+                  os.path.basename(aside))
         return aside
 
     def _check(self, meta_path: str) -> bool:

@@ -393,6 +393,28 @@ def describe(check: Any, hz: float | None, *, earlier: int = 0,
         if declare is not None:
             lines.append(f"  → to cover such periods, declare [wcet] machine_speed = "
                          f"{declare:g} in wcetfit.toml (the bound grows with it)")
+    # (before the load's diagnosis: png_get_uint_32's one call above the bound was "the
+    # model misses those inputs, or the machine was slower" in one check and "not an input
+    # the model misses" when the same stored times were read again without the load)
+    elif c.above and c.missed_inputs and \
+            set(c.single_call_inputs) >= set(int(i) for i in c.missed_inputs):
+        # each a single call of an input whose other calls are below the bound: the
+        # calls' excess beyond the bound's single-call factor, not a model miss (libtasn1's
+        # asn1_get_length_der, a 40 ns function: one call of 1,248 ticks among 52–104,
+        # read as "the model misses those inputs", and --adopt taught the fit nothing)
+        worst = max(c.missed_calls, key=lambda m: m.at_bound_speed, default=None)
+        which = (f" (fresh input {worst.input}: {both(worst.ticks, hz)})" if worst else "")
+        lines.append(f"  {c.above_at_bound_speed:,} of them are above it at the bound's own "
+                     f"speed, each a single call of an input whose calls' median is below "
+                     f"it{which}: one call's excess beyond the bound's factor for single "
+                     f"calls (a cache or TLB refill, an event on the machine), not an input "
+                     f"the model misses"
+                     + (f" ({c.load_warning.split(': the times', 1)[0]})"
+                        if c.load_warning else ""))
+        lines.append(f"  → the factor for single calls rests on the training's calls: more "
+                     f"[measure] repeats see more such calls, [wcet] exceedance sets how rare "
+                     f"a call the bound covers; `--adopt` would hold the bound above these "
+                     f"calls without teaching the fit anything")
     elif c.above and c.load_warning:
         # a machine slower throughout: the speed is followed against the run's own fast
         # end, which the other workload slowed too (liblzma's lzma_crc32, checked beside
@@ -421,23 +443,6 @@ def describe(check: Any, hz: float | None, *, earlier: int = 0,
         lines.append(f"  → a run with more repeats ([measure] repeats) sees more such calls; "
                      f"[wcet] exceedance and machine_speed set how rare a call the bound "
                      f"covers; check with a new seed")
-    elif c.above and c.missed_inputs and \
-            set(c.single_call_inputs) >= set(int(i) for i in c.missed_inputs):
-        # each a single call of an input whose other calls are below the bound: the
-        # calls' excess beyond the bound's single-call factor, not a model miss (libtasn1's
-        # asn1_get_length_der, a 40 ns function: one call of 1,248 ticks among 52–104,
-        # read as "the model misses those inputs", and --adopt taught the fit nothing)
-        worst = max(c.missed_calls, key=lambda m: m.at_bound_speed, default=None)
-        which = (f" (fresh input {worst.input}: {both(worst.ticks, hz)})" if worst else "")
-        lines.append(f"  {c.above_at_bound_speed:,} of them are above it at the bound's own "
-                     f"speed, each a single call of an input whose calls' median is below "
-                     f"it{which}: one call's excess beyond the bound's factor for single "
-                     f"calls (a cache or TLB refill, an event on the machine), not an input "
-                     f"the model misses")
-        lines.append(f"  → the factor for single calls rests on the training's calls: more "
-                     f"[measure] repeats see more such calls, [wcet] exceedance sets how rare "
-                     f"a call the bound covers; `--adopt` would hold the bound above these "
-                     f"calls without teaching the fit anything")
     elif c.above:
         lines.append(f"  {c.above_at_bound_speed:,} of them are above it at the bound's own "
                      f"speed: the model misses those inputs (costs that depend on the data, "

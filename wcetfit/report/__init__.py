@@ -1152,7 +1152,9 @@ def _function_report(fn: FunctionModel, is_root: bool, ff: FitFunction | None,
             warns.append(Finding(f"{what}held-out median relative error {med:.2%} is above the "
                                   f"{GOAL_MEDIAN_REL:.0%} goal",
                                   spread if one_path else
-                                  "costs may depend on data; split blocks or add inputs"))
+                                  "costs may depend on data the block counts do not see: "
+                                  "add inputs that vary it (`wcetfit split` separates "
+                                  "blocks in a fit of its own, not in this bound's)"))
         if p95 is not None and p95 > GOAL_P95_REL:
             warns.append(Finding(f"{what}held-out p95 relative error {p95:.2%} is above the "
                                   f"{GOAL_P95_REL:.0%} goal",

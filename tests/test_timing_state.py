@@ -214,3 +214,36 @@ def test_timed_calls_returning_other_values_than_the_counted_ones_refuse_the_bou
     rep = pipeline.analyze_stage(s, "h_once", one, times).report
     assert rep.functions[0].wcet.ipet_ticks is not None
     assert any("when counted on 1 of" in f.message for f in rep.warnings)
+
+
+CRASHING = r"""
+int pick(int x) {
+    if (x == 3) *(volatile int *)0 = 1;     /* the function's own crash */
+    return x + 1;
+}
+"""
+
+
+def test_a_crash_only_the_instrumented_copy_has_is_said_to_be_wcetfits(tmp_path):
+    """libgmp's mpz_powm: 27 of 200 valid inputs reported as "crash: SIGILL", each of
+    which the library, called alone, computes right: the instrumented copy crashed, and
+    the report blamed the function and the inputs.  A crash of the count run is looked at
+    again with the original called alone: one the original shares stays the input's."""
+    from wcetfit.count.run import copy_crashes
+    from wcetfit.isolate import COPY_CRASH, InputFailure
+    from wcetfit.static import binary
+    from wcetfit.target import load_target
+
+    lib = build_library(tmp_path, CRASHING, "pick")
+    d = write_target(tmp_path / "pick", str(lib), "pick", "int pick(int x);",
+                     "    return (int(ctx.index),)")
+    target = load_target(str(d))
+    model = binary.load_model(str(lib), ["pick"], with_callees=True)
+    failures = [InputFailure(3, "crash", "SIGSEGV (signal 11)", "(3)"),
+                InputFailure(5, "crash", "SIGILL (signal 4)", "(5)"),
+                InputFailure(7, "hang", "no return after 30 s", "(7)")]
+    out = {f.index: f for f in copy_crashes(target, model, ["pick"], failures)}
+    assert out[3].kind == "crash" and out[7].kind == "hang"
+    assert out[5].kind == COPY_CRASH
+    assert out[5].message.startswith("the instrumented copy died of SIGILL (signal 4) where "
+                                     "the original pick, called alone on this input, returns")

@@ -85,12 +85,18 @@ class Worker(Protocol):
 @dataclass(frozen=True)
 class InputFailure:
     index: int
-    kind: str          # "crash", "exit", "hang", "thread", "fork", "code" or "corrupt"
+    kind: str          # "crash", "exit", "hang", "thread", "fork", "code", "corrupt" or
+                       # COPY_CRASH (the count run's copy, not the function: wcetfit.count.run)
     message: str       # "SIGSEGV (signal 11)", "no return after 10.0 s", ...
     arguments: str     # summary of the input's arguments
 
     def describe(self) -> str:
         return f"{input_label(self.index)} {self.arguments}: {self.kind}: {self.message}"
+
+
+# The kind of a count run's crash the original function does not share: the instrumented
+# copy died where the original, called alone on the input, returns (wcetfit.count.run).
+COPY_CRASH = "crash of wcetfit's copy"
 
 
 @dataclass

@@ -14,9 +14,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from wcetfit.errors import NothingMeasured
-from wcetfit.isolate import InputFailure
+from wcetfit.isolate import COPY_CRASH, InputFailure, run_isolated
 from wcetfit.measurements import (CountSet, FunctionCounts, Progress, load_counts,
                                   measure_saving, prototype_name, save_counts)
+from wcetfit.numbering import input_label
 from wcetfit.store import Store
 from wcetfit.target import Target, describe_args, generate_input, load_inputs_module
 
@@ -65,6 +66,62 @@ class _CountWorker:
                          {site: sorted(targets) for site, targets in (res.indirect or {}).items()},
                          _number(res.return_value))
         return out
+
+
+class _OriginalWorker:
+    """Child-process side of the count run's second look at an input it lost to a crash:
+    the original function called on it, nothing counted.  Whether the input crashes the
+    function, or only the instrumented copy (libgmp's mpz_powm: 27 of 200 inputs "crash:
+    SIGILL" in the count run, every one of which the library computes right)."""
+
+    def __init__(self, target: Target, model: Any, roots: Sequence[str]):
+        from wcetfit.loader import load_binary
+        from wcetfit.timing.thunk import build_harness
+
+        self.target = target
+        self.harness = build_harness(target.prototype, target.cdef)
+        self.generate = load_inputs_module(target)
+        binary = load_binary(target.binary)
+        self.calls = [(root, prototype_name(self.harness, root),
+                       binary.runtime(model.function(root).entry)) for root in roots]
+
+    def run(self, index: int, start: Callable[[str], None]) -> str:
+        for root, name, address in self.calls:
+            args = generate_input(self.generate, self.target, self.harness.ffi, root, index)
+            pack = self.harness.pack(name, args)
+            start(describe_args(self.harness.ffi, args))
+            self.harness.call(name, address, pack)
+        return "returned"
+
+
+# Crashes of the count run looked at again (the original called alone), at most so many.
+MAX_CRASHES_CHECKED = 50
+
+
+def copy_crashes(target: Target, model: Any, roots: Sequence[str],
+                 failures: Sequence[InputFailure]) -> list[InputFailure]:
+    """``failures`` with each crash the original does not share said to be the
+    instrumented copy's: the original, called alone on the input, returns.  Its counts are
+    missing all the same, but the function is not what crashed, and the input is not the
+    user's to change."""
+    crashed = [f for f in failures if f.kind == "crash"][:MAX_CRASHES_CHECKED]
+    if not crashed:
+        return list(failures)
+    run = run_isolated(lambda: _OriginalWorker(target, model, roots),
+                       [f.index for f in crashed], timeout=3 * target.measure.timeout)
+    returned = set(run.results)
+    out = []
+    for f in failures:
+        if f.kind == "crash" and f.index in returned:
+            f = InputFailure(f.index, COPY_CRASH,
+                             f"the instrumented copy died of {f.message} where the original "
+                             f"{' and '.join(roots)}, called alone on this input, returns: a "
+                             f"defect of wcetfit's copy (its relocation of the code this "
+                             f"input runs), "
+                             f"not the function's crash; the input has no counts",
+                             f.arguments)
+        out.append(f)
+    return out
 
 
 def _number(value: Any) -> str | None:
@@ -190,6 +247,18 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
                    timeout=3 * target.measure.timeout, store_result=store_result,
                    failures=failures, save=save, done=lambda: len(per_root[first]),
                    wanted=len(wanted), progress=progress)
+    crashed = [f for f in failures if f.kind == "crash"]
+    if crashed:
+        # the copy and the original run in one process each; a crash of either is the
+        # input's; the original alone tells which (saved with the counts)
+        failures[:] = copy_crashes(target, model, list(roots), failures)
+        said = [f for f in failures if f.kind == COPY_CRASH]
+        if said:
+            log.warning("%d of the %d crash(es) of the count run are the instrumented "
+                        "copy's, not the function's: the original returns on %s", len(said),
+                        len(crashed), ", ".join(input_label(f.index) for f in said[:5])
+                        + (" …" if len(said) > 5 else ""))
+        save()
     result = snapshot()
     for r, cs in result.items():
         if len(cs.indices) == 0 and len(wanted):

@@ -362,3 +362,26 @@ def test_a_report_after_every_input_failed_says_so(tmp_path, capsys):
                           "input 0 (NULL, 64): crash: SIGSEGV"), err
     assert err.rstrip().endswith("make generate() give arguments the function accepts, then "
                                  "`wcetfit analyze --fresh`") and err.count("\n") == 1
+
+
+def test_a_stored_heap_pointer_that_differs_is_named_as_one():
+    """libgmp's mpz_powm on a result mpz made by mpz_init: it reallocated the limbs and
+    stored the new pointer in the struct, the copy's and the original's heaps gave
+    different addresses, and the message blamed the inputs or "a wcetfit bug"."""
+    from wcetfit.count.compare import Outcome, check_same_memory
+    from wcetfit.errors import SelfCheckError
+
+    def struct(pointer: int) -> Outcome:
+        mp = (8).to_bytes(4, "little") + (3).to_bytes(4, "little") + \
+            pointer.to_bytes(8, "little")
+        return Outcome(0, None, None, (mp,), (), ())
+
+    with pytest.raises(SelfCheckError) as exc:
+        check_same_memory(struct(0x564DA3C69230), struct(0x564DA44E3960), (), None, 0, "f")
+    msg = str(exc.value)
+    assert "both are addresses (at byte 8: 0x564da3c69230, 0x564da44e3960)" in msg
+    assert "mpz_init2" in msg
+    # two values that are no addresses: the message as before
+    with pytest.raises(SelfCheckError) as exc:
+        check_same_memory(struct(5), struct(6), (), None, 0, "f")
+    assert "both are addresses" not in str(exc.value)

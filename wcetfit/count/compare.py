@@ -219,6 +219,29 @@ def _without_fresh(c: Outcome, o: Outcome, head: str) -> tuple[tuple[bytes, ...]
     return tuple(after_c), tuple(after_o)
 
 
+def _stored_pointer(a: bytes, b: bytes, off: int) -> str:
+    """What to add when the two differing words around ``off`` both read as user-space
+    addresses: the function stored a pointer to memory it allocated (libgmp's mpz_powm
+    reallocating its result's limbs: ``_mp_d``), and the two calls' heaps differ."""
+    start = off - off % 8
+    words = [int.from_bytes(x[start:start + 8], "little") for x in (a, b)]
+    if len(a) < start + 8 or len(b) < start + 8 or \
+            not all(USER_LOW <= w < USER_HIGH for w in words):
+        return ""
+    return (f"; both are addresses (at byte {start}: {words[0]:#x}, {words[1]:#x}): the "
+            f"function stored a pointer to memory it allocated into an argument's struct "
+            f"(a result object grown by realloc), and the two calls' heaps give different "
+            f"addresses: make the object large enough in generate() that the call does not "
+            f"allocate (libgmp: mpz_init2 with room for the result), or pass it as a T ** "
+            f"the function fills, which is compared by content")
+
+
+# User-space addresses on x86-64 Linux: above the lowest mappable page, below the
+# canonical hole.
+USER_LOW = 0x10000
+USER_HIGH = 0x800000000000
+
+
 def check_same_memory(c: Outcome, o: Outcome, ranges: Sequence[tuple[int, int]],
                       binary: Any, index: int, fn: str) -> None:
     """Argument memory and the binary's writable pages after the two calls."""
@@ -230,7 +253,8 @@ def check_same_memory(c: Outcome, o: Outcome, ranges: Sequence[tuple[int, int]],
         raise SelfCheckError(
             f"{head}: argument memory after the instrumented copy differs from the "
             f"original's (buffer {k}, byte {off}: copy wrote {after_c[k][off:off + 8].hex()}, "
-            f"original {after_o[k][off:off + 8].hex()})")
+            f"original {after_o[k][off:off + 8].hex()})"
+            + _stored_pointer(after_c[k], after_o[k], off))
     for (a, _n), x, y in zip(ranges, c.data, o.data):
         if x != y:
             off = first_difference(x, y)

@@ -1270,3 +1270,26 @@ def test_init_keeps_a_versioned_symbol_by_its_address(tmp_path):
     versioned = [ln.split()[0] for ln in nm.splitlines() if ln.endswith(" pow@GLIBC_2.2.5")]
     assert versioned and int(versioned[0], 16) == int(m.group(1), 16)
     assert load_target(str(target)).functions == (m.group(1),)
+
+
+def test_a_read_only_c_string_no_length_follows_is_a_text(tmp_path):
+    """libxml2's xmlReadMemory(const char *buffer, int size, const char *URL, const char
+    *encoding, int options): URL and encoding were sized from the document's size and
+    filled with random bytes; a const char * with no length of its own is a NUL-terminated
+    text.  strncmp's s1 still shares s2's length (a comparison over one length)."""
+    from wcetfit.scaffold.header import declaration_from_header
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    h = tmp_path / "x.h"
+    h.write_text("typedef struct doc doc;\n"
+                 "doc *readMemory(const char *buffer, int size, const char *URL, "
+                 "const char *encoding, int options);\n"
+                 "int my_strncmp(const char *s1, const char *s2, unsigned long n);\n")
+    mod, ffi, text = _module(tmp_path, declaration_from_header(str(h), ["readMemory"]))
+    assert "_text_of(rng, _length(ctx))" in _line(text.text, "URL")
+    assert "_text_of(rng, _length(ctx))" in _line(text.text, "encoding")
+    assert "_share_prefix" not in text.text.split("def generate", 1)[1]
+    mod, ffi, text = _module(tmp_path, declaration_from_header(str(h), ["my_strncmp"]))
+    body = text.text.split("def generate", 1)[1]
+    assert "_share_prefix(ctx, ffi, s1, s2, n)" in body

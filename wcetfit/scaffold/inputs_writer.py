@@ -535,6 +535,14 @@ class _Writer:
                     or _UNNAMED.fullmatch(params[nxt].name)):
                 out[b] = nxt
                 continue
+            # a read-only C string that no length follows is a NUL-terminated text, the C
+            # convention, unless the function compares it with another over one length
+            # (strncmp's s1): libxml2's xmlReadMemory(buffer, size, URL, encoding, options)
+            # had its URL and encoding sized from the document's size, random bytes
+            if types[b].item.cname == "char" and \
+                    _const_pointee(params[b].spelling, self.decl.cdef) and \
+                    not _COMPARES.search(self.decl.function):
+                continue
             # a length named so, or unnamed: a header without parameter names gives one
             # length after the buffers it serves (gmp.h's mpn_add_n (mp_ptr, mp_srcptr,
             # mp_srcptr, mp_size_t): the first two were left 5,120 limbs long)

@@ -121,3 +121,21 @@ def test_an_interrupt_landing_in_logging_is_recorded_not_raised_there(handler):
     interrupt._requested.clear()
     with pytest.raises(KeyboardInterrupt):
         interrupt._on_sigint(signal.SIGINT, None)
+
+
+def test_progress_off_a_terminal_is_a_plain_line_now_and_then(monkeypatch, capsys):
+    """Not on a terminal there are no bars: a worst-case search of 100 MB inputs ran a
+    quarter of an hour with nothing on the screen.  A stage that runs long gets a plain
+    line, at most one a minute, and one when it ends."""
+    import wcetfit.cli.progress as progress
+
+    clock = iter([0.0, 10.0, 61.0, 70.0, 125.0, 130.0, 131.0])
+    monkeypatch.setattr("time.monotonic", lambda: next(clock))
+    with progress.progress_bars() as update:
+        for done in (1, 2, 3, 4, 5):
+            update("search", done, 6)           # at 0, 10, 61, 70, 125 s
+        update("search", 6, 6)                  # 130 s: ended
+        update("search", 6, 6)                  # nothing more
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["search: 3 of 6 (61 s so far)", "search: 5 of 6 (125 s so far)",
+                   "search: 6 of 6 (130 s so far)"], err

@@ -27,12 +27,33 @@ def progress_bars() -> Iterator[Callable[[str, int, int], None]]:
                     RateColumn(), TimeElapsedColumn(), TextColumn("ETA"),
                     TimeRemainingColumn(), console=console, disable=not console.is_terminal)
     tasks: dict[str, int] = {}
+    # not on a terminal (a pipe, a log file): no bars, but a plain line for a stage that
+    # runs longer than PLAIN_AFTER_S, and again every PLAIN_EVERY_S (a worst-case search
+    # of 100 MB inputs ran a quarter of an hour with nothing on the screen)
+    plain = not console.is_terminal
+    started: dict[str, float] = {}
+    said: dict[str, float] = {}
+    ended: set[str] = set()
 
     def update(stage: str, done: int, total: int) -> None:
         # a Ctrl-C the interpreter swallowed (one that lands in a weakref callback or a
         # __del__ is "ignored") is raised again here, at the next input, not lost
         from wcetfit.cli.interrupt import raise_if_interrupted
         raise_if_interrupted()
+        if plain:
+            import time
+            now = time.monotonic()
+            started.setdefault(stage, now)
+            last = said.get(stage, started[stage] + PLAIN_AFTER_S - PLAIN_EVERY_S)
+            finished = done >= total and stage in said and stage not in ended
+            if stage not in ended and (now - last >= PLAIN_EVERY_S or finished):
+                said[stage] = now
+                if done >= total:
+                    ended.add(stage)
+                sys.stderr.write(f"{stage}: {done:,} of {total:,} ({now - started[stage]:,.0f} "
+                                 f"s so far)\n")
+                sys.stderr.flush()
+            return
         if stage not in tasks:
             # start counting from what the store already had: the rate is of this run
             tasks[stage] = bars.add_task(stage, total=total, completed=done)
@@ -40,6 +61,12 @@ def progress_bars() -> Iterator[Callable[[str, int, int], None]]:
 
     with bars:
         yield update
+
+
+# Not on a terminal: a stage's first plain progress line after this many seconds, then
+# one every PLAIN_EVERY_S, and one when it ends if any was said.
+PLAIN_AFTER_S = 60.0
+PLAIN_EVERY_S = 60.0
 
 
 # A step without a progress bar (the fit, the bound) that runs longer than this says so

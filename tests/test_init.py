@@ -649,11 +649,19 @@ def _system(lib, header):
         pytest.skip("gcc is not installed")
 
 
-def _init_then_analyze(tmp_path, lib, header, function):
-    target = tmp_path / function
+def _init(tmp_path, lib, header, function, name=None):
+    """A target init writes for ``function`` of a system library (skipped where the
+    library or its header is absent), in ``tmp_path / name``."""
+    _system(lib, header)
+    target = tmp_path / (name or function)
     res = wcetfit("init", str(target), "--binary", lib, "--function", function,
                   "--header", header)
     assert res.returncode == 0, res.stderr
+    return target
+
+
+def _init_then_analyze(tmp_path, lib, header, function):
+    target = _init(tmp_path, lib, header, function)
     res = wcetfit("analyze", str(target), "--inputs", "40", "--repeats", "3", "--json",
                   str(target / "report.json"))
     assert res.returncode == 0, res.stderr
@@ -1239,12 +1247,8 @@ def test_init_writes_a_byte_string_of_a_pointer_typedef(tmp_path):
     """libpng's png_get_uint_32(png_const_bytep buf): init named the element type
     "png_const_byte" (the typedef's name less its last letter), no type at all, and its
     own check refused the inputs.py it wrote."""
-    lib, header = f"{LIBDIR}/libpng16.so.16", "/usr/include/png.h"
-    _system(lib, header)
-    target = tmp_path / "png"
-    res = wcetfit("init", str(target), "--binary", lib, "--function", "png_get_uint_32",
-                  "--header", header)
-    assert res.returncode == 0, res.stderr
+    target = _init(tmp_path, f"{LIBDIR}/libpng16.so.16", "/usr/include/png.h",
+                   "png_get_uint_32")
     text = (target / "inputs.py").read_text()
     assert '    buf = _string(ffi, "unsigned char", _length(ctx), rng)' in text
     assert '"png_const_byte"' not in text
@@ -1256,12 +1260,8 @@ def test_init_keeps_a_versioned_symbol_by_its_address(tmp_path):
     implementation, with no word.  The prototype cannot spell a version: the address."""
     from wcetfit.target import load_target
 
-    lib, header = f"{LIBDIR}/libm.so.6", "/usr/include/math.h"
-    _system(lib, header)
-    target = tmp_path / "pow"
-    res = wcetfit("init", str(target), "--binary", lib, "--function", "pow@GLIBC_2.2.5",
-                  "--header", header)
-    assert res.returncode == 0, res.stderr
+    lib = f"{LIBDIR}/libm.so.6"
+    target = _init(tmp_path, lib, "/usr/include/math.h", "pow@GLIBC_2.2.5", name="pow")
     toml = (target / "wcetfit.toml").read_text()
     m = re.search(r'^functions = \["(0x[0-9a-f]+)"\]$', toml, re.M)
     assert m, toml[:400]

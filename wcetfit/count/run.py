@@ -117,8 +117,8 @@ def copy_crashes(target: Target, model: Any, roots: Sequence[str],
                              f"the instrumented copy died of {f.message} where the original "
                              f"{' and '.join(roots)}, called alone on this input, returns: a "
                              f"defect of wcetfit's copy (its relocation of the code this "
-                             f"input runs), "
-                             f"not the function's crash; the input has no counts",
+                             f"input runs), not the function's crash; the input has no "
+                             f"counts",
                              f.arguments)
         out.append(f)
     return out

@@ -343,3 +343,18 @@ def test_reach_prints_blocks_not_found_for_one_reason_on_one_line():
     assert folded.startswith(f"  10 blocks not found within the budget ({why}): f+0x0 (0x1000), ")
     assert folded.endswith(f"and {10 - MAX_NAMED} more (--json lists them)")
     assert "  f-0x800 (0x800): not found within the budget (another reason)" in lines
+
+
+def test_a_key_built_by_its_own_inputs_is_described_by_them(tmp_path):
+    """A rejected reached input is built from its witness, not by generate(): its
+    arguments are the witness's (described by generate() they were another input's)."""
+    from wcetfit.search.candidates import describe_input
+    from wcetfit.target import load_target
+
+    (tmp_path / "wcetfit.toml").write_text(
+        'binary = "/bin/true"\nfunctions = ["g"]\nprototype = "int g(int x);"\n'
+        'inputs = "inputs.py"\n')
+    (tmp_path / "inputs.py").write_text("def generate(ctx):\n    return (7,)\n")
+    t = load_target(str(tmp_path))
+    assert describe_input(t, "g", 3) == "(7)"
+    assert describe_input(t, "g", 3, inputs=lambda gen, t, ffi, fn, i: (12345,)) == "(12345)"

@@ -174,7 +174,9 @@ def _rejected(target: Target, root: str, exc: CandidateRejected,
               inputs: Callable[..., tuple]) -> InputFailure:
     """The failure record of a rejected candidate, logged like a crash (its worker is
     gone with the summary it sent: the arguments are rebuilt here)."""
-    summary = (describe_input(target, root, exc.index, getattr(inputs, "sequences", None))
+    # (a reached witness is built by its own inputs, not by generate(): its arguments)
+    summary = (describe_input(target, root, exc.index, getattr(inputs, "sequences", None),
+                              inputs=None if isinstance(inputs, Replay) else inputs)
                or "(arguments not rebuilt)")
     failure = InputFailure(exc.index, exc.kind, exc.reason, summary)
     log.warning("%s", failure.describe())
@@ -246,11 +248,13 @@ def column_vector(columns: Sequence[tuple[str, int]], blocks_of: Mapping[str, Se
 
 
 def describe_input(target: Target, function: str, index: int,
-                   sequences: Mapping[int, ChoiceSequence] | None = None) -> str | None:
+                   sequences: Mapping[int, ChoiceSequence] | None = None, *,
+                   inputs: Callable[..., tuple] | None = None) -> str | None:
     """A short summary of input ``index``'s arguments (a searched input's from its stored
     draws), or None when ``generate`` cannot rebuild it here.  Where ``generate`` made
     arguments with ``ctx.lib``, whose results are zeros outside the measuring workers,
-    the draws it took stand for them."""
+    the draws it took stand for them.  ``inputs``: what builds the key's arguments where
+    generate() does not (a reached input's witness, wcetfit.search.witness.ReachInputs)."""
     from wcetfit.target import describe_args, library_functions, load_inputs_module
     from wcetfit.timing.thunk import build_harness
 
@@ -260,8 +264,10 @@ def describe_input(target: Target, function: str, index: int,
         lib = library_functions(target)
         before = lib.placeholders
         rng = ChoiceRng(input_rng(seq.base_seed(target.measure.seed), seq.index), seq.choices)
-        args = generate_input(load_inputs_module(target), target, ffi, function, index,
-                              rng=rng, ctx_index=seq.index)
+        args = (inputs(load_inputs_module(target), target, ffi, function, index)
+                if inputs is not None else
+                generate_input(load_inputs_module(target), target, ffi, function, index,
+                               rng=rng, ctx_index=seq.index))
         if lib.placeholders > before:
             # libzstd's decompressor, its frame made by ZSTD_compress through ctx.lib:
             # "(unsigned char[2779] {0, 0, 0, 0, 0, 0, …}, 2779, …)" said nothing of the

@@ -82,7 +82,7 @@ class Declaration:
         """The members of the enum the function returns that name an error, as (name,
         value): libbrotlidec's BrotliDecoderDecompress returns BrotliDecoderResult, whose
         BROTLI_DECODER_RESULT_ERROR = 0 no "below zero" rule catches; liblzma's lzma_ret
-        has LZMA_DATA_ERROR = 9 and five more.  None where every member reads as one (an
+        has LZMA_DATA_ERROR = 9 and six more.  Empty where every member reads as one (an
         enum of error kinds, not of results)."""
         members = [c for c in self.constants if c.group and c.group in self.returns]
         errors = tuple((c.name, c.value) for c in members if _ERROR_MEMBER.search(c.name)

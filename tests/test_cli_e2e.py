@@ -304,6 +304,52 @@ def test_several_functions_each_measured_and_reported(tmp_path):
     assert "first" in res.stdout and "second" in res.stdout
 
 
+def _loop_key(lib, function):
+    """"function+0xOFFSET" of the function's first loop header, from the static model."""
+    from wcetfit.static.binary import load_model
+    fn = load_model(str(lib), [function]).function(function)
+    return f"{function}+{min(lp.header for lp in fn.loops) - fn.address:#x}"
+
+
+def _two_toml(facts):
+    return ('binary = "libtwo.so"\nfunctions = ["first", "second"]\n'
+            'prototype = "int first(int *a, int n); long second(const short *x, int n);"\n'
+            'inputs = "inputs.py"\n[measure]\ninputs = 40\nrepeats = 3\n' + facts)
+
+
+def test_a_fact_of_one_measured_function_is_no_fact_of_another(tmp_path):
+    # [loops] of `first` alone: `second` never calls it, and its bound was refused with
+    # "no function 'first' among the analysed ones" after both were measured
+    make_target(tmp_path, "two", TWO_C, TWO_INPUTS, _two_toml(""))
+    key = _loop_key(tmp_path / "libtwo.so", "first")
+    (tmp_path / "wcetfit.toml").write_text(_two_toml(f'[loops]\n"{key}" = 63\n'))
+    res = wcetfit("analyze", str(tmp_path), "--json", str(tmp_path / "r.json"))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    sources = {r["root"]: {lo["name"]: lo["source"] for lo in r["functions"][0]["wcet"]["loops"]}
+               for r in doc["reports"]}
+    assert sources["first"][key] == "fact"
+    assert sources["second"] and "fact" not in sources["second"].values()
+
+
+@pytest.mark.parametrize("facts, says", [
+    ('[loops]\n"frist+0x10" = 5\n', "no function 'frist' among the analysed ones"),
+    ('[flow]\nn = "N(secnod+0x10) <= 5"\n', "no function 'secnod'"),
+    ('[recursion]\n"helpr" = 3\n', "no function 'helpr'"),
+    ('[loops]\n"first+0x1" = 5\n', "is not a loop header of first"),
+])
+def test_a_misspelt_fact_is_refused_before_anything_is_measured(tmp_path, facts, says):
+    make_target(tmp_path, "two", TWO_C, TWO_INPUTS, _two_toml(facts))
+    res = wcetfit("analyze", str(tmp_path))
+    line = one_error_line(res)
+    assert says in line
+    if "analysed ones" in line and "loop header" not in line:
+        assert "none in the binary" in line         # not merely unreached statically
+    # nothing was counted or timed: the refusal came first
+    store = tmp_path / ".wcetfit"
+    assert not store.exists() or not any(p.suffix == ".npz" for p in store.rglob("*"))
+
+
 # --- wcetfit split, end to end ---------------------------------------------------------------
 
 PAIR_C = r"""

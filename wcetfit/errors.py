@@ -24,6 +24,15 @@ class TargetError(WcetfitError):
     """The target file (wcetfit.toml) or its inputs module is invalid."""
 
 
+class UnknownFunction(TargetError):
+    """A fact of the target file ([loops], [flow], [recursion]) names a function that is
+    not among the analysed ones; ``name`` is the name it gave."""
+
+    def __init__(self, message: str, name: str):
+        super().__init__(message)
+        self.name = name
+
+
 class InputsError(TargetError):
     """The inputs module raised or returned something unusable for one input."""
 

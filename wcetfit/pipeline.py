@@ -335,6 +335,7 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any,
     from wcetfit.wcet.dispersion import CURVE_EXCEEDANCES, call_dispersion, exceedance_curve
 
     functions = session.functions_of(root)
+    loop_facts, flow_facts = own_facts(session, root)
     counted = {c[0] for c in system.columns}
     absent = [n for n in functions if n not in counted]
     left_out: tuple[str, ...] = ()
@@ -374,13 +375,13 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any,
         with limited(1):
                 result = analyze_wcet(functions, session.root_model(root).name, fi.costs,
                                   system.counts, system.columns,
-                                  loop_facts=session.target.loops,
+                                  loop_facts=loop_facts,
                                   recursion=session.target.recursion,
                                   recursion_activations=session.target.recursion_activations,
                                   entry_cost=fi.entry_cost,
                                   cov=fi.cov, cov_index=fi.cov_index, z=fi.z,
                                   observed_paths=session.target.observed_paths,
-                                  flow_facts=session.target.flow,
+                                  flow_facts=flow_facts,
                                   unreached=session.target.unreached)
     except WcetError as exc:
         log.warning("%s: no WCET bound: %s", root, exc)
@@ -415,6 +416,36 @@ def wcet_stage(session: Session, root: str, system: Any, fit: Any,
     if aside is None:
         return result
     return replace(result, set_aside=aside.to_dict(result.upper_ticks))
+
+
+def check_facts(session: Session) -> None:
+    """Refuse a [loops], [flow] or [recursion] fact that names no function (or no loop,
+    no block) of the binary, before anything is measured
+    (:func:`wcetfit.wcet.fact_names.check_fact_names`)."""
+    from wcetfit.wcet.fact_names import check_fact_names
+    check_fact_names(session.target, {root: session.functions_of(root)
+                                      for root in session.target.functions})
+
+
+def own_facts(session: Session, root: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The target's [loops] and [flow] facts that concern ``root``: with several measured
+    functions, a fact about another one's callee is left out of this one's bound."""
+    from wcetfit.wcet.fact_names import facts_reaching
+    from wcetfit.wcet.flowfacts import parse_flow_facts
+    from wcetfit.wcet.loops import parse_loop_facts, parse_site_loop_facts
+
+    functions = session.functions_of(root)
+    elsewhere: dict[str, Any] = {}
+    for other in session.target.functions:
+        if other != root:
+            elsewhere.update(session.functions_of(other))
+    loops = facts_reaching(session.target.loops,
+                           lambda spec: (parse_loop_facts(spec, functions),
+                                         parse_site_loop_facts(spec, functions)),
+                           functions, elsewhere)
+    flow = facts_reaching(session.target.flow, lambda spec: parse_flow_facts(spec, functions),
+                          functions, elsewhere)
+    return loops, flow
 
 
 def _search_rows(session: Session, root: str) -> Any:

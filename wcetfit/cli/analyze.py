@@ -34,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
     from wcetfit.cli.report import check_outputs, emit
     from wcetfit.timing.run import run_times
     from wcetfit.fit.system import refuse_shared_blocks
-    from wcetfit.pipeline import (activation_step, analyze_stage, count_following_indirect,
-                                  open_session, stored_measurements, wants_activations)
+    from wcetfit.pipeline import (activation_step, analyze_stage, check_facts,
+                                  count_following_indirect, open_session, stored_measurements,
+                                  wants_activations)
 
     check_outputs(args)
     from wcetfit.locks import lock_target_store
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     roots = list(s.target.functions)
     for root in roots:                      # before minutes of measuring, not after
         refuse_shared_blocks(root, s.functions_of(root))
+    check_facts(s)
     # per-activation rows ([timing] activations) need the count run's block trace
     per_activation = [root for root in roots if wants_activations(s, root)]
     notes: dict[str, tuple[str, ...]] = {}

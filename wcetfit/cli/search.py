@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
                           "least 0")
     check_output_path(args.json)
     s = open_session(args.target, **measure_overrides(args))
+    from wcetfit.pipeline import check_facts
+    check_facts(s)                  # a misspelt fact refused before measuring, not after
     t = s.target
     # the command line's, else wcetfit.toml's [search] settings (its budget 0 turns off
     # the search step of `analyze`, not a search asked for by name)

@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     out: TextIO = sys.stdout if args.json != "-" else sys.stderr
     t_start = time.monotonic()
     s = open_session(args.target, seed=args.seed, repeats=args.repeats, inputs=args.inputs)
+    from wcetfit.pipeline import check_facts
+    check_facts(s)                  # a misspelt fact refused before measuring, not after
     function = args.function or s.target.functions[0]
     if function not in s.roots:
         raise WcetfitError(f"{function} is not a measured function of {args.target} "

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from wcetfit.errors import TargetError
+from wcetfit.errors import TargetError, UnknownFunction
 from wcetfit.model import FunctionModel, hexaddr
 
 _TERM = re.compile(r"""\s*(?P<sign>[+-])?\s*
@@ -120,15 +120,15 @@ def _resolve(where: str, kind: str, ref: str, functions: Mapping[str, FunctionMo
     ref = ref.strip().strip('"')
     if kind == "A":
         if ref not in functions:
-            raise TargetError(f"{where}: A({ref}): no function {ref!r} among the analysed "
-                              f"ones ({', '.join(sorted(functions))})")
+            raise UnknownFunction(f"{where}: A({ref}): no function {ref!r} among the "
+                                  f"analysed ones ({', '.join(sorted(functions))})", ref)
         return ref, functions[ref].address
     m = re.fullmatch(r"(?P<fn>.+?)\s*(?P<sep>[+-])\s*(?P<off>0[xX][0-9a-fA-F]+|\d+)", ref)
     if m and not ref.startswith(("0x", "0X")):
         fname = m.group("fn")
         if fname not in functions:
-            raise TargetError(f"{where}: N({ref}): no function {fname!r} among the analysed "
-                              f"ones ({', '.join(sorted(functions))})")
+            raise UnknownFunction(f"{where}: N({ref}): no function {fname!r} among the "
+                                  f"analysed ones ({', '.join(sorted(functions))})", fname)
         fn = functions[fname]
         off = int(m.group("off"), 0)
         addr = fn.address + (off if m.group("sep") == "+" else -off)

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from wcetfit.errors import TargetError, WcetError
+from wcetfit.errors import TargetError, UnknownFunction, WcetError
 from wcetfit.model import FunctionModel, hexaddr
 from wcetfit.wcet.flow import Flow
 from wcetfit.wcet.result import SOURCE_FACT, SOURCE_OBSERVED, LoopBound, describe_block
@@ -326,8 +326,8 @@ def _call_site(where: str, text: str, functions: Mapping[str, FunctionModel],
         name, _, off_text = text.rpartition("+")
         name = name.strip().strip('"')
         if name not in functions:
-            raise TargetError(f"{where}: no function {name!r} among the analysed ones "
-                              f"({', '.join(sorted(functions))})")
+            raise UnknownFunction(f"{where}: no function {name!r} among the analysed ones "
+                                  f"({', '.join(sorted(functions))})", name)
         try:
             addr = functions[name].address + _parse_int(off_text)
         except ValueError:
@@ -389,9 +389,9 @@ def _loop_targets(where: str, key: str, functions: Mapping[str, FunctionModel]
         if name not in functions:
             import difflib
             close = difflib.get_close_matches(name, list(functions), n=1)
-            raise TargetError(f"{where}: no function {name!r} among the analysed ones"
-                              + (f" (did you mean '{close[0]}'?)" if close else
-                                 f" ({', '.join(sorted(functions))})"))
+            raise UnknownFunction(f"{where}: no function {name!r} among the analysed ones"
+                                  + (f" (did you mean '{close[0]}'?)" if close else
+                                     f" ({', '.join(sorted(functions))})"), name)
         fn = functions[name]
         addr = fn.address + (off if sep == "+" else -off)
         if addr not in {lp.header for lp in fn.loops}:

@@ -446,8 +446,20 @@ def _describe_status(status: int) -> str:
     return f"wait status {status:#x}"
 
 
+def hang_message(limit: float, per_call: float | None) -> str:
+    """What a hang of one input's calls says: the limit, and how the [measure] timeout
+    made it ("no return after 6 s (3 × [measure] timeout = 2 s: this input's calls)")."""
+    if per_call and abs(limit - per_call) > 1e-9:
+        made = (f"{limit / per_call:.3g} × [measure] timeout = {per_call:g} s: the calls of "
+                f"this input and their overhead")
+    else:
+        made = "[measure] timeout"
+    return (f"no return after {limit:.3g} s ({made}; raise the timeout if the function is "
+            f"just slow)")
+
+
 def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
-                 timeout: float, setup_timeout: float = 120.0,
+                 timeout: float, per_call: float | None = None, setup_timeout: float = 120.0,
                  build_timeout: float = BUILD_TIMEOUT_S,
                  on_result: Callable[[int, Any], None] | None = None,
                  on_failure: Callable[[InputFailure], None] | None = None,
@@ -459,6 +471,8 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
     whatever happens to its timed call.
 
     ``timeout``: seconds one input may take after its "start" before it counts as a hang;
+    ``per_call``: the [measure] timeout it is a multiple of (named in the hang's message:
+    the user sets 2 s and reads "no return after 6 s", which must say why 6);
     ``build_timeout``: seconds its arguments may take to build before it (:data:`BUILD_TIMEOUT_S`).
     ``on_result``/``on_failure`` are called in the parent as results arrive, so callers can
     save incrementally.  A ``fatal`` message re-raises its WcetfitError here, after the
@@ -469,6 +483,7 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
     said = None
     try:
         run = _run_workers(make_worker, list(indices), output.fileno(), timeout=timeout,
+                           per_call=per_call,
                            setup_timeout=setup_timeout, build_timeout=build_timeout,
                            on_result=on_result, on_failure=on_failure,
                            on_returned=on_returned)
@@ -482,8 +497,8 @@ def run_isolated(make_worker: Callable[[], Worker], indices: Iterable[int], *,
 
 
 def _run_workers(make_worker: Callable[[], Worker], pending: list[int], output: int, *,
-                 timeout: float, setup_timeout: float, build_timeout: float,
-                 on_result: Callable[[int, Any], None] | None,
+                 timeout: float, per_call: float | None, setup_timeout: float,
+                 build_timeout: float, on_result: Callable[[int, Any], None] | None,
                  on_failure: Callable[[InputFailure], None] | None,
                  on_returned: Callable[[int], None] | None) -> IsolatedRun:
     """:func:`run_isolated`'s loop: a worker per stretch of inputs, the next one after a
@@ -551,10 +566,8 @@ def _run_workers(make_worker: Callable[[], Worker], pending: list[int], output: 
                     index, summary = in_progress
                     # (the limit covers all of this input's calls: a multiple of the
                     # per-call [measure] timeout, which is what the user sets)
-                    fail = InputFailure(index, "hang", f"no return after {timeout:g} s "
-                                        "(the time allowed for this input's calls, from "
-                                        "[measure] timeout per call; raise it if the "
-                                        "function is just slow)", summary)
+                    fail = InputFailure(index, "hang", hang_message(timeout, per_call),
+                                        summary)
                     _record_failure(run, fail, on_failure)
                     pending = _after_failure(pending, index, warming)
                     break

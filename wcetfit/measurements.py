@@ -345,6 +345,7 @@ EARLY_STOP_FAILURES = 20
 
 
 def measure_saving(make_worker: Callable[[], Any], todo: Sequence[int], *, timeout: float,
+                   per_call: float | None = None,
                    store_result: Callable[[int, Any], None], failures: list[InputFailure],
                    save: Callable[[], None], done: Callable[[], int], wanted: int,
                    progress: Progress | None) -> Any:
@@ -390,7 +391,8 @@ def measure_saving(make_worker: Callable[[], Any], todo: Sequence[int], *, timeo
     if progress:
         progress(done(), wanted)
     try:
-        run = run_isolated(make_worker, todo, timeout=timeout, on_result=on_result,
+        run = run_isolated(make_worker, todo, timeout=timeout, per_call=per_call,
+                           on_result=on_result,
                            on_failure=on_failure, on_returned=on_returned)
     finally:
         saver.dirty = True

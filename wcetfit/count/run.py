@@ -108,7 +108,8 @@ def copy_crashes(target: Target, model: Any, roots: Sequence[str],
     if not crashed:
         return list(failures)
     run = run_isolated(lambda: _OriginalWorker(target, model, roots),
-                       [f.index for f in crashed], timeout=3 * target.measure.timeout)
+                       [f.index for f in crashed], timeout=3 * target.measure.timeout,
+                       per_call=target.measure.timeout)
     returned = set(run.results)
     out = []
     for f in failures:
@@ -244,7 +245,8 @@ def run_counts(target: Target, store: Store, model: Any, roots: Sequence[str], *
     # Counting runs each input twice (the copy, then the original for the differential
     # check): the hang timeout covers both.
     measure_saving(lambda: _CountWorker(target, model, list(roots), trace, uncounted), todo,
-                   timeout=3 * target.measure.timeout, store_result=store_result,
+                   timeout=3 * target.measure.timeout, per_call=target.measure.timeout,
+                   store_result=store_result,
                    failures=failures, save=save, done=lambda: len(per_root[first]),
                    wanted=len(wanted), progress=progress)
     crashed = [f for f in failures if f.kind == "crash"]

@@ -158,6 +158,7 @@ def count_candidates(target: Target, model: Any, root: str,
             run = run_isolated(lambda: _Rejecting(_CountWorker(target, model, [root], False,
                                                                uncounted, inputs=replay)),
                                pending, timeout=3 * target.measure.timeout,
+                               per_call=target.measure.timeout,
                                on_result=on_result, on_failure=failures.append)
         except CandidateRejected as exc:
             failures.append(_rejected(target, root, exc, replay))
@@ -229,7 +230,8 @@ def _time_candidates(target: Target, root: str, address: int, method: str,
         todo = [int(k) for k in (*keys[start:], *keys[:start]) if int(k) not in failed]
         run = run_isolated(lambda: _TimingWorker(target, [(root, address)], method, repeats=1,
                                                  inputs=replay),
-                           todo, timeout=m.timeout * (m.warmup + 2), on_result=on_result,
+                           todo, timeout=m.timeout * (m.warmup + 2), per_call=m.timeout,
+                           on_result=on_result,
                            on_failure=on_failure)
         if run.interrupted:
             raise KeyboardInterrupt

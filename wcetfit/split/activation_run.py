@@ -278,7 +278,7 @@ def run_activations(target: Target, store: Store, model: Any, root: str, *,
     with timing_lock(target.directory):
         measure_saving(lambda: _ActivationWorker(target, model, root, method, repeats, warmup,
                                                  expected, check), todo,
-                       timeout=m.timeout * 2 * (repeats + warmup + 2),
+                       timeout=m.timeout * 2 * (repeats + warmup + 2), per_call=m.timeout,
                        store_result=store_result, failures=failures,
                        save=lambda: save_activations(store, snapshot()),
                        done=lambda: len(results), wanted=len(todo), progress=progress)

@@ -193,7 +193,8 @@ def measure_round(target: Target, function: str, root_link: int,
         run = run_isolated(lambda: _RoundWorker(target, function, proto, root_link, layouts,
                                                 wanted, method, repeats, warmup, check,
                                                 bool(whole_set)),
-                           todo, timeout=timeout, on_result=on_result, on_failure=on_failure)
+                           todo, timeout=timeout, per_call=m.timeout, on_result=on_result,
+                           on_failure=on_failure)
     if run.interrupted:
         raise KeyboardInterrupt
     seconds = time.monotonic() - t0

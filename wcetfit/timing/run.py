@@ -326,7 +326,8 @@ def run_times(target: Target, store: Store, functions: Mapping[str, int], *,
 
             wrote = measure_saving(
                 lambda: _TimingWorker(target, list(functions.items()), method, repeats=1),
-                todo, timeout=m.timeout * (m.warmup + 2), store_result=store_result,
+                todo, timeout=m.timeout * (m.warmup + 2), per_call=m.timeout,
+                store_result=store_result,
                 failures=failures, save=save, done=lambda: int(done.sum()),
                 wanted=n * m.repeats, progress=progress)
             if wrote is not None:
@@ -395,6 +396,7 @@ def run_straight_line(target: Target, functions: Mapping[str, int], *, kmax: int
                                                        kmax, rounds),
                            range(target.measure.inputs),
                            timeout=target.measure.timeout * kmax * (kmax + 1) / 2 * rounds,
+                           per_call=target.measure.timeout,
                            on_result=on_result, on_failure=failures.append)
     if run.interrupted:
         raise KeyboardInterrupt

@@ -280,3 +280,15 @@ def test_readable_basis_pivots_are_the_first_independent_columns_in_order():
             kept, ref = trial, ref + [int(j)]
     assert piv == ref
     assert np.allclose(rows[:, piv], np.eye(len(piv)))
+
+
+def test_combinations_read_with_small_fractions_and_large_decimals():
+    from wcetfit.fit.wording import linear_text
+    # a half and three quarters read as fractions; libbz2's split group had
+    # (305580091/12)·0x4888, a size no one reads off a fraction
+    assert linear_text([("a", 0.5, Fraction(1, 2)), ("b", -0.75, Fraction(-3, 4)),
+                        ("c", 3.0, Fraction(3))]) == "(1/2)·a − (3/4)·b + 3·c"
+    text = linear_text([("ε", 1.0, Fraction(1)),
+                        ("0x4888", -305580091 / 12, Fraction(-305580091, 12)),
+                        ("0x4890", 200000.0, Fraction(200000))])
+    assert text == "ε − 2.547e+07·0x4888 + 2e+05·0x4890"

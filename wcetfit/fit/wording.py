@@ -10,12 +10,24 @@ def fmt(x: float) -> str:
     return f"{x:.4g}" if abs(x) < 1e4 else f"{x:.6g}"
 
 
+# A fraction reads better than its decimal while it is small: 3/4·a, not 0.75·a.  libbz2's
+# split groups had (305580091/12)·0x4888: a decimal (2.547e+07·) says the size at once.
+MAX_FRACTION_NUMERATOR = 99
+MAX_WHOLE_COEFFICIENT = 99_999
+
+
+def _readable_fraction(f: Fraction) -> bool:
+    if f.denominator == 1:
+        return f.numerator <= MAX_WHOLE_COEFFICIENT
+    return f.numerator <= MAX_FRACTION_NUMERATOR
+
+
 def linear_text(terms: list[tuple[str, float, Fraction | None]]) -> str:
     out = ""
     for i, (name, v, f) in enumerate(terms):
         neg = v < 0
         mag = abs(v)
-        if f is not None:
+        if f is not None and _readable_fraction(abs(f)):
             fa = abs(f)
             coef = "" if fa == 1 else (f"{fa.numerator}·" if fa.denominator == 1
                                        else f"({fa.numerator}/{fa.denominator})·")

@@ -315,6 +315,62 @@ def test_exact_rank_sees_what_floating_point_tolerance_would_blur():
     assert sp.rank == 2 and sp.estimable().all()
 
 
+@pytest.mark.parametrize("inner", [5, 2048, 2049, 5000])
+@pytest.mark.parametrize("b_top", [1, 2047, 2048, 2**22, RK._PRIMES[0] - 1])
+def test_modular_product_is_exact_at_the_largest_residues(inner, b_top):
+    # residues next to p, and more inner terms than one double product can hold exactly;
+    # B's entries at the edges of one, two and three limbs
+    p = RK._PRIMES[0]
+    rng = np.random.default_rng(inner)
+    A = p - 1 - rng.integers(0, 3, (4, inner)).astype(np.int64)
+    B = b_top - rng.integers(0, 2, (inner, 3)).astype(np.int64)
+    want = [[sum(int(a) * int(b) for a, b in zip(A[i], B[:, j])) % p for j in range(3)]
+            for i in range(4)]
+    assert RK._mulmod(A, B, p).tolist() == want
+
+
+def _reduce_by_passes(space, R):
+    """The remainder as one pass per pivot row computes it (the reference)."""
+    R = np.asarray(R, dtype=object) % space.p
+    for b, j in zip(space.rows.astype(object), space.pivots):
+        R = (R - np.outer(R[:, j], b)) % space.p
+    return R.astype(np.int64)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_product_reduction_equals_the_pass_per_pivot(seed):
+    rng = np.random.default_rng(seed)
+    n = 40
+    space = RK.ModSpace(n)
+    for _ in range(4):
+        space.add(rng.integers(0, 50, (int(rng.integers(1, 8)), n)) *
+                  (rng.random((1, n)) < 0.6))
+    # the rows stay in RREF: a 1 at each pivot, 0 in the other rows' pivot columns
+    assert (space.rows[:, space.pivots] == np.eye(space.rank, dtype=np.int64)).all()
+    R = rng.integers(-10**6, 10**6, (25, n))
+    got = space.reduce(R)
+    assert (got == _reduce_by_passes(space, R)).all()
+    assert not got[:, space.pivots].any()
+
+
+@pytest.mark.parametrize("gain", [0, 1, 3, 7, 8, 9, 30])
+def test_the_rank_many_rows_add_is_found_from_few_combinations(gain):
+    # 200 rows (a probe's inputs) that add `gain` dimensions to a space of rank 20: the
+    # combinations' span is the rows' span, also where the gain reaches the 8 tried
+    rng = np.random.default_rng(gain)
+    n = 60
+    basis = rng.integers(0, 40, (20 + gain, n))
+    space = RK.ModSpace(n)
+    space.add(basis[:20])
+    R = rng.integers(0, 5, (200, 20 + gain)) @ basis
+    got = space.residual(R)
+    assert got.shape[0] == gain
+    # the same span as every row reduced by the reference passes (RREF is canonical)
+    reduced = _reduce_by_passes(space, R)
+    want = RK._echelon(reduced[reduced.any(axis=1)], space.p)[0]
+    assert got.shape == want.shape and (RK._echelon(got, space.p)[0] == want).all()
+
+
 # ============================================================================================
 # planning
 # ============================================================================================

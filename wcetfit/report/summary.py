@@ -537,6 +537,12 @@ def _rests_on(report: Report, fr: FunctionReport, *, short: bool = False) -> lis
         bound = " and ".join(x for x in (
             f"≤ {b.per_entry} iterations per entry" if b.per_entry is not None else "",
             f"≤ {b.total} per call" if b.total is not None else "") if x)
+        if b.source == "fact" and getattr(lo, "entries", 0) and not lo.binding:
+            # a fact the worst path stays below is no premise of this bound: the headline
+            # said "≤ 2047 (from [loops])" of a path held at the inputs' 1,023
+            src += (f"; not charged: the worst path takes {lo.back_edges:,} in "
+                    f"{lo.entries:,} entr{'y' if lo.entries == 1 else 'ies'}, see the "
+                    f"warnings")
         out.append(f"loop {lo.name}: {bound} ({src})")
     if len(loops) > MAX_LOOPS:
         observed = sum(1 for lo in loops[MAX_LOOPS:] if lo.bound.source == SOURCE_OBSERVED)

@@ -293,6 +293,25 @@ def test_the_budget_never_interrupts_a_lock_being_taken_or_released():
     assert lock.inside and lock.leaving and not in_body
 
 
+def test_the_budget_alarm_waits_out_a_finalizer():
+    """zlib's uncompress2: the alarm rang in angr's PagedMemoryMixin.__del__, where Python
+    prints the exception as a traceback ("Exception ignored in …") and drops it."""
+    import gc
+    import sys
+
+    from wcetfit.static.reach import _in_a_context_manager
+
+    seen = []
+
+    class Page:
+        def __del__(self):
+            seen.append(_in_a_context_manager(sys._getframe()))
+
+    Page()
+    gc.collect()
+    assert seen == [True]
+
+
 def test_paths_angr_stopped_name_the_first_error():
     """libdeflate's adler32: "2 path(s) stopped by an angr error", and nothing said which
     (angr lacks MMX's psadbw); the first error is named."""

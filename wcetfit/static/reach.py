@@ -427,9 +427,12 @@ class _BudgetSpent(Exception):
 
 def _in_a_context_manager(frame) -> bool:  # type: ignore[no-untyped-def]
     """Whether ``frame`` or a caller is entering or leaving a ``with`` (a lock's
-    ``__enter__``/``__exit__``): no place for an exception from a signal handler."""
+    ``__enter__``/``__exit__``), or is a finalizer (``__del__``: Python prints an
+    exception raised there as a traceback and drops it, angr's paged memory's in zlib's
+    uncompress2): no place for an exception from a signal handler."""
     while frame is not None:
-        if frame.f_code.co_name in ("__enter__", "__exit__", "acquire", "release"):
+        if frame.f_code.co_name in ("__enter__", "__exit__", "acquire", "release",
+                                    "__del__"):
             return True
         frame = frame.f_back
     return False

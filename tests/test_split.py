@@ -371,6 +371,25 @@ def test_the_rank_many_rows_add_is_found_from_few_combinations(gain):
     assert got.shape == want.shape and (RK._echelon(got, space.p)[0] == want).all()
 
 
+def test_probe_rows_that_outgrow_memory_are_refused_with_the_inputs_that_fit():
+    # libexpat's XML_Parse: 7,776 candidates × 500 inputs × 3,888 blocks grew to 21.6 GB
+    # and the kernel killed the planner (and nearly the machine)
+    from wcetfit.errors import TooLarge
+    sysm = System(0, n_inputs=120)
+    cands = PL.candidate_probes(sysm.columns)
+    whole = CF.probe_rows_many(cands, sysm.columns, sysm.traces, max_bytes=10**12)
+    held = sum(r.counts.nbytes for r in whole)
+    with pytest.raises(TooLarge) as e:
+        CF.probe_rows_many(cands, sysm.columns, sysm.traces, max_bytes=held // 4)
+    msg = str(e.value)
+    assert "outgrow memory" in msg and "\n" not in msg
+    fits = int(msg.split("--inputs ")[1].split()[0])
+    assert 20 <= fits <= 120 // 4
+    assert len(CF.probe_rows_many(cands, sysm.columns, sysm.traces,
+                                  indices=sorted(sysm.traces)[:fits],
+                                  max_bytes=held // 4)) == len(cands)
+
+
 # ============================================================================================
 # planning
 # ============================================================================================

@@ -75,5 +75,10 @@ class FitError(WcetfitError):
     """The linear system cannot be fitted (no rows, shapes disagree...)."""
 
 
+class TooLarge(WcetfitError):
+    """A step would need more memory than the machine has to give (said before it is
+    taken, not found by the kernel's out-of-memory killer)."""
+
+
 class WcetError(WcetfitError):
     """The WCET bound cannot be computed (unbounded loop, recursion without bound...)."""

@@ -52,3 +52,16 @@ def cpu_info() -> CpuInfo:
             return parse_cpuinfo(f.read())
     except OSError:  # pragma: no cover - not Linux
         return CpuInfo("unknown", "unknown", frozenset(), os.cpu_count() or 1)
+
+
+def available_memory_bytes() -> int | None:
+    """The memory the kernel says can be had without swapping (MemAvailable), or None
+    where /proc/meminfo does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

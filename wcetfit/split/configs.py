@@ -341,11 +341,31 @@ def probe_rows(probe: Probe, columns: Columns, traces: Mapping[int, np.ndarray],
     return probe_rows_many([probe], columns, traces, indices)[0]
 
 
+# The share of the memory available the probes' rows may take: the planner holds them
+# again in its own layout (unique rows, then widened to its every column), and the
+# machine runs other work (libexpat's XML_Parse, 3,888 blocks, 7,704 candidate probes ×
+# 500 inputs, grew to 21.6 GB before the kernel killed it).
+ROWS_MEMORY_SHARE = 1 / 6
+
+
 def probe_rows_many(probes: Sequence[Probe], columns: Columns,
                     traces: Mapping[int, np.ndarray],
-                    indices: Sequence[int] | None = None) -> list[ProbeRows]:
-    """:func:`probe_rows` for many probes with one pass over each trace."""
+                    indices: Sequence[int] | None = None,
+                    max_bytes: int | None = None) -> list[ProbeRows]:
+    """:func:`probe_rows` for many probes with one pass over each trace.
+
+    ``max_bytes``: the most the rows may take (default: :data:`ROWS_MEMORY_SHARE` of the
+    memory available); past it, :class:`~wcetfit.errors.TooLarge` says how many inputs
+    would fit."""
+    from wcetfit.errors import TooLarge
+    from wcetfit.machine import available_memory_bytes
+
     idx = sorted(traces) if indices is None else [int(i) for i in indices]
+    if max_bytes is None:
+        avail = available_memory_bytes()
+        max_bytes = int(avail * ROWS_MEMORY_SHARE) if avail else None
+    row_bytes = columns.n_segments * 8
+    held = 0
     nb = columns.n_blocks
     # block ids whose first arrival we need: the probe points' blocks
     targets: list[int] = []
@@ -404,6 +424,18 @@ def probe_rows_many(probes: Sequence[Probe], columns: Columns,
             per[k][0].append(i)
             per[k][1].append(row)
             per[k][2].append(passes)
+            held += row_bytes
+        if max_bytes is not None and held > max_bytes:
+            done = idx.index(i) + 1
+            fits = max(0, int(done * max_bytes / held) - 1)
+            raise TooLarge(
+                f"the rows of {len(probes):,} candidate probes over {len(idx):,} inputs "
+                f"({columns.n_segments:,} blocks each) outgrow memory: after {done:,} "
+                f"inputs they held {held / 1e9:.1f} GB, past the {max_bytes / 1e9:.1f} GB "
+                f"allowed (a sixth of what is available); "
+                + (f"split with --inputs {fits} or fewer, or a function of fewer blocks"
+                   if fits >= 20 else "split a function of fewer blocks: too few inputs "
+                   "would fit to separate anything"))
     out = []
     ns = columns.n_segments
     for p, (ii, rows, ps) in zip(probes, per):

@@ -166,9 +166,10 @@ def plan(columns: Columns, base_counts: np.ndarray, traces: Mapping[int, np.ndar
         blocks_rows.append(lay.rows(base, lay.eps_key(None), None, None))
     existing_keys = {p.key for p in existing}
     all_probes = list(existing) + [c for c in candidates if c.key not in existing_keys]
-    rows_of = probe_rows_many(all_probes, columns, traces) if all_probes else []
+    rows_of: list[Any] = probe_rows_many(all_probes, columns, traces) if all_probes else []
     cand_rows: list[tuple[Probe, np.ndarray, int, float]] = []
-    for k, (p, pr) in enumerate(zip(all_probes, rows_of)):
+    for k, p in enumerate(all_probes):
+        pr, rows_of[k] = rows_of[k], None       # each probe's raw rows freed once laid out
         if pr.counts.shape[0] == 0:
             if k >= len(existing):
                 continue
@@ -198,6 +199,7 @@ def plan(columns: Columns, base_counts: np.ndarray, traces: Mapping[int, np.ndar
     groups = _groups(space, present, lay, seg_n)
     chosen: list[Proposal] = []
     remaining = [(p, _pad(R, n), m, size) for p, R, m, size in cand_rows]
+    del cand_rows                   # (the narrower rows, where widening copied them)
     cur_space, cur_present, cur_est = space, present, est_now
     # A family's first probe brings its ε: alone it adds as much rank as unknowns, so a
     # greedy step sees no gain in the pure-ε probe that makes every later probe of the

@@ -349,6 +349,10 @@ def make_plan(st: SplitState, *, max_probes: int = 8, entry: bool = True,
                    unprobeable=st.unprobeable, max_probes=max_probes)
 
 
+# Candidates whose rows precision_probes holds at once.
+PRECISION_CHUNK = 256
+
+
 def precision_probes(st: SplitState, summary: Mapping[str, Any], *, max_probes: int = 8
                      ) -> list[CF.Probe]:
     """Probes that add no exact rank but shorter rows for the blocks the fit still groups.
@@ -375,9 +379,14 @@ def precision_probes(st: SplitState, summary: Mapping[str, Any], *, max_probes: 
              and lay.probe.address in grouped and wanted(lay.probe)]
     if not cands:
         return []
-    rows = CF.probe_rows_many(cands, st.columns, st.traces)
-    sized = sorted(((float(np.mean(r.counts.sum(axis=1) + r.passes)), p.key, p)
-                    for p, r in zip(cands, rows) if r.indices.size), key=lambda t: t[:2])
+    # only each probe's mean region size is kept: a few hundred probes' rows at a time
+    sized = []
+    for lo in range(0, len(cands), PRECISION_CHUNK):
+        chunk = cands[lo:lo + PRECISION_CHUNK]
+        rows = CF.probe_rows_many(chunk, st.columns, st.traces)
+        sized += [(float(np.mean(r.counts.sum(axis=1) + r.passes)), p.key, p)
+                  for p, r in zip(chunk, rows) if r.indices.size]
+    sized.sort(key=lambda t: t[:2])
     return [p for _s, _k, p in sized[:max_probes]]
 
 

@@ -102,3 +102,57 @@ def _ran_beyond(own: dict, header: int, kind: str, bound: int) -> bool:
         return False
     got = one.per_entry if kind == "per entry" else one.total
     return got is not None and got > bound
+
+
+@dataclass(frozen=True)
+class BlocksBeyond:
+    """Blocks the bound leaves out (no training input ran them, ``[wcet] unreached =
+    "observed"``) that fresh inputs ran: their time is in no term of the bound."""
+
+    function: str
+    blocks: tuple[str, ...]   # "fn+0xOFF", the ones fresh inputs ran
+    input: int | None         # the fresh input that ran the most of them
+    inputs: int               # how many fresh inputs ran any
+    numbers: tuple[int, ...] = ()   # their numbers (the first MAX_NUMBERS)
+
+    def describe(self) -> str:
+        who = f"fresh input {self.input}" if self.input is not None else "a fresh input"
+        more = f"; {self.inputs:,} fresh inputs ran some" if self.inputs > 1 else ""
+        shown = ", ".join(self.blocks[:4]) + (" …" if len(self.blocks) > 4 else "")
+        return (f"{who} ran {len(self.blocks)} block(s) of {self.function} no training "
+                f"input ran, which the bound leaves out ({shown}){more}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["blocks"] = list(self.blocks)
+        d["numbers"] = list(self.numbers)
+        return d
+
+
+def blocks_beyond(functions: Sequence[Any], counts: Any) -> tuple[BlocksBeyond, ...]:
+    """The blocks the report's ``functions`` (wcetfit.report.FunctionReport) leave out of
+    the bound, never run by the training, that fresh inputs (``counts``,
+    wcetfit.measurements.CountSet) ran (libm's lgamma: fresh input 55 ran two blocks of
+    the bound's left-out ones, and the check said "covered")."""
+    by_name = {fc.name: fc for fc in counts.functions}
+    indices = np.asarray(counts.indices)
+    out: list[BlocksBeyond] = []
+    for fr in functions:
+        fc = by_name.get(fr.name)
+        if fc is None or len(indices) == 0 or \
+                getattr(fr.wcet, "unreached_policy", "observed") != "observed":
+            continue
+        left = set(fr.never_executed)
+        col = [j for j, a in enumerate(fc.blocks) if a in left]
+        if not col:
+            continue
+        ran = np.asarray(fc.counts)[:, col] > 0
+        rows = np.flatnonzero(ran.any(axis=1))
+        if rows.size == 0:
+            continue
+        most = int(rows[np.argmax(ran[rows].sum(axis=1))])
+        addrs = sorted(fc.blocks[col[j]] for j in np.flatnonzero(ran.any(axis=0)))
+        names = tuple(fr.key(a) for a in addrs)
+        out.append(BlocksBeyond(fr.name, names, int(indices[most]), int(rows.size),
+                                tuple(int(indices[k]) for k in rows[:MAX_NUMBERS])))
+    return tuple(out)

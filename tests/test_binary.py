@@ -573,3 +573,23 @@ def test_callees_model_warnings_are_one_line_the_roots_each_their_own(caplog):
     assert "(c0, c1, c2, c3, c4, c5 …)" in warned[1] and "quiet" not in warned[1]
     infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert "c7: falls through" in infos
+
+
+def test_an_address_inside_a_function_is_refused_naming_the_function():
+    """liblzma's 0x13a24, four bytes into lzma_crc32 (inside an instruction): init took
+    it, and every input "crashed" with advice to fix generate()."""
+    import os
+
+    from wcetfit.errors import FunctionNotFound
+    from wcetfit.static.elfinfo import read_elf
+    from wcetfit.static.symbols import SymbolIndex
+
+    lib = "/lib/x86_64-linux-gnu/liblzma.so.5"
+    if not os.path.exists(lib):
+        pytest.skip(f"{lib} is absent")
+    index = SymbolIndex(read_elf(lib))
+    start = index.resolve("lzma_crc32")
+    assert index.resolve(hex(start)) == start
+    with pytest.raises(FunctionNotFound) as e:
+        index.resolve(hex(start + 4))
+    assert f"is inside lzma_crc32 ({start:#x}+0x4), not where a function starts" in str(e.value)

@@ -96,7 +96,7 @@ class SymbolIndex:
         text = spec.strip()
         m = re.fullmatch(r"(?:0x|sub_)([0-9a-fA-F]+)", text)
         if m:
-            return self._check_address(int(m.group(1), 16), text)
+            return self._check_address(int(m.group(1), 16), text, entry=True)
         name = text.split("@@", 1)[0]           # nm prints the default version as name@@VER
         addrs = self.aliases.get(name)
         if addrs is None and self.elf.stripped and name.startswith("sub_"):
@@ -125,11 +125,29 @@ class SymbolIndex:
                                    f"give an address")
         return next(iter(addrs))
 
-    def _check_address(self, addr: int, text: str) -> int:
+    def _check_address(self, addr: int, text: str, entry: bool = False) -> int:
+        """``addr`` if it can be a function's entry; ``entry``: a user's address, also
+        refused inside a function the symbols or .eh_frame know (the addresses the model
+        itself found are angr's, which may start a function of its own there)."""
         elf = self.elf
         if elf.in_plt(addr):
             raise FunctionNotFound(f"{elf.path}: {text} is a PLT stub, not a function of this binary")
         if not elf.in_exec(addr):
             raise FunctionNotFound(f"{elf.path}: {text} is not in an executable section")
+        # An address inside a function the symbols or .eh_frame know, not at its start,
+        # is no function: liblzma's 0x13a24, one byte into an instruction of lzma_crc32,
+        # was measured, and every input "crashed" with advice to fix generate().
+        starts = {sym.address for sym in elf.symbols} | {start for start, _ in elf.fdes}
+        if entry and addr not in starts:
+            inside = [(sym.address, sym.name) for sym in elf.symbols
+                      if sym.size and sym.address < addr < sym.address + sym.size]
+            inside += [(start, self.name_of(start)) for start, size in elf.fdes
+                       if size and start < addr < start + size and start not in elf.fde_fragments]
+            if inside:
+                start, name = max(inside)
+                raise FunctionNotFound(
+                    f"{elf.path}: {text} is inside {name} ({hexaddr(start)}+"
+                    f"{addr - start:#x}), not where a function starts: name the function "
+                    f"by its name or its first instruction's address")
         return addr
 

@@ -215,6 +215,15 @@ def test_infeasible_names_the_input_and_the_constraint():
     with pytest.raises(InfeasibleError, match=r"input 0 breaks loop f\+0x10: ≤ 3 back edges"):
         ipet(fn, costs_of(fn, cost), {addr(fn, 1): LoopBound(total=3)}, relations=(rel,),
              inputs=measured)
+    # more broken inputs are counted, not listed as "breaks a constraint", and the
+    # solver's status stays in the log
+    three = np.array([simulate(fn, [0] * k + [1]) for k in (5, 6, 7)])
+    with pytest.raises(InfeasibleError) as e:
+        ipet(fn, costs_of(fn, cost), {addr(fn, 1): LoopBound(total=3)}, relations=(rel,),
+             inputs=three)
+    msg = str(e.value)
+    assert "2 more of the 3 inputs predicted slowest break the constraints too" in msg
+    assert "HiGHS" not in msg and "presolve" not in msg
 
 
 def test_unbounded_cycle_names_the_blocks_no_constraint_limits():

@@ -206,7 +206,12 @@ def load_state(session: Any, function: str, *, place: bool = True) -> SplitState
                          f"{m.repeats} repeats) in {store.directory}: run "
                          f"`wcetfit time {target.directory}` first")
     blocks, counts = _block_order(cs)
-    traces = {int(i): np.asarray(t, dtype=np.int64) for i, t in cs.trace.items()}
+    # the inputs asked for (--inputs N: generated inputs 0 … N−1): the store may hold the
+    # traces of more, and the planner's memory grows with every one it reads (libexpat's
+    # XML_Parse: refused at 500 inputs, told --inputs 164, and read all 500 again)
+    from wcetfit.numbering import SEARCH_BASE
+    traces = {int(i): np.asarray(t, dtype=np.int64) for i, t in cs.trace.items()
+              if int(i) < m.inputs or int(i) >= SEARCH_BASE}
     row_of = {int(i): k for k, i in enumerate(cs.indices)}
     n = len(blocks)
     for i, tr in traces.items():

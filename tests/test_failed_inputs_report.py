@@ -100,3 +100,18 @@ def test_the_search_is_not_run_on_inputs_that_mostly_fail(tmp_path, capsys):
     assert said and "15 of 20 inputs failed when counted" in said[0], said
     target = load_target(str(tmp_path))
     assert load_search_rows(open_store(target), "hostile", target.measure.seed) is None
+
+
+def test_a_generate_that_does_not_return_gets_its_own_advice_and_whole_words():
+    """A generate() looping forever on inputs 5 and 17: the summary was cut mid-word
+    ("took mo ×2") and the advice was the crash one ("a buffer too small for what the
+    function writes")."""
+    msg = ("building its arguments (generate() and packing them) took more than 60 s, "
+           "before any call")
+    f = [InputFailure(i, "hang", msg, "(not built)") for i in (5, 17)]
+    w = failed_inputs_finding(SimpleNamespace(failures=tuple(f)),
+                              SimpleNamespace(failures=(), indices=np.arange(28)))
+    assert "hang: building its arguments (generate() and packing them) took … ×2" in w.message
+    assert "took mo ×" not in w.message
+    assert w.advice.startswith("generate() itself did not return for input(s) 5, 17")
+    assert "buffer too small" not in w.advice

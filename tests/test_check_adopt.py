@@ -176,4 +176,4 @@ def test_fresh_inputs_that_run_blocks_the_bound_leaves_out_are_not_covered(tmp_p
     (b,) = c["blocks_beyond"]
     assert b["function"] == "rare" and set(b["numbers"]) == sevens and b["blocks"]
     assert "BEYOND THE BOUND'S BLOCKS" in res.stdout
-    assert f"--seed {fresh} --adopt" in res.stdout
+    assert f"--seed {fresh} --inputs {FRESH} --adopt" in res.stdout

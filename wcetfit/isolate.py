@@ -454,7 +454,7 @@ def hang_message(limit: float, per_call: float | None) -> str:
                 f"this input and their overhead")
     else:
         made = "[measure] timeout"
-    return (f"no return after {limit:.3g} s ({made}; raise the timeout if the function is "
+    return (f"no return after {limit:.4g} s ({made}; raise the timeout if the function is "
             f"just slow)")
 
 

@@ -95,9 +95,9 @@ def run(args: argparse.Namespace) -> int:
                 out.write(f"    - {b.describe()}\n")
             if len(found) > 6:
                 out.write(f"    - … and {len(found) - 6} more (--json lists them)\n")
-            out.write(f"    → `wcetfit check {args.target} --seed {seed} --adopt` makes those "
-                      f"inputs inputs of the training (the next bound takes their loops); or "
-                      f"give the loops [loops] facts\n")
+            out.write(f"    → `wcetfit check {args.target} --seed {seed}{_inputs_option(args)} "
+                      f"--adopt` makes those inputs inputs of the training (the next bound "
+                      f"takes their loops); or give the loops [loops] facts\n")
         ran = left_out.get(root, ())
         if ran:
             # (libm's lgamma: fresh input 55 ran two blocks no training input ran, which
@@ -108,8 +108,9 @@ def run(args: argparse.Namespace) -> int:
                       f"their time:\n")
             for b in ran[:6]:
                 out.write(f"    - {b.describe()}\n")
-            out.write(f"    → `wcetfit check {args.target} --seed {seed} --adopt` makes those "
-                      f"inputs inputs of the training (the next bound costs their blocks)\n")
+            out.write(f"    → `wcetfit check {args.target} --seed {seed}{_inputs_option(args)} "
+                      f"--adopt` makes those inputs inputs of the training (the next bound "
+                      f"costs their blocks)\n")
         if warned.get(root):
             # (the count of lines the analysis logged, not of the report's warnings: a user
             # read "2 warning(s)" here and "Warnings (104)" in the report)
@@ -130,6 +131,11 @@ def run(args: argparse.Namespace) -> int:
     ok = all(c.covered and c.calls for c in checks.values()) and \
         not any(beyond.get(r) or left_out.get(r) for r in checks)
     return 0 if ok else EXIT_NOT_COVERED
+
+
+def _inputs_option(args: argparse.Namespace) -> str:
+    """" --inputs N" as the check was given it: the same fresh inputs again, not more."""
+    return f" --inputs {args.inputs}" if args.inputs is not None else ""
 
 
 def _loops_beyond(args: argparse.Namespace, seed: int, reports: dict

@@ -797,7 +797,8 @@ def fit_in_words(fr: FunctionReport, hz: float | None = None) -> str:
             f"(median)")
     if p95 is not None:
         text += f" and {F.num(100 * p95)} % (95th percentile)"
-    text += f"; the goals are {GOAL_MEDIAN_REL:.0%} and {GOAL_P95_REL:.0%}"
+    text += (f"; the goals are {GOAL_MEDIAN_REL:.0%} and {GOAL_P95_REL:.0%} (fair: "
+             f"{5 * GOAL_MEDIAN_REL:.0%} and {4 * GOAL_P95_REL:.0%})")
     outside, held_out = v.get("outside_space"), v.get("heldout_inputs")
     weak = v.get("outside_space_weak") if isinstance(v.get("outside_space_weak"), int) else 0
     if isinstance(outside, int) and isinstance(held_out, int) and held_out > 0:

@@ -19,25 +19,12 @@ import pytest
 
 LIBLZMA = Path("/lib/x86_64-linux-gnu/liblzma.so.5")
 
-INPUTS = """
-import numpy as np
-MAX_LEN = 4096
-def generate(ctx):
-    n = MAX_LEN if ctx.index % 10 == 9 else int(ctx.rng.integers(0, MAX_LEN + 1))
+# generate()'s body: buffers up to 4 KB, every tenth at the most
+GENERATE = """    import numpy as np
+    n = 4096 if ctx.index % 10 == 9 else int(ctx.rng.integers(0, 4097))
     data = ctx.rng.integers(0, 256, max(n, 1), dtype=np.uint8).tobytes()
-    return (ctx.ffi.new("uint8_t[]", data), n, int(ctx.rng.integers(0, 2**32)))
-"""
-
-TOML = f"""binary = "{LIBLZMA}"
-functions = ["lzma_crc32"]
-prototype = "uint32_t lzma_crc32(const uint8_t *buf, size_t size, uint32_t crc);"
-inputs = "inputs.py"
-[measure]
-inputs = 120
-repeats = 3
-[search]
-budget = 0
-"""
+    return (ctx.ffi.new("uint8_t[]", data), n, int(ctx.rng.integers(0, 2**32)))"""
+PROTOTYPE = "uint32_t lzma_crc32(const uint8_t *buf, size_t size, uint32_t crc);"
 
 
 def _wcetfit(*args):
@@ -52,8 +39,9 @@ def _root(doc):
 @pytest.mark.skipif(not LIBLZMA.exists(), reason=f"{LIBLZMA} is absent: the root-loop "
                     f"fact is checked on the samples' own facts only")
 def test_a_fact_well_beyond_the_inputs_is_charged_on_the_measured_functions_loop(tmp_path):
-    (tmp_path / "inputs.py").write_text(INPUTS)
-    (tmp_path / "wcetfit.toml").write_text(TOML)
+    from smalltarget import write_target
+    write_target(tmp_path, str(LIBLZMA), "lzma_crc32", PROTOTYPE, GENERATE, inputs=120)
+    toml = (tmp_path / "wcetfit.toml").read_text()
     res = _wcetfit("analyze", str(tmp_path), "--json", str(tmp_path / "a.json"))
     assert res.returncode == 0, res.stderr
     before = _root(json.loads((tmp_path / "a.json").read_text()))
@@ -62,7 +50,7 @@ def test_a_fact_well_beyond_the_inputs_is_charged_on_the_measured_functions_loop
     seen = widest["per_entry"]
     assert widest["source"] == "observed" and seen >= 400, before["loops"]
     fact = 2 * seen + 1
-    (tmp_path / "wcetfit.toml").write_text(TOML + f'[loops]\n"{widest["name"]}" = {fact}\n')
+    (tmp_path / "wcetfit.toml").write_text(toml + f'[loops]\n"{widest["name"]}" = {fact}\n')
     res = _wcetfit("report", str(tmp_path), "--json", str(tmp_path / "b.json"))
     assert res.returncode == 0, res.stderr
     after = _root(json.loads((tmp_path / "b.json").read_text()))

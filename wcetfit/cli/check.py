@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         more = f" --inputs {args.inputs}" if args.inputs is not None else ""
         raise type(exc)(f"{exc} (fresh inputs of seed {seed}: `wcetfit check --seed "
                         f"{seed}{more}` goes on with what is stored)") from exc
-    beyond, left_out = _loops_beyond(args, seed, reports)
+    beyond, left_out = _beyond_bounds(args, seed, reports)
     out = sys.stdout if args.json != "-" else sys.stderr
     from wcetfit.search.adopt import adopted_before
     for root, check in checks.items():
@@ -138,7 +138,7 @@ def _inputs_option(args: argparse.Namespace) -> str:
     return f" --inputs {args.inputs}" if args.inputs is not None else ""
 
 
-def _loops_beyond(args: argparse.Namespace, seed: int, reports: dict
+def _beyond_bounds(args: argparse.Namespace, seed: int, reports: dict
                   ) -> tuple[dict, dict]:
     """Per measured function, the loops fresh inputs ran further than its bound takes,
     and the blocks the bound leaves out that they ran (wcetfit.wcet.premises): the fresh

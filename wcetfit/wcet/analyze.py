@@ -343,14 +343,18 @@ def _user_bounded_blocks(functions: Mapping[str, FunctionModel], names: Iterable
     return out
 
 
-def _beyond_observed(fact: LoopBound, seen: LoopBound | None) -> bool:
-    """Whether a [loops] fact allows more than the inputs ran: a larger figure per entry
-    or per call than the observed bound's, or a figure where none was observed."""
+def _beyond_observed(fact: LoopBound, seen: LoopBound | None, *, slack: int = 0,
+                     unseen: bool = True) -> bool:
+    """Whether a [loops] fact allows more than the inputs ran: a figure per entry or per
+    call more than ``slack`` above the observed bound's, or a figure where none was
+    observed (``unseen``: whether a figure the inputs did not show counts as beyond)."""
     if seen is None:
         return True
-    return ((fact.per_entry is not None
-             and (seen.per_entry is None or fact.per_entry > seen.per_entry))
-            or (fact.total is not None and (seen.total is None or fact.total > seen.total))
+
+    def exceeds(given: int | None, shown: int | None) -> bool:
+        return given is not None and (unseen if shown is None else given > shown + slack)
+
+    return (exceeds(fact.per_entry, seen.per_entry) or exceeds(fact.total, seen.total)
             or (fact.total is None and fact.per_entry is None))
 
 
@@ -373,15 +377,8 @@ def _released_root_blocks(fn: FunctionModel, facts: Mapping[tuple[str, int], Loo
     out: set[int] = set()
     for lp in fn.loops:
         fact = facts.get((fn.name, lp.header))
-        if fact is None:
-            continue
-        obs = seen.get(lp.header)
-        well_beyond = obs is None or (
-            (fact.per_entry is not None and obs.per_entry is not None
-             and fact.per_entry > obs.per_entry + HEADER_COUNT_SLACK)
-            or (fact.total is not None and obs.total is not None
-                and fact.total > obs.total + HEADER_COUNT_SLACK))
-        if well_beyond:
+        if fact is not None and _beyond_observed(fact, seen.get(lp.header),
+                                                 slack=HEADER_COUNT_SLACK, unseen=False):
             out.update(lp.body)
     return out
 

@@ -425,14 +425,22 @@ class _BudgetSpent(Exception):
     pass
 
 
+# Modules whose functions run as weak-reference callbacks, where Python, like in a
+# finalizer, prints an exception as a traceback and drops it (a CI run: "Exception
+# ignored in: <function WeakValueDictionary.__init__.<locals>.remove …> … _BudgetSpent").
+_CALLBACK_MODULES = ("/weakref.py", "/_weakrefset.py")
+
+
 def _in_a_context_manager(frame) -> bool:  # type: ignore[no-untyped-def]
     """Whether ``frame`` or a caller is entering or leaving a ``with`` (a lock's
     ``__enter__``/``__exit__``), or is a finalizer (``__del__``: Python prints an
     exception raised there as a traceback and drops it, angr's paged memory's in zlib's
-    uncompress2): no place for an exception from a signal handler."""
+    uncompress2) or a weak reference's callback (:data:`_CALLBACK_MODULES`): no place for
+    an exception from a signal handler."""
     while frame is not None:
         if frame.f_code.co_name in ("__enter__", "__exit__", "acquire", "release",
-                                    "__del__"):
+                                    "__del__") or \
+                frame.f_code.co_filename.endswith(_CALLBACK_MODULES):
             return True
         frame = frame.f_back
     return False
